@@ -1,0 +1,257 @@
+"""The command line: ``gputui`` and its subcommands.
+
+One function per subcommand; the dashboard is imported (with textual) only when
+it is started. Every error reaches the user as one sentence on stderr and a
+non-zero exit: 1 for "it ran and the answer is no", 2 for bad usage, 3 for
+"gputui could not read the machine".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, TextIO
+
+from gputui import __version__
+from gputui.core.config import MIN_INTERVAL, ConfigError, Settings, config_path, load_settings
+from gputui.core.sources import SourceUnavailable
+
+EXIT_OK, EXIT_NO, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """Bad input from the user; exit 2 with this sentence."""
+
+
+# -- parsing ----------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one sentence, exit 2, no usage dump
+        raise UsageError(f"{message[0].upper()}{message[1:]} (see 'gputui --help').")
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"interval must be a number of seconds, not {text!r}") from None
+    if value < MIN_INTERVAL:
+        raise argparse.ArgumentTypeError(f"interval must be at least {MIN_INTERVAL} seconds")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, not {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("a duration cannot be negative")
+    return value
+
+
+def _common(p: argparse.ArgumentParser, top: bool) -> None:
+    """Options every subcommand accepts too. Sub-parsers use SUPPRESS so a value given
+    before the subcommand is not overwritten by the subcommand's default."""
+    d = None if top else argparse.SUPPRESS
+    p.add_argument("--demo", action="store_true", default=d if not top else False,
+                   help="run on the built-in simulated 8-GPU server (no GPU needed)")
+    p.add_argument("--gpu", action="append", metavar="N", default=d,
+                   help="only these GPUs: index or UUID, repeatable or comma-separated")
+    p.add_argument("--read-only", action="store_true", default=d if not top else False,
+                   help="disable every action that changes the machine (migrate, kill)")
+    p.add_argument("--no-docker", action="store_true", default=d if not top else False,
+                   help="do not ask Docker about containers")
+    p.add_argument("--config", metavar="PATH", default=d, help=f"config file (default {config_path()})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="gputui",
+        description="Who is on which GPU, in which container, what is imbalanced, and what to do about it.",
+    )
+    parser.add_argument("--version", action="version", version=f"gputui {__version__}")
+    _common(parser, top=True)
+    parser.add_argument("--once", action="store_true", help="print one table and exit (the default when not a tty)")
+    parser.add_argument("--interval", type=_interval, metavar="SECONDS",
+                        help=f"refresh period of the dashboard (default 1.0, minimum {MIN_INTERVAL})")
+    parser.add_argument("--theme", metavar="NAME", help="Textual theme of the dashboard")
+    parser.add_argument("--bell", action="store_true", default=None, help="ring the terminal bell on new alerts")
+    parser.add_argument("--window", type=_seconds, metavar="SECONDS",
+                        help="imbalance window in seconds (default 60)")
+    parser.add_argument("--temp-warning", type=int, metavar="C", help="temperature warning threshold (default 83)")
+    parser.add_argument("--temp-critical", type=int, metavar="C", help="temperature critical threshold (default 90)")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+
+    snap = sub.add_parser("snapshot", help="print one snapshot of the machine (JSON with --json)")
+    _common(snap, top=False)
+    snap.add_argument("--json", action="store_true", help="print one JSON document")
+    snap.add_argument("--window", dest="observe", type=_seconds, metavar="SECONDS", default=0.0,
+                      help="observe for this long before judging (imbalance, idle holders)")
+
+    from gputui.commands import doctor, kill, migrate, pick
+
+    for module in (pick, migrate, kill, doctor):
+        module.add_parser(sub, lambda p: _common(p, top=False))
+    return parser
+
+
+# -- context ------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    """What a subcommand needs: settings, output streams and a way to open the machine."""
+
+    args: argparse.Namespace
+    settings: Settings
+    stdout: TextIO = field(default_factory=lambda: sys.stdout)
+    stderr: TextIO = field(default_factory=lambda: sys.stderr)
+    demo_clock: Callable[[], float] | None = None
+
+    @property
+    def demo(self) -> bool:
+        return bool(getattr(self.args, "demo", False))
+
+    def open_machine(self, docker: bool | None = None):
+        from gputui.core.machine import open_machine
+
+        use_docker = not getattr(self.args, "no_docker", False) if docker is None else docker
+        return open_machine(demo=self.demo, docker=use_docker, demo_clock=self.demo_clock, settings=self.settings)
+
+    def gpu_filter(self, gpus) -> Callable | None:
+        """A predicate for --gpu, validated against the GPUs present. Raises UsageError."""
+        wanted = parse_gpu_list(getattr(self.args, "gpu", None))
+        if not wanted:
+            return None
+        indices = set()
+        for item in wanted:
+            match = [g for g in gpus if str(g.index) == item or g.uuid.lower() == item.lower()
+                     or (item.lower().startswith("gpu-") and g.uuid.lower().startswith(item.lower()))]
+            if not match:
+                present = ", ".join(str(g.index) for g in gpus) or "none"
+                raise UsageError(f"There is no GPU {item!r} on this machine (GPUs present: {present}).")
+            indices.update(g.index for g in match)
+        return lambda g: g.index in indices
+
+
+def parse_gpu_list(values: list[str] | None) -> list[str]:
+    out: list[str] = []
+    for value in values or []:
+        for part in value.split(","):
+            part = part.strip()
+            if not part:
+                raise UsageError("--gpu needs an index or a UUID, e.g. --gpu 0 or --gpu 0,3.")
+            if not part.isdigit() and not part.lower().startswith(("gpu-", "mig-")):
+                raise UsageError(f"--gpu {part!r} is neither a GPU index nor a UUID (GPU-...).")
+            out.append(part)
+    return out
+
+
+# -- commands ---------------------------------------------------------------------
+
+
+def _poll_once(ctx: Context, observe: float = 0.0):
+    """Open the machine, apply --gpu, poll (for `observe` seconds), return the last snapshot."""
+    import time
+
+    machine = ctx.open_machine()
+    try:
+        first = machine.gpu.read()
+        gfilter = ctx.gpu_filter(first.gpus)
+        poller = machine.poller(ctx.settings, gpu_filter=gfilter, container_wait=min(3.0, ctx.settings.docker_timeout))
+        snap = poller.poll()
+        if observe > 0:
+            end = time.monotonic() + observe
+            step = min(1.0, max(0.25, observe / 10))
+            while time.monotonic() < end:
+                time.sleep(min(step, max(0.0, end - time.monotonic())))
+                snap = poller.poll()
+        poller.close()
+        return snap
+    finally:
+        machine.close()
+
+
+def cmd_snapshot(ctx: Context) -> int:
+    snap = _poll_once(ctx, observe=getattr(ctx.args, "observe", 0.0) or 0.0)
+    if getattr(ctx.args, "json", False):
+        json.dump(snap.to_json(), ctx.stdout, indent=2)
+        ctx.stdout.write("\n")
+    else:
+        from gputui.core.render import render_text
+
+        ctx.stdout.write(render_text(snap))
+    return EXIT_OK
+
+
+def cmd_once(ctx: Context) -> int:
+    from gputui.core.render import render_text
+
+    ctx.stdout.write(render_text(_poll_once(ctx)))
+    return EXIT_OK
+
+
+def cmd_dashboard(ctx: Context) -> int:
+    from gputui.ui.app import run_app
+
+    return run_app(ctx)
+
+
+def load_context(args: argparse.Namespace) -> Context:
+    path = Path(args.config) if getattr(args, "config", None) else None
+    if path is not None and not path.exists():
+        raise UsageError(f"Config file {path} does not exist.")
+    settings = load_settings(path)
+    settings = settings.with_overrides(
+        interval=getattr(args, "interval", None),
+        theme=getattr(args, "theme", None),
+        bell=getattr(args, "bell", None),
+        imbalance_window=getattr(args, "window", None),
+        temp_warning=getattr(args, "temp_warning", None),
+        temp_critical=getattr(args, "temp_critical", None),
+        read_only=True if getattr(args, "read_only", False) else None,
+    )
+    return Context(args=args, settings=settings)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        ctx = load_context(args)
+        command = args.command
+        if command is None:
+            if args.once or not sys.stdout.isatty():
+                return cmd_once(ctx)
+            return cmd_dashboard(ctx)
+        if command == "snapshot":
+            return cmd_snapshot(ctx)
+        from gputui.commands import doctor, kill, migrate, pick
+
+        modules = {"pick": pick, "migrate": migrate, "kill": kill, "doctor": doctor}
+        return modules[command].run(ctx)
+    except UsageError as exc:
+        print(f"gputui: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as exc:
+        print(f"gputui: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except SourceUnavailable as exc:
+        hint = "" if "--demo" in str(exc) else " Try 'gputui --demo' to see gputui on a simulated server."
+        print(f"gputui: {exc}{hint}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except KeyboardInterrupt:
+        print("gputui: interrupted.", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return EXIT_OK

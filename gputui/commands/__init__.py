@@ -1,0 +1,1 @@
+"""Subcommands: each module has ``add_parser(subparsers, common)`` and ``run(ctx) -> int``."""

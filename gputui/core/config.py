@@ -1,0 +1,170 @@
+"""Settings: defaults, overridden by the config file, overridden by flags.
+
+The config file is ``$XDG_CONFIG_HOME/gputui/config.toml`` (default
+``~/.config/gputui/config.toml``). A broken file is an error naming the file and
+line; gputui never starts with half a config.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+MIN_INTERVAL = 0.25
+GIB = 1024**3
+
+
+class ConfigError(Exception):
+    """The config file cannot be used. ``str(exc)`` is one sentence naming file and line."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    interval: float = 1.0
+    theme: str = "textual-dark"
+    read_only: bool = False
+    bell: bool = False
+    #: imbalance judge
+    imbalance_window: float = 60.0
+    util_high: float = 80.0
+    util_low: float = 20.0
+    util_spread: float = 60.0
+    memory_high: float = 90.0
+    memory_low: float = 20.0
+    #: alerts
+    temp_warning: int = 83
+    temp_critical: int = 90
+    memory_full: float = 95.0
+    #: stale detection
+    idle_holder_memory: int = GIB
+    idle_window: float = 600.0
+    idle_cpu: float = 1.0
+    #: containers: a granted GPU with no process over this window is an idle grant
+    idle_grant_window: float = 600.0
+    #: seconds a Docker call may take before the daemon counts as not responding
+    docker_timeout: float = 5.0
+
+    def with_overrides(self, **overrides: Any) -> "Settings":
+        clean = {k: v for k, v in overrides.items() if v is not None}
+        return replace(self, **clean)
+
+
+#: config-file keys -> Settings fields; sections flatten with their key names.
+_SECTIONS = {
+    "": {"interval", "theme", "read_only", "bell"},
+    "imbalance": {"window": "imbalance_window", "util_high": "util_high", "util_low": "util_low",
+                  "util_spread": "util_spread", "memory_high": "memory_high", "memory_low": "memory_low"},
+    "alerts": {"temp_warning": "temp_warning", "temp_critical": "temp_critical",
+               "memory_full": "memory_full", "bell": "bell"},
+    "stale": {"idle_memory": "idle_holder_memory", "idle_window": "idle_window", "idle_cpu": "idle_cpu"},
+    "containers": {"idle_grant_window": "idle_grant_window", "docker_timeout": "docker_timeout"},
+}
+
+_TYPES = {f.name: f.type for f in fields(Settings)}
+
+
+def config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "gputui" / "config.toml"
+
+
+def state_dir() -> Path:
+    """``$XDG_STATE_HOME/gputui`` (default ``~/.local/state/gputui``), created on demand."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    path = Path(base) / "gputui"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def parse_size(text: str | int | float) -> int:
+    """'24G', '512MiB', '1.5GB', '1048576' -> bytes (binary units)."""
+    if isinstance(text, (int, float)):
+        return int(text)
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise ValueError(f"{text!r} is not a size such as 24G or 512MiB")
+    number, unit = float(m.group(1)), m.group(2).upper()
+    return int(number * 1024 ** " KMGT".index(unit or " "))
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Defaults overridden by the config file, if it exists. Raises ConfigError."""
+    path = path or config_path()
+    if not path.exists():
+        return Settings()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"Cannot read config file {path}: {exc.strerror or exc}.") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None)
+        where = f" line {line}" if line else ""
+        msg = str(exc).split(" (at line")[0]
+        raise ConfigError(f"Config file {path}{where} is not valid TOML: {msg}.") from None
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            section = _SECTIONS.get(key)
+            if section is None or key == "":
+                raise ConfigError(_where(path, text, key, f"unknown section [{key}]"))
+            for sub, subval in value.items():
+                target = section.get(sub) if isinstance(section, dict) else None
+                if target is None:
+                    raise ConfigError(_where(path, text, sub, f"unknown key {sub!r} in [{key}]"))
+                values[target] = _coerce(path, text, sub, target, subval)
+        else:
+            if key not in _SECTIONS[""]:
+                raise ConfigError(_where(path, text, key, f"unknown key {key!r}"))
+            values[key] = _coerce(path, text, key, key, value)
+    settings = replace(Settings(), **values)
+    if settings.interval < MIN_INTERVAL:
+        raise ConfigError(_where(path, text, "interval", f"interval must be at least {MIN_INTERVAL} seconds"))
+    return settings
+
+
+def _coerce(path: Path, text: str, key: str, target: str, value: Any) -> Any:
+    kind = _TYPES[target]
+    try:
+        if target == "idle_holder_memory":
+            return parse_size(value)
+        if kind == "bool":
+            if not isinstance(value, bool):
+                raise ValueError("expected true or false")
+            return value
+        if kind == "int":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError("expected a number")
+            return int(value)
+        if kind == "float":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError("expected a number")
+            return float(value)
+        if kind == "str":
+            if not isinstance(value, str):
+                raise ValueError("expected a string")
+            return value
+    except ValueError as exc:
+        raise ConfigError(_where(path, text, key, f"{key} has a bad value ({exc})")) from None
+    return value
+
+
+def _where(path: Path, text: str, key: str, problem: str) -> str:
+    line = None
+    for n, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if re.match(rf"^\[?\s*{re.escape(key)}\s*(=|\])", stripped):
+            line = n
+            break
+    where = f" line {line}" if line else ""
+    return f"Config file {path}{where}: {problem}."

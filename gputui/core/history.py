@@ -1,0 +1,141 @@
+"""Ring buffers of recent snapshots' numbers, read by the judges and the graphs.
+
+History is written by one thread only (the poller's), once per poll, and read as
+immutable tuples: ``series()`` copies, so a reader never sees a buffer change
+under it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterable
+
+from gputui.core.model import Snapshot
+
+#: Kept by default: at 1 s polls, a little over 10 minutes of history.
+DEFAULT_CAPACITY = 720
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    t: float
+    utilization: int | None
+    memory_used: int | None
+    memory_total: int | None
+    temperature: int | None
+    power_draw: float | None
+    lost: bool
+    n_processes: int
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    t: float
+    gpu_memory: int | None
+    sm_utilization: int | None
+    cpu_percent: float | None
+
+
+#: A process's identity: (GPU index, PID, start time). PIDs get reused; the
+#: start time tells a new process from an old one with the same number.
+ProcessKey = tuple[int, int, float | None]
+
+
+class History:
+    """Per-GPU, per-process and per-container samples over a bounded window."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        self.capacity = capacity
+        self._gpus: dict[int, deque[GpuSample]] = {}
+        self._procs: dict[ProcessKey, deque[ProcessSample]] = {}
+        #: container id -> deque of (t, {gpu index: gpu memory})
+        self._containers: dict[str, deque[tuple[float, dict[int, int]]]] = {}
+        self._times: deque[float] = deque(maxlen=capacity)
+        #: first time each process key was seen (survives the ring's trimming)
+        self._first_seen: dict[ProcessKey, float] = {}
+
+    # -- writing -----------------------------------------------------------
+    def add(self, snap: Snapshot, container_ids: Iterable[str] = ()) -> None:
+        """Record one poll. ``container_ids`` adds containers that have no process
+        (so an idle grant has a history); containers in ``snap.containers`` and
+        those owning processes are recorded anyway."""
+        t = snap.time.timestamp()
+        self._times.append(t)
+        seen: set[ProcessKey] = set()
+        for g in snap.gpus:
+            self._gpus.setdefault(g.index, deque(maxlen=self.capacity)).append(
+                GpuSample(
+                    t,
+                    g.utilization_gpu,
+                    g.memory_used,
+                    g.memory_total,
+                    g.temperature,
+                    g.power_draw,
+                    g.lost,
+                    len(g.processes),
+                )
+            )
+            for p in g.processes:
+                key = (p.gpu_index, p.pid, p.create_time)
+                seen.add(key)
+                self._first_seen.setdefault(key, t)
+                self._procs.setdefault(key, deque(maxlen=self.capacity)).append(
+                    ProcessSample(t, p.gpu_memory, p.sm_utilization, p.cpu_percent)
+                )
+        for key in [k for k in self._procs if k not in seen]:
+            del self._procs[key]
+            self._first_seen.pop(key, None)
+        usage: dict[str, dict[int, int]] = {cid: {} for cid in container_ids}
+        for c in snap.containers:
+            usage.setdefault(c.id, {})
+        for g in snap.gpus:
+            for p in g.processes:
+                if p.container is not None:
+                    per_gpu = usage.setdefault(p.container.id, {})
+                    per_gpu[g.index] = per_gpu.get(g.index, 0) + (p.gpu_memory or 0)
+        live = set(usage)
+        for cid, per_gpu in usage.items():
+            self._containers.setdefault(cid, deque(maxlen=self.capacity)).append((t, per_gpu))
+        for cid in [k for k in self._containers if k not in live]:
+            del self._containers[cid]
+
+    # -- reading -----------------------------------------------------------
+    @property
+    def span(self) -> float:
+        """Seconds between the oldest and newest sample."""
+        return self._times[-1] - self._times[0] if len(self._times) > 1 else 0.0
+
+    @property
+    def now(self) -> float | None:
+        return self._times[-1] if self._times else None
+
+    def gpu(self, index: int, window: float | None = None) -> tuple[GpuSample, ...]:
+        return self._window(self._gpus.get(index, ()), window)
+
+    def gpu_indices(self) -> tuple[int, ...]:
+        return tuple(sorted(self._gpus))
+
+    def process(self, key: ProcessKey, window: float | None = None) -> tuple[ProcessSample, ...]:
+        return self._window(self._procs.get(key, ()), window)
+
+    def first_seen(self, key: ProcessKey) -> float | None:
+        return self._first_seen.get(key)
+
+    def container(self, cid: str, window: float | None = None) -> tuple[tuple[float, dict[int, int]], ...]:
+        items = tuple(self._containers.get(cid, ()))
+        if window is None or not items:
+            return items
+        cutoff = items[-1][0] - window
+        return tuple(s for s in items if s[0] >= cutoff)
+
+    def container_peak_memory(self, cid: str) -> int:
+        """Largest total GPU memory the container's processes held at once."""
+        return max((sum(per.values()) for _, per in self._containers.get(cid, ())), default=0)
+
+    def _window(self, items: Iterable, window: float | None) -> tuple:
+        items = tuple(items)
+        if window is None or not items:
+            return items
+        cutoff = items[-1].t - window
+        return tuple(s for s in items if s.t >= cutoff)

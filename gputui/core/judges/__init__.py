@@ -1,0 +1,1 @@
+"""Judges: pure functions (and small stateful wrappers for hysteresis) over History."""

@@ -1,0 +1,69 @@
+"""Which sources gputui reads: the real machine, or the simulated demo server.
+
+This is the one place that chooses; everything downstream (poller, CLI, app,
+actions) receives a :class:`Machine` and runs the same code either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from gputui.core.config import Settings
+from gputui.core.model import Gpu
+from gputui.core.poller import Poller
+from gputui.core.sources import ContainerSource, GpuSource, ProcessSource
+
+if TYPE_CHECKING:
+    from gputui.core.demo import DemoMachine
+
+
+@dataclass
+class Machine:
+    gpu: GpuSource
+    processes: ProcessSource
+    containers: ContainerSource | None
+    #: The simulated server, when running --demo (actions act on it instead of Docker/signals).
+    demo: "DemoMachine | None" = None
+
+    def poller(self, settings: Settings, gpu_filter: Callable[[Gpu], bool] | None = None,
+               container_wait: float = 0.0, clock: Callable[[], float] | None = None) -> Poller:
+        kwargs = {}
+        if clock is not None:
+            kwargs["clock"] = clock
+        elif self.demo is not None:
+            kwargs["clock"] = self.demo.clock
+        if self.demo is not None:
+            kwargs["host"] = self.demo.host
+        return Poller(self.gpu, self.processes, self.containers, settings=settings, gpu_filter=gpu_filter,
+                      container_wait=container_wait, **kwargs)
+
+    def close(self) -> None:
+        for src in (self.gpu, self.containers):
+            if src is not None:
+                try:
+                    src.close()
+                except Exception:
+                    pass
+
+
+def open_machine(demo: bool = False, docker: bool = True, demo_clock: Callable[[], float] | None = None,
+                 settings: Settings | None = None) -> Machine:
+    """Sources for the real machine or the demo. Raises NvmlUnavailable on a real machine without NVML."""
+    if demo:
+        from gputui.core.demo import DemoMachine
+
+        sim = DemoMachine(clock=demo_clock)
+        return Machine(gpu=sim, processes=sim, containers=sim if docker else None, demo=sim)
+    from gputui.core.nvml import NvmlSource
+    from gputui.core.processes import HostProcessSource
+
+    gpu = NvmlSource()
+    gpu.open()  # raises NvmlUnavailable with one sentence
+    containers = None
+    if docker:
+        from gputui.core.docker_source import DockerSource
+
+        timeout = settings.docker_timeout if settings is not None else 5.0
+        containers = DockerSource(timeout=timeout)
+    return Machine(gpu=gpu, processes=HostProcessSource(), containers=containers)

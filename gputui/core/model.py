@@ -1,0 +1,473 @@
+"""The snapshot model: one poll of the machine, immutable and serialisable.
+
+The JSON schema documented in the README *is* ``Snapshot.to_json()``; fields are
+added over time and never renamed. Units: memory in bytes, power in watts,
+temperature in degrees Celsius, utilization in percent, times as aware datetimes
+(ISO-8601 in JSON). ``None`` means "not available" (N/A on screen, null in JSON);
+it is never replaced by a made-up number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, is_dataclass
+from datetime import datetime
+from typing import Any, Literal, Union
+
+ProcessType = Literal["compute", "graphics", "compute+graphics"]
+Runtime = Literal["docker", "podman", "kubernetes", "other"]
+GrantSource = Literal["device_request", "nvidia_runtime_env", "cdi", "devices", "none"]
+Severity = Literal["warning", "critical"]
+
+#: A container's GPU grant: a tuple of GPU UUIDs, or the string "all".
+GpuGrant = Union[tuple[str, ...], Literal["all"]]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One judged fact with a kind (machine-readable) and one explanatory sentence."""
+
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ContainerRef:
+    """The container a process belongs to, as attached to that process."""
+
+    id: str
+    name: str | None = None
+    image: str | None = None
+    compose_project: str | None = None
+    compose_service: str | None = None
+    runtime: Runtime = "docker"
+    #: Kubernetes only: pod name and namespace where known.
+    pod: str | None = None
+    namespace: str | None = None
+    #: Docker only: whether the id was confirmed by the Docker API.
+    confirmed: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "image": self.image,
+            "compose_project": self.compose_project,
+            "compose_service": self.compose_service,
+            "runtime": self.runtime,
+            "pod": self.pod,
+            "namespace": self.namespace,
+        }
+
+    @property
+    def label(self) -> str:
+        """What a human calls it: name, else pod, else the short id."""
+        if self.name:
+            return self.name
+        if self.pod:
+            return f"{self.namespace}/{self.pod}" if self.namespace else self.pod
+        return self.id[:12]
+
+
+@dataclass(frozen=True)
+class RawProcess:
+    """A GPU process as NVML reports it, before enrichment."""
+
+    pid: int
+    type: ProcessType
+    gpu_memory: int | None
+    sm_utilization: int | None = None
+
+
+@dataclass(frozen=True)
+class ProcessFacts:
+    """What the process source knows about a host PID (psutil, /proc)."""
+
+    pid: int
+    visible: bool
+    #: Why it is not visible: "vanished" (exited between listing and reading) or
+    #: "other-namespace" (NVML knows it, this PID namespace does not).
+    invisible_reason: str | None = None
+    user: str | None = None
+    uid: int | None = None
+    command: str | None = None
+    cpu_percent: float | None = None
+    host_memory: int | None = None
+    #: Process start time as a POSIX timestamp (psutil's create_time): with pid
+    #: it is the identity shared by the table, the history and the kill guard.
+    create_time: float | None = None
+    ppid: int | None = None
+    #: psutil status string: "running", "sleeping", "zombie", "disk-sleep", ...
+    status: str | None = None
+    #: Raw contents of /proc/PID/cgroup, for container attribution.
+    cgroup: str | None = None
+    #: True when the parent died and the process was re-parented to init or a subreaper.
+    orphaned: bool = False
+
+
+@dataclass(frozen=True)
+class Process:
+    """One process on one GPU: NVML's view joined with the host's."""
+
+    pid: int
+    gpu_index: int
+    type: ProcessType
+    gpu_memory: int | None
+    sm_utilization: int | None
+    user: str | None = None
+    command: str | None = None
+    cpu_percent: float | None = None
+    host_memory: int | None = None
+    started: datetime | None = None
+    visible: bool = True
+    invisible_reason: str | None = None
+    create_time: float | None = None
+    ppid: int | None = None
+    status: str | None = None
+    uid: int | None = None
+    orphaned: bool = False
+    container: ContainerRef | None = None
+    stale: tuple[Finding, ...] = ()
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """The row key used by tables and histories: (GPU index, PID)."""
+        return (self.gpu_index, self.pid)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "type": self.type,
+            "gpu_memory": self.gpu_memory,
+            "sm_utilization": self.sm_utilization,
+            "user": self.user,
+            "command": self.command,
+            "cpu_percent": self.cpu_percent,
+            "host_memory": self.host_memory,
+            "started": _iso(self.started),
+            "visible": self.visible,
+            "container": self.container.to_json() if self.container else None,
+            "stale": [{"kind": f.kind, "message": f.message} for f in self.stale],
+        }
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as read in one poll. Every optional field is None when N/A."""
+
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str | None = None
+    utilization_gpu: int | None = None
+    utilization_memory: int | None = None
+    memory_used: int | None = None
+    memory_total: int | None = None
+    temperature: int | None = None
+    power_draw: float | None = None
+    power_limit: float | None = None
+    fan_speed: int | None = None
+    clock_sm: int | None = None
+    clock_memory: int | None = None
+    clock_sm_max: int | None = None
+    clock_memory_max: int | None = None
+    pstate: int | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    ecc_errors: int | None = None
+    persistence_mode: bool | None = None
+    #: Minor number of /dev/nvidiaN (differs from the NVML index on some hosts).
+    minor_number: int | None = None
+    lost: bool = False
+    processes: tuple[Process, ...] = ()
+
+    @property
+    def memory_free(self) -> int | None:
+        if self.memory_total is None or self.memory_used is None:
+            return None
+        return max(0, self.memory_total - self.memory_used)
+
+    @property
+    def memory_percent(self) -> float | None:
+        if not self.memory_total or self.memory_used is None:
+            return None
+        return 100.0 * self.memory_used / self.memory_total
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "name": self.name,
+            "pci_bus_id": self.pci_bus_id,
+            "utilization_gpu": self.utilization_gpu,
+            "utilization_memory": self.utilization_memory,
+            "memory_used": self.memory_used,
+            "memory_total": self.memory_total,
+            "temperature": self.temperature,
+            "power_draw": self.power_draw,
+            "power_limit": self.power_limit,
+            "fan_speed": self.fan_speed,
+            "clock_sm": self.clock_sm,
+            "clock_memory": self.clock_memory,
+            "clock_sm_max": self.clock_sm_max,
+            "clock_memory_max": self.clock_memory_max,
+            "pstate": self.pstate,
+            "throttle_reasons": list(self.throttle_reasons),
+            "ecc_errors": self.ecc_errors,
+            "persistence_mode": self.persistence_mode,
+            "lost": self.lost,
+            "processes": [p.to_json() for p in self.processes],
+        }
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """What a GPU source returns for one poll (processes not yet enriched)."""
+
+    driver_version: str | None
+    cuda_driver_version: str | None
+    gpus: tuple[Gpu, ...]
+    #: Raw NVML processes per GPU index.
+    processes: dict[int, tuple[RawProcess, ...]] = field(default_factory=dict)
+    #: Problems worth a status-line warning (e.g. a query failing with UNKNOWN).
+    errors: tuple[str, ...] = ()
+    nvml_version: str | None = None
+
+
+@dataclass(frozen=True)
+class ContainerRecord:
+    """A container as the container source knows it: identity plus its grant."""
+
+    id: str
+    name: str
+    image: str | None
+    state: str
+    compose_project: str | None = None
+    compose_service: str | None = None
+    runtime: Runtime = "docker"
+    gpus: GpuGrant = ()
+    grant_source: GrantSource = "none"
+    cuda_visible_devices: str | None = None
+    nvidia_visible_devices: str | None = None
+    #: The raw grant values as written (indices, UUIDs, CDI names), for messages.
+    grant_raw: tuple[str, ...] = ()
+    #: Host PID of the container's main process (State.Pid), or None.
+    main_pid: int | None = None
+    restart_policy: str | None = None
+    labels: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    #: Grant problems found while resolving (e.g. an index that does not exist).
+    grant_problems: tuple[str, ...] = ()
+
+    def ref(self) -> ContainerRef:
+        return ContainerRef(
+            id=self.id,
+            name=self.name,
+            image=self.image,
+            compose_project=self.compose_project,
+            compose_service=self.compose_service,
+            runtime=self.runtime,
+            confirmed=True,
+        )
+
+
+@dataclass(frozen=True)
+class ContainerInventory:
+    """What a container source returns for one poll."""
+
+    available: bool
+    error: str | None = None
+    containers: tuple[ContainerRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class Container:
+    """A container in a snapshot: its grant against what it really uses."""
+
+    id: str
+    name: str
+    image: str | None
+    state: str
+    gpus: GpuGrant
+    grant_source: GrantSource
+    cuda_visible_devices: str | None
+    gpu_memory: int
+    pids: tuple[int, ...]
+    findings: tuple[Finding, ...] = ()
+    compose_project: str | None = None
+    compose_service: str | None = None
+    runtime: Runtime = "docker"
+    #: Indices of GPUs its processes actually run on.
+    used_gpus: tuple[int, ...] = ()
+    #: Indices of GPUs it is granted (resolved against this host).
+    granted_gpus: tuple[int, ...] = ()
+    restart_policy: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "image": self.image,
+            "state": self.state,
+            "gpus": self.gpus if self.gpus == "all" else list(self.gpus),
+            "grant_source": self.grant_source,
+            "cuda_visible_devices": self.cuda_visible_devices,
+            "gpu_memory": self.gpu_memory,
+            "pids": list(self.pids),
+            "findings": [{"kind": f.kind, "message": f.message} for f in self.findings],
+            "compose_project": self.compose_project,
+            "compose_service": self.compose_service,
+            "runtime": self.runtime,
+            "used_gpus": list(self.used_gpus),
+            "granted_gpus": list(self.granted_gpus),
+        }
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """One concrete move proposed by the imbalance judge."""
+
+    from_gpu: int
+    to_gpu: int
+    reason: str
+    container: str | None = None
+    pid: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "container": self.container,
+            "pid": self.pid,
+            "from_gpu": self.from_gpu,
+            "to_gpu": self.to_gpu,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Imbalance:
+    flagged: bool = False
+    kinds: tuple[str, ...] = ()
+    message: str | None = None
+    suggestion: Suggestion | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "flagged": self.flagged,
+            "kinds": list(self.kinds),
+            "message": self.message,
+            "suggestion": self.suggestion.to_json() if self.suggestion else None,
+        }
+
+
+@dataclass(frozen=True)
+class Alert:
+    gpu: int | None
+    kind: str
+    severity: Severity
+    message: str
+    since: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu,
+            "kind": self.kind,
+            "severity": self.severity,
+            "message": self.message,
+            "since": _iso(self.since),
+        }
+
+
+@dataclass(frozen=True)
+class DockerStatus:
+    available: bool
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"available": self.available, "error": self.error}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One poll of the whole machine, judged. Immutable; build a new one per poll."""
+
+    host: str
+    time: datetime
+    driver_version: str | None
+    cuda_driver_version: str | None
+    gpus: tuple[Gpu, ...]
+    docker: DockerStatus = DockerStatus(False, "not polled")
+    containers: tuple[Container, ...] = ()
+    imbalance: Imbalance = Imbalance()
+    alerts: tuple[Alert, ...] = ()
+    #: Source problems worth a visible warning (NVML errors, PID namespace).
+    warnings: tuple[str, ...] = ()
+    nvml_version: str | None = None
+    #: How many seconds of history the judges looked at.
+    window: float = 0.0
+
+    def gpu(self, index: int) -> Gpu | None:
+        for g in self.gpus:
+            if g.index == index:
+                return g
+        return None
+
+    @property
+    def processes(self) -> tuple[Process, ...]:
+        return tuple(p for g in self.gpus for p in g.processes)
+
+    def container(self, name_or_id: str) -> Container | None:
+        for c in self.containers:
+            if c.name == name_or_id or c.id == name_or_id:
+                return c
+        for c in self.containers:
+            if len(name_or_id) >= 4 and c.id.startswith(name_or_id):
+                return c
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "time": _iso(self.time),
+            "driver_version": self.driver_version,
+            "cuda_driver_version": self.cuda_driver_version,
+            "nvml_version": self.nvml_version,
+            "gpus": [g.to_json() for g in self.gpus],
+            "docker": self.docker.to_json(),
+            "containers": [c.to_json() for c in self.containers],
+            "imbalance": self.imbalance.to_json(),
+            "alerts": [a.to_json() for a in self.alerts],
+            "warnings": list(self.warnings),
+            "window": self.window,
+        }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat(timespec="seconds") if value is not None else None
+
+
+def describe_fields(obj: Any) -> list[tuple[str, Any]]:
+    """(name, value) pairs of a dataclass, for detail views."""
+    if not is_dataclass(obj):
+        raise TypeError(f"{obj!r} is not a dataclass")
+    return [(f.name, getattr(obj, f.name)) for f in fields(obj)]
+
+
+#: NVML clock-event (throttle) reason bits -> the names gputui shows and writes to JSON.
+THROTTLE_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
+#: Reasons that mean "slowed down by heat or power", which alerts and the UI call out.
+THERMAL_OR_POWER = frozenset(
+    {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
+)
+
+
+def throttle_names(mask: int) -> tuple[str, ...]:
+    """Names of the set bits of an NVML clock-event-reasons mask, in bit order."""
+    return tuple(name for bit, name in THROTTLE_REASONS.items() if mask & bit)

@@ -1,0 +1,266 @@
+"""One poll: sources -> Snapshot -> History -> judges -> judged Snapshot.
+
+The poller is the single pipeline that the demo, the tests, the CLI and the
+dashboard all run. It is synchronous; the UI calls it from a worker thread and
+never from the event loop. Container inventory is refreshed by its own thread
+(:class:`ContainerWatcher`) so that a hung Docker daemon can never delay a GPU
+refresh: a poll takes whatever inventory is newest.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
+from typing import Callable
+
+from gputui.core import cgroups
+from gputui.core.config import Settings
+from gputui.core.containers import build_containers
+from gputui.core.history import History
+from gputui.core.judges.alerts import AlertJudge
+from gputui.core.judges.imbalance import ImbalanceJudge
+from gputui.core.judges.stale import judge_stale
+from gputui.core.model import (
+    ContainerInventory,
+    ContainerRecord,
+    ContainerRef,
+    DockerStatus,
+    Gpu,
+    Process,
+    ProcessFacts,
+    RawProcess,
+    Snapshot,
+)
+from gputui.core.sources import ContainerSource, GpuSource, ProcessSource
+
+
+class ContainerWatcher:
+    """Refreshes a ContainerSource's inventory on its own daemon thread.
+
+    ``latest()`` never blocks on Docker: it returns the newest inventory, or one
+    saying the daemon is not responding when a refresh has been stuck longer than
+    ``timeout``. It recovers by itself when the daemon answers again.
+    """
+
+    def __init__(self, source: ContainerSource, period: float = 2.0, timeout: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.source = source
+        self.period = period
+        self.timeout = timeout
+        self._clock = clock
+        self._uuids: tuple[str, ...] = ()
+        self._minors: dict[int, str] = {}
+        self._latest: ContainerInventory | None = None
+        self._started_at: float | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._first = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def set_gpus(self, uuids: tuple[str, ...], minors: dict[int, str]) -> None:
+        with self._lock:
+            changed = uuids != self._uuids
+            self._uuids, self._minors = uuids, dict(minors)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gputui-containers", daemon=True)
+            self._thread.start()
+        elif changed:
+            self._wake.set()
+
+    def refresh_now(self) -> None:
+        """Ask for a refresh at once (after an action changed containers)."""
+        self._wake.set()
+
+    def latest(self, wait: float = 0.0) -> ContainerInventory:
+        if wait > 0:
+            self._first.wait(wait)
+        with self._lock:
+            latest, started = self._latest, self._started_at
+        if started is not None and self._clock() - started > self.timeout:
+            return ContainerInventory(False, "the Docker daemon is not responding")
+        if latest is None:
+            return ContainerInventory(False, "waiting for the Docker daemon")
+        return latest
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                uuids, minors = self._uuids, self._minors
+                self._started_at = self._clock()
+            try:
+                inv = self.source.inventory(uuids, minors)
+            except Exception as exc:  # a source should not raise; never let it kill the thread
+                inv = ContainerInventory(False, f"container source failed: {exc}")
+            with self._lock:
+                self._latest = inv
+                self._started_at = None
+            self._first.set()
+            self._wake.wait(self.period)
+            self._wake.clear()
+
+
+class Poller:
+    """Runs the pipeline. Not thread-safe: call ``poll()`` from one thread at a time."""
+
+    def __init__(
+        self,
+        gpu_source: GpuSource,
+        process_source: ProcessSource,
+        container_source: ContainerSource | None = None,
+        settings: Settings | None = None,
+        history: History | None = None,
+        clock: Callable[[], float] = time.time,
+        host: str | None = None,
+        gpu_filter: Callable[[Gpu], bool] | None = None,
+        container_wait: float = 0.0,
+    ) -> None:
+        self.gpu_source = gpu_source
+        self.process_source = process_source
+        self.settings = settings or Settings()
+        self.history = history or History()
+        self.clock = clock
+        self.host = host or socket.gethostname()
+        self.gpu_filter = gpu_filter
+        self.watcher = (
+            ContainerWatcher(container_source, period=max(1.0, self.settings.interval),
+                             timeout=self.settings.docker_timeout)
+            if container_source is not None
+            else None
+        )
+        #: how long the first poll waits for the first container inventory
+        self.container_wait = container_wait
+        self._imbalance = ImbalanceJudge(self.settings)
+        self._alerts = AlertJudge(self.settings)
+        self.polls = 0
+
+    def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+        try:
+            self.gpu_source.close()
+        except Exception:
+            pass
+
+    def poll(self) -> Snapshot:
+        now = self.clock()
+        reading = self.gpu_source.read()
+        gpus = reading.gpus
+        uuids = tuple(g.uuid for g in gpus)
+        minors = {g.minor_number: g.uuid for g in gpus if g.minor_number is not None}
+
+        inventory = ContainerInventory(False, "container information is off")
+        if self.watcher is not None:
+            self.watcher.set_gpus(uuids, minors)
+            inventory = self.watcher.latest(wait=self.container_wait if self.polls == 0 else 0.0)
+        records = {r.id: r for r in inventory.containers}
+
+        pids = {p.pid for procs in reading.processes.values() for p in procs}
+        facts = self.process_source.facts(pids) if pids else {}
+
+        warnings = list(reading.errors)
+        invisible_ns = [f for f in facts.values() if f.invisible_reason == "other-namespace"]
+        if invisible_ns and len(invisible_ns) == len(facts):
+            warnings.append(
+                "gputui cannot see the GPU processes' PIDs: it runs in a container without the host's PID "
+                "namespace; start it with --pid=host."
+            )
+
+        built: list[Gpu] = []
+        for g in gpus:
+            procs = tuple(
+                self._process(g.index, raw, facts.get(raw.pid), records, inventory.available)
+                for raw in reading.processes.get(g.index, ())
+            )
+            built.append(replace(g, processes=procs))
+        all_gpus = tuple(built)
+
+        stamp = datetime.fromtimestamp(now, tz=timezone.utc).astimezone()
+        snap = Snapshot(
+            host=self.host,
+            time=stamp,
+            driver_version=reading.driver_version,
+            cuda_driver_version=reading.cuda_driver_version,
+            nvml_version=reading.nvml_version,
+            gpus=all_gpus,
+            docker=DockerStatus(inventory.available, inventory.error),
+            warnings=tuple(warnings),
+        )
+        # History first: the judges read windows that end with this poll.
+        self.history.add(snap, records.keys())
+        containers = build_containers(tuple(records.values()), all_gpus, self.history, self.settings, now)
+        by_id = {c.id: c for c in containers}
+        judged_gpus = tuple(
+            replace(g, processes=tuple(
+                replace(p, stale=judge_stale(p, self.history, self.settings, by_id, records)) for p in g.processes
+            ))
+            for g in all_gpus
+        )
+        snap = replace(snap, gpus=judged_gpus, containers=containers, window=self.history.span)
+        imbalance = self._imbalance.update(self.history, snap)
+        snap = replace(snap, imbalance=imbalance)
+        snap = replace(snap, alerts=self._alerts.update(self.history, snap))
+        if self.gpu_filter is not None:
+            snap = replace(snap, gpus=tuple(g for g in snap.gpus if self.gpu_filter(g)))
+        self.polls += 1
+        return snap
+
+    def _process(
+        self,
+        gpu_index: int,
+        raw: RawProcess,
+        fact: ProcessFacts | None,
+        records: dict[str, ContainerRecord],
+        docker_available: bool,
+    ) -> Process:
+        fact = fact or ProcessFacts(pid=raw.pid, visible=False, invisible_reason="vanished")
+        started = (
+            datetime.fromtimestamp(fact.create_time, tz=timezone.utc).astimezone()
+            if fact.create_time is not None
+            else None
+        )
+        return Process(
+            pid=raw.pid,
+            gpu_index=gpu_index,
+            type=raw.type,
+            gpu_memory=raw.gpu_memory,
+            sm_utilization=raw.sm_utilization,
+            user=fact.user,
+            command=fact.command,
+            cpu_percent=fact.cpu_percent,
+            host_memory=fact.host_memory,
+            started=started,
+            visible=fact.visible,
+            invisible_reason=fact.invisible_reason,
+            create_time=fact.create_time,
+            ppid=fact.ppid,
+            status=fact.status,
+            uid=fact.uid,
+            orphaned=fact.orphaned,
+            container=attribute(fact, records, docker_available),
+        )
+
+
+def attribute(fact: ProcessFacts, records: dict[str, ContainerRecord], docker_available: bool) -> ContainerRef | None:
+    """The container a process runs in, from its cgroup, confirmed against the inventory."""
+    if fact.cgroup is None:
+        return None
+    match = cgroups.parse_cgroup(fact.cgroup)
+    if match is None:
+        return None
+    record = records.get(match.id)
+    if record is not None:
+        return record.ref()
+    if match.runtime == "kubernetes":
+        return ContainerRef(id=match.id, runtime="kubernetes", pod=match.pod, namespace=match.namespace)
+    if match.runtime == "docker" and docker_available:
+        # The cgroup says docker, the daemon does not know it: another engine's container.
+        return ContainerRef(id=match.id, runtime="other")
+    return ContainerRef(id=match.id, runtime=match.runtime)
