@@ -109,8 +109,11 @@ def load_settings(path: Path | None = None) -> Settings:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         line = getattr(exc, "lineno", None)
+        if line is None:
+            found = re.search(r"at line (\d+)", str(exc))
+            line = int(found.group(1)) if found else None
         where = f" line {line}" if line else ""
-        msg = str(exc).split(" (at line")[0]
+        msg = str(exc).split(" (at line")[0].split("\n")[0]
         raise ConfigError(f"Config file {path}{where} is not valid TOML: {msg}.") from None
     values: dict[str, Any] = {}
     for key, value in data.items():

@@ -1,0 +1,58 @@
+"""Config file: defaults, overrides, and one sentence with file and line when it is broken."""
+
+import pytest
+
+from gputui.core.config import ConfigError, Settings, load_settings, parse_size
+
+
+def write(tmp_path, text):
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_missing_file_gives_defaults(tmp_path):
+    assert load_settings(tmp_path / "absent.toml") == Settings()
+
+
+def test_values_and_sections(tmp_path):
+    path = write(tmp_path, 'interval = 2\ntheme = "nord"\nread_only = true\n[alerts]\ntemp_warning = 80\n'
+                           '[stale]\nidle_memory = "512MiB"\nidle_window = 30\n[imbalance]\nwindow = 120\n')
+    s = load_settings(path)
+    assert (s.interval, s.theme, s.read_only, s.temp_warning) == (2.0, "nord", True, 80)
+    assert s.idle_holder_memory == 512 * 1024**2 and s.idle_window == 30.0 and s.imbalance_window == 120.0
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("interval = 1\ncolour = 'red'\n", "line 2: unknown key 'colour'"),
+        ("interval = 0.1\n", "line 1: interval must be at least 0.25"),
+        ("interval = 'fast'\n", "line 1: interval has a bad value"),
+        ("[alerts]\ntemp_warning = true\n", "line 2: temp_warning has a bad value"),
+        ("[nope]\nx = 1\n", "line 1: unknown section [nope]"),
+        ("read_only = maybe\n", "line 1 is not valid TOML"),
+    ],
+)
+def test_broken_file_names_file_and_line(tmp_path, text, fragment):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    assert str(path) in str(err.value)
+    assert fragment in str(err.value)
+
+
+def test_flags_override_file(tmp_path):
+    s = load_settings(write(tmp_path, "interval = 3\n")).with_overrides(interval=0.5, theme=None)
+    assert s.interval == 0.5 and s.theme == Settings().theme
+
+
+@pytest.mark.parametrize("text, value", [("24G", 24 * 1024**3), ("512MiB", 512 * 1024**2), ("1.5GB", int(1.5 * 1024**3)),
+                                         ("1048576", 1048576), (" 2 gib ", 2 * 1024**3)])
+def test_parse_size(text, value):
+    assert parse_size(text) == value
+
+
+def test_parse_size_rejects_nonsense():
+    with pytest.raises(ValueError):
+        parse_size("lots")
