@@ -6,6 +6,7 @@ import pytest
 
 pytest_plugins = [
     "tests.fixtures.env",
+    "tests.fixtures.dockerd",
 ]
 
 #: In CI the integration tests must run: a missing compiler, dockerd or tmux fails instead of skipping.
