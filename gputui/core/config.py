@@ -52,6 +52,15 @@ class Settings:
     idle_grant_window: float = 600.0
     #: seconds a Docker call may take before the daemon counts as not responding
     docker_timeout: float = 5.0
+    #: hysteresis: a change must last this many seconds before a flag is raised or cleared
+    imbalance_hold: float = 10.0
+    #: hysteresis: once flagged, imbalance thresholds are this many points more lenient
+    imbalance_margin: float = 10.0
+    alert_hold: float = 10.0
+    #: a temperature alert clears this many degrees below its threshold
+    temp_hysteresis: int = 5
+    #: a memory-full alert clears this many points below memory_full
+    memory_hysteresis: float = 5.0
 
     def with_overrides(self, **overrides: Any) -> "Settings":
         clean = {k: v for k, v in overrides.items() if v is not None}
@@ -62,9 +71,11 @@ class Settings:
 _SECTIONS = {
     "": {"interval", "theme", "read_only", "bell"},
     "imbalance": {"window": "imbalance_window", "util_high": "util_high", "util_low": "util_low",
-                  "util_spread": "util_spread", "memory_high": "memory_high", "memory_low": "memory_low"},
+                  "util_spread": "util_spread", "memory_high": "memory_high", "memory_low": "memory_low",
+                  "hold": "imbalance_hold", "margin": "imbalance_margin"},
     "alerts": {"temp_warning": "temp_warning", "temp_critical": "temp_critical",
-               "memory_full": "memory_full", "bell": "bell"},
+               "memory_full": "memory_full", "bell": "bell", "hold": "alert_hold",
+               "temp_hysteresis": "temp_hysteresis", "memory_hysteresis": "memory_hysteresis"},
     "stale": {"idle_memory": "idle_holder_memory", "idle_window": "idle_window", "idle_cpu": "idle_cpu"},
     "containers": {"idle_grant_window": "idle_grant_window", "docker_timeout": "docker_timeout"},
 }
