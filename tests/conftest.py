@@ -6,6 +6,7 @@ import pytest
 
 pytest_plugins = [
     "tests.fixtures.env",
+    "tests.fixtures.fakenvml",
     "tests.fixtures.dockerd",
 ]
 

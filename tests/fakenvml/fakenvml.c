@@ -1,0 +1,957 @@
+/*
+ * fakenvml.c — a fake libnvidia-ml.so.1 for gputui's tests and benchmarks.
+ *
+ * The real nvidia-ml-py loads this library exactly as it would load the
+ * driver's, so the whole Python side (ctypes structs, error classes, struct
+ * versions, missing-symbol handling) is exercised for real on machines with
+ * no GPU. Nothing in gputui knows it is talking to a fake.
+ *
+ * What it answers comes from a scenario file named by GPUTUI_FAKE_NVML_SCENARIO
+ * (a line format written by tests/fakenvml/scenario.py; see parse_scenario()).
+ * The file is re-read whenever its inode, size or mtime changes, so a test can
+ * change values while a process is running (write a new file and rename it
+ * over the old one).
+ *
+ * Every exported function counts its calls. The counts are written as a JSON
+ * object to the file named by GPUTUI_FAKE_NVML_CALLS at nvmlShutdown, at exit,
+ * on every scenario re-read, and whenever fakeNvmlDumpCalls() is called
+ * (written to a temporary file and renamed, so a reader never sees half).
+ *
+ * A function can be left out of a build (so nvidia-ml-py raises
+ * NVMLError_FunctionNotFound) by hiding its symbol with a linker version
+ * script; scenario.py does that for FakeNvml(without=(...)).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- NVML types (layouts must match nvml.h / nvidia-ml-py's ctypes) ---- */
+
+typedef int nvmlReturn_t;
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NO_PERMISSION = 4,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+    NVML_ERROR_UNKNOWN = 999,
+};
+
+typedef struct fake_handle { unsigned index; } *nvmlDevice_t;
+
+typedef struct { unsigned int pid; unsigned long long usedGpuMemory; } nvmlProcessInfo_v1_t;
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_v2_t;
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+#define NVML_MEMORY_V2 ((unsigned)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
+/* ---- the functions this library exports, for call counting ---- */
+
+#define FAKE_FUNCS(X)                                         \
+    X(nvmlInit)                                               \
+    X(nvmlInit_v2)                                            \
+    X(nvmlInitWithFlags)                                      \
+    X(nvmlShutdown)                                           \
+    X(nvmlErrorString)                                        \
+    X(nvmlSystemGetDriverVersion)                             \
+    X(nvmlSystemGetNVMLVersion)                               \
+    X(nvmlSystemGetCudaDriverVersion)                         \
+    X(nvmlSystemGetCudaDriverVersion_v2)                      \
+    X(nvmlDeviceGetCount)                                     \
+    X(nvmlDeviceGetCount_v2)                                  \
+    X(nvmlDeviceGetHandleByIndex)                             \
+    X(nvmlDeviceGetHandleByIndex_v2)                          \
+    X(nvmlDeviceGetHandleByUUID)                              \
+    X(nvmlDeviceGetIndex)                                     \
+    X(nvmlDeviceGetName)                                      \
+    X(nvmlDeviceGetUUID)                                      \
+    X(nvmlDeviceGetPciInfo)                                   \
+    X(nvmlDeviceGetPciInfo_v2)                                \
+    X(nvmlDeviceGetPciInfo_v3)                                \
+    X(nvmlDeviceGetMinorNumber)                               \
+    X(nvmlDeviceGetMemoryInfo)                                \
+    X(nvmlDeviceGetMemoryInfo_v2)                             \
+    X(nvmlDeviceGetUtilizationRates)                          \
+    X(nvmlDeviceGetTemperature)                               \
+    X(nvmlDeviceGetPowerUsage)                                \
+    X(nvmlDeviceGetEnforcedPowerLimit)                        \
+    X(nvmlDeviceGetPowerManagementLimit)                      \
+    X(nvmlDeviceGetFanSpeed)                                  \
+    X(nvmlDeviceGetClockInfo)                                 \
+    X(nvmlDeviceGetMaxClockInfo)                              \
+    X(nvmlDeviceGetPerformanceState)                          \
+    X(nvmlDeviceGetCurrentClocksThrottleReasons)              \
+    X(nvmlDeviceGetCurrentClocksEventReasons)                 \
+    X(nvmlDeviceGetTotalEccErrors)                            \
+    X(nvmlDeviceGetEccMode)                                   \
+    X(nvmlDeviceGetPersistenceMode)                           \
+    X(nvmlDeviceGetComputeRunningProcesses)                   \
+    X(nvmlDeviceGetComputeRunningProcesses_v2)                \
+    X(nvmlDeviceGetComputeRunningProcesses_v3)                \
+    X(nvmlDeviceGetGraphicsRunningProcesses)                  \
+    X(nvmlDeviceGetGraphicsRunningProcesses_v2)               \
+    X(nvmlDeviceGetGraphicsRunningProcesses_v3)               \
+    X(nvmlDeviceGetProcessUtilization)                        \
+    X(nvmlDeviceGetRetiredPages)                              \
+    X(nvmlDeviceGetRetiredPages_v2)                           \
+    X(nvmlDeviceGetRetiredPagesPendingStatus)                 \
+    X(nvmlDeviceGetRemappedRows)
+
+enum {
+#define X(name) F_##name,
+    FAKE_FUNCS(X)
+#undef X
+    F_COUNT
+};
+static const char *const func_names[F_COUNT] = {
+#define X(name) #name,
+    FAKE_FUNCS(X)
+#undef X
+};
+static unsigned long long call_counts[F_COUNT];
+#define COUNT(name) __atomic_fetch_add(&call_counts[F_##name], 1ULL, __ATOMIC_RELAXED)
+
+/* ---- fields a scenario can set, and fail per GPU ---- */
+
+#define FIELDS(X)              \
+    X(name)                    \
+    X(uuid)                    \
+    X(pci_bus_id)              \
+    X(minor_number)            \
+    X(memory)                  \
+    X(utilization)             \
+    X(temperature)             \
+    X(power_draw)              \
+    X(power_limit)             \
+    X(fan_speed)               \
+    X(clock_sm)                \
+    X(clock_memory)            \
+    X(clock_sm_max)            \
+    X(clock_memory_max)        \
+    X(pstate)                  \
+    X(throttle_reasons)        \
+    X(ecc_errors)              \
+    X(ecc_mode)                \
+    X(persistence_mode)        \
+    X(compute_processes)       \
+    X(graphics_processes)      \
+    X(process_utilization)     \
+    X(retired_pages)           \
+    X(remapped_rows)           \
+    X(driver_version)          \
+    X(cuda_driver_version)     \
+    X(nvml_version)            \
+    X(device_count)
+
+enum {
+#define X(name) E_##name,
+    FIELDS(X)
+#undef X
+    E_COUNT
+};
+static const char *const field_names[E_COUNT] = {
+#define X(name) #name,
+    FIELDS(X)
+#undef X
+};
+
+/* numeric values of a GPU */
+#define VALUES(X)                \
+    X(minor_number)              \
+    X(memory_total)              \
+    X(memory_used)               \
+    X(memory_reserved)           \
+    X(utilization_gpu)           \
+    X(utilization_memory)        \
+    X(temperature)               \
+    X(power_draw_mw)             \
+    X(power_limit_mw)            \
+    X(fan_speed)                 \
+    X(clock_sm)                  \
+    X(clock_memory)              \
+    X(clock_sm_max)              \
+    X(clock_memory_max)          \
+    X(pstate)                    \
+    X(throttle_reasons)          \
+    X(ecc_errors)                \
+    X(ecc_corrected)             \
+    X(ecc_mode)                  \
+    X(persistence_mode)          \
+    X(retired_sbe)               \
+    X(retired_dbe)               \
+    X(retired_pending)           \
+    X(remapped_correctable)      \
+    X(remapped_uncorrectable)    \
+    X(remapped_pending)          \
+    X(remapped_failure)          \
+    X(lost)
+
+enum {
+#define X(name) V_##name,
+    VALUES(X)
+#undef X
+    V_COUNT
+};
+static const char *const value_names[V_COUNT] = {
+#define X(name) #name,
+    VALUES(X)
+#undef X
+};
+
+typedef struct {
+    unsigned pid;
+    long long used_memory; /* -1: not available */
+    int sm;                /* -1: no utilization sample */
+    int mem_util;
+    int compute, graphics;
+} fake_proc;
+
+typedef struct {
+    char name[96];
+    char uuid[96];
+    char bus_id[32];
+    long long v[V_COUNT];
+    int err[E_COUNT];
+    fake_proc *procs;
+    unsigned nprocs, cap;
+} fake_gpu;
+
+typedef struct {
+    int init_error;
+    char driver_version[80];
+    char nvml_version[80];
+    int cuda_driver_version;
+    int err[E_COUNT];
+    fake_gpu *gpus;
+    unsigned ngpus;
+} scenario_t;
+
+#define MAX_GPUS 256
+static struct fake_handle handles[MAX_GPUS];
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static scenario_t *current;
+static int scenario_loaded;
+static struct stat loaded_stat;
+static int init_count;
+
+static void dump_calls(void);
+
+/* ---- scenario parsing ---- */
+
+static void free_scenario(scenario_t *s) {
+    if (!s) return;
+    for (unsigned i = 0; i < s->ngpus; i++) free(s->gpus[i].procs);
+    free(s->gpus);
+    free(s);
+}
+
+static int field_index(const char *name) {
+    for (int i = 0; i < E_COUNT; i++)
+        if (strcmp(field_names[i], name) == 0) return i;
+    return -1;
+}
+
+static int value_index(const char *name) {
+    for (int i = 0; i < V_COUNT; i++)
+        if (strcmp(value_names[i], name) == 0) return i;
+    return -1;
+}
+
+static void copy_rest(char *dst, size_t n, const char *src) {
+    while (*src == ' ') src++;
+    snprintf(dst, n, "%s", src);
+}
+
+/*
+ * The format, one item per line ("#" starts a comment):
+ *   init_error <nvml error code>
+ *   driver_version <text>        nvml_version <text>      cuda_driver_version <int>
+ *   error <field> <code>         (system fields: driver_version, cuda_driver_version,
+ *                                 nvml_version, device_count)
+ *   gpu                          starts the next GPU (index = order)
+ *     name <text> / uuid <text> / pci_bus_id <text>
+ *     <value name> <integer>     (see VALUES)
+ *     error <field> <code>       (see FIELDS; 3 = NOT_SUPPORTED)
+ *     proc <pid> <used_memory|-1> <sm|-1> <c|g|cg> [mem_util]
+ */
+static scenario_t *parse_scenario(FILE *f) {
+    scenario_t *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    unsigned gcap = 0;
+    fake_gpu *g = NULL;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        char *p = line;
+        while (*p == ' ' || *p == '\t') p++;
+        if (!*p || *p == '#') continue;
+        char key[64];
+        int used = 0;
+        if (sscanf(p, "%63s%n", key, &used) != 1) continue;
+        char *rest = p + used;
+        if (strcmp(key, "gpu") == 0) {
+            if (s->ngpus == gcap) {
+                gcap = gcap ? gcap * 2 : 8;
+                fake_gpu *ng = realloc(s->gpus, gcap * sizeof *ng);
+                if (!ng) break;
+                s->gpus = ng;
+            }
+            g = &s->gpus[s->ngpus++];
+            memset(g, 0, sizeof *g);
+        } else if (strcmp(key, "init_error") == 0) {
+            s->init_error = atoi(rest);
+        } else if (strcmp(key, "driver_version") == 0) {
+            copy_rest(s->driver_version, sizeof s->driver_version, rest);
+        } else if (strcmp(key, "nvml_version") == 0) {
+            copy_rest(s->nvml_version, sizeof s->nvml_version, rest);
+        } else if (strcmp(key, "cuda_driver_version") == 0) {
+            s->cuda_driver_version = atoi(rest);
+        } else if (strcmp(key, "error") == 0) {
+            char fname[64];
+            int code = 0;
+            if (sscanf(rest, "%63s %d", fname, &code) == 2) {
+                int fi = field_index(fname);
+                if (fi >= 0) {
+                    if (g) g->err[fi] = code;
+                    else s->err[fi] = code;
+                }
+            }
+        } else if (!g) {
+            continue; /* unknown system key: ignore */
+        } else if (strcmp(key, "name") == 0) {
+            copy_rest(g->name, sizeof g->name, rest);
+        } else if (strcmp(key, "uuid") == 0) {
+            copy_rest(g->uuid, sizeof g->uuid, rest);
+        } else if (strcmp(key, "pci_bus_id") == 0) {
+            copy_rest(g->bus_id, sizeof g->bus_id, rest);
+        } else if (strcmp(key, "proc") == 0) {
+            fake_proc pr = {0};
+            char type[8] = "c";
+            long long mem = -1;
+            int sm = -1, mu = 0;
+            int n = sscanf(rest, "%u %lld %d %7s %d", &pr.pid, &mem, &sm, type, &mu);
+            if (n < 3) continue;
+            pr.used_memory = mem;
+            pr.sm = sm;
+            pr.mem_util = mu;
+            pr.compute = strchr(type, 'c') != NULL;
+            pr.graphics = strchr(type, 'g') != NULL;
+            if (g->nprocs == g->cap) {
+                g->cap = g->cap ? g->cap * 2 : 16;
+                fake_proc *np = realloc(g->procs, g->cap * sizeof *np);
+                if (!np) break;
+                g->procs = np;
+            }
+            g->procs[g->nprocs++] = pr;
+        } else {
+            int vi = value_index(key);
+            if (vi >= 0) g->v[vi] = strtoll(rest, NULL, 0);
+        }
+    }
+    if (s->ngpus > MAX_GPUS) s->ngpus = MAX_GPUS;
+    return s;
+}
+
+/* Re-read the scenario if the file changed. Call with `lock` held. */
+static void refresh(void) {
+    const char *path = getenv("GPUTUI_FAKE_NVML_SCENARIO");
+    struct stat st;
+    if (!path || stat(path, &st) != 0) {
+        if (scenario_loaded) return; /* keep the last good one while a file is replaced */
+        free_scenario(current);
+        current = NULL;
+        return;
+    }
+    if (scenario_loaded && st.st_ino == loaded_stat.st_ino && st.st_size == loaded_stat.st_size &&
+        st.st_mtim.tv_sec == loaded_stat.st_mtim.tv_sec && st.st_mtim.tv_nsec == loaded_stat.st_mtim.tv_nsec)
+        return;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    scenario_t *s = parse_scenario(f);
+    fclose(f);
+    if (!s) return;
+    free_scenario(current);
+    current = s;
+    loaded_stat = st;
+    scenario_loaded = 1;
+    dump_calls();
+}
+
+/* ---- call counts ---- */
+
+static void dump_calls(void) {
+    const char *path = getenv("GPUTUI_FAKE_NVML_CALLS");
+    if (!path || !*path) return;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    fputs("{", f);
+    int first = 1;
+    for (int i = 0; i < F_COUNT; i++) {
+        unsigned long long n = __atomic_load_n(&call_counts[i], __ATOMIC_RELAXED);
+        if (!n) continue;
+        fprintf(f, "%s\"%s\": %llu", first ? "" : ", ", func_names[i], n);
+        first = 0;
+    }
+    fputs("}\n", f);
+    if (fclose(f) == 0) rename(tmp, path);
+    else unlink(tmp);
+}
+
+/* Not part of NVML: lets a test or benchmark take counts at a moment it chooses. */
+void fakeNvmlDumpCalls(void) {
+    pthread_mutex_lock(&lock);
+    dump_calls();
+    pthread_mutex_unlock(&lock);
+}
+
+/* Not part of NVML: start counting from zero (benchmarks measure one poll). */
+void fakeNvmlResetCalls(void) {
+    for (int i = 0; i < F_COUNT; i++) __atomic_store_n(&call_counts[i], 0ULL, __ATOMIC_RELAXED);
+}
+
+__attribute__((destructor)) static void at_unload(void) { dump_calls(); }
+
+/* ---- helpers ---- */
+
+static unsigned long long now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000ULL;
+}
+
+static int copy_string(char *dst, unsigned len, const char *src) {
+    if (!dst) return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(src) + 1 > len) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(dst, src, strlen(src) + 1);
+    return NVML_SUCCESS;
+}
+
+/*
+ * Look up the GPU behind a handle, with `lock` held on success. Returns an
+ * NVML error (lock released) for a bad handle, an uninitialised library, a
+ * lost GPU or a field the scenario makes fail.
+ */
+static int begin_device(nvmlDevice_t dev, int field, fake_gpu **out) {
+    pthread_mutex_lock(&lock);
+    refresh();
+    int rc = NVML_SUCCESS;
+    if (init_count <= 0) rc = NVML_ERROR_UNINITIALIZED;
+    else if (!current) rc = NVML_ERROR_UNKNOWN;
+    else if (!dev || dev < handles || dev >= handles + MAX_GPUS || dev->index >= current->ngpus)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    else {
+        fake_gpu *g = &current->gpus[dev->index];
+        if (g->v[V_lost]) rc = NVML_ERROR_GPU_IS_LOST;
+        else if (field >= 0 && g->err[field]) rc = g->err[field];
+        else *out = g;
+    }
+    if (rc != NVML_SUCCESS) pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int begin_system(int field) {
+    pthread_mutex_lock(&lock);
+    refresh();
+    int rc = NVML_SUCCESS;
+    if (init_count <= 0) rc = NVML_ERROR_UNINITIALIZED;
+    else if (!current) rc = NVML_ERROR_UNKNOWN;
+    else if (field >= 0 && current->err[field]) rc = current->err[field];
+    if (rc != NVML_SUCCESS) pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int end(int rc) {
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+#define DEVICE_BEGIN(field)                      \
+    fake_gpu *g = NULL;                          \
+    int rc_ = begin_device(device, (field), &g); \
+    if (rc_ != NVML_SUCCESS) return rc_;
+
+/* ---- init / shutdown / system ---- */
+
+static nvmlReturn_t do_init(void) {
+    pthread_mutex_lock(&lock);
+    refresh();
+    int rc = NVML_SUCCESS;
+    if (!current) {
+        const char *path = getenv("GPUTUI_FAKE_NVML_SCENARIO");
+        fprintf(stderr, "fakenvml: cannot read the scenario file %s\n", path ? path : "(GPUTUI_FAKE_NVML_SCENARIO is not set)");
+        rc = NVML_ERROR_UNKNOWN;
+    } else if (current->init_error) {
+        rc = current->init_error;
+    } else {
+        init_count++;
+    }
+    for (unsigned i = 0; i < MAX_GPUS; i++) handles[i].index = i;
+    return end(rc);
+}
+
+nvmlReturn_t nvmlInit(void) { COUNT(nvmlInit); return do_init(); }
+nvmlReturn_t nvmlInit_v2(void) { COUNT(nvmlInit_v2); return do_init(); }
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { (void)flags; COUNT(nvmlInitWithFlags); return do_init(); }
+
+nvmlReturn_t nvmlShutdown(void) {
+    COUNT(nvmlShutdown);
+    pthread_mutex_lock(&lock);
+    int rc = NVML_SUCCESS;
+    if (init_count <= 0) rc = NVML_ERROR_UNINITIALIZED;
+    else init_count--;
+    dump_calls();
+    return end(rc);
+}
+
+const char *nvmlErrorString(nvmlReturn_t result) {
+    COUNT(nvmlErrorString);
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    COUNT(nvmlSystemGetDriverVersion);
+    int rc = begin_system(E_driver_version);
+    if (rc) return rc;
+    return end(copy_string(version, length, current->driver_version));
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    COUNT(nvmlSystemGetNVMLVersion);
+    int rc = begin_system(E_nvml_version);
+    if (rc) return rc;
+    return end(copy_string(version, length, current->nvml_version));
+}
+
+static nvmlReturn_t cuda_version(int *v) {
+    int rc = begin_system(E_cuda_driver_version);
+    if (rc) return rc;
+    if (!v) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *v = current->cuda_driver_version;
+    return end(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) { COUNT(nvmlSystemGetCudaDriverVersion); return cuda_version(v); }
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { COUNT(nvmlSystemGetCudaDriverVersion_v2); return cuda_version(v); }
+
+/* ---- device enumeration ---- */
+
+static nvmlReturn_t device_count(unsigned int *count) {
+    int rc = begin_system(E_device_count);
+    if (rc) return rc;
+    if (!count) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *count = current->ngpus;
+    return end(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *c) { COUNT(nvmlDeviceGetCount); return device_count(c); }
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *c) { COUNT(nvmlDeviceGetCount_v2); return device_count(c); }
+
+static nvmlReturn_t handle_by_index(unsigned int index, nvmlDevice_t *device) {
+    int rc = begin_system(-1);
+    if (rc) return rc;
+    if (!device || index >= current->ngpus) return end(NVML_ERROR_INVALID_ARGUMENT);
+    /* A lost GPU still has a handle (NVML enumerated it at init); its getters fail. */
+    *device = &handles[index];
+    return end(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *d) { COUNT(nvmlDeviceGetHandleByIndex); return handle_by_index(i, d); }
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d) { COUNT(nvmlDeviceGetHandleByIndex_v2); return handle_by_index(i, d); }
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
+    COUNT(nvmlDeviceGetHandleByUUID);
+    int rc = begin_system(-1);
+    if (rc) return rc;
+    if (!uuid || !device) return end(NVML_ERROR_INVALID_ARGUMENT);
+    for (unsigned i = 0; i < current->ngpus; i++) {
+        if (strcmp(current->gpus[i].uuid, uuid) == 0) {
+            *device = &handles[i];
+            return end(NVML_SUCCESS);
+        }
+    }
+    return end(NVML_ERROR_NOT_FOUND);
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    COUNT(nvmlDeviceGetIndex);
+    DEVICE_BEGIN(-1);
+    if (!index) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *index = device->index;
+    return end(NVML_SUCCESS);
+}
+
+/* ---- static facts ---- */
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    COUNT(nvmlDeviceGetName);
+    DEVICE_BEGIN(E_name);
+    return end(copy_string(name, length, g->name));
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    COUNT(nvmlDeviceGetUUID);
+    DEVICE_BEGIN(E_uuid);
+    return end(copy_string(uuid, length, g->uuid));
+}
+
+static nvmlReturn_t pci_info(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    DEVICE_BEGIN(E_pci_bus_id);
+    if (!pci) return end(NVML_ERROR_INVALID_ARGUMENT);
+    memset(pci, 0, sizeof *pci);
+    snprintf(pci->busId, sizeof pci->busId, "%s", g->bus_id);
+    unsigned dom = 0, bus = 0, dev = 0;
+    sscanf(g->bus_id, "%x:%x:%x", &dom, &bus, &dev);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04x:%02x:%02x.0", dom & 0xffffu, bus & 0xffu, dev & 0xffu);
+    pci->domain = dom;
+    pci->bus = bus;
+    pci->device = dev;
+    pci->pciDeviceId = 0x20B010DE;
+    return end(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t *p) { COUNT(nvmlDeviceGetPciInfo); return pci_info(d, p); }
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *p) { COUNT(nvmlDeviceGetPciInfo_v2); return pci_info(d, p); }
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p) { COUNT(nvmlDeviceGetPciInfo_v3); return pci_info(d, p); }
+
+static nvmlReturn_t get_uint(nvmlDevice_t device, int field, int value, unsigned int *out) {
+    DEVICE_BEGIN(field);
+    if (!out) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *out = (unsigned int)g->v[value];
+    return end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *m) {
+    COUNT(nvmlDeviceGetMinorNumber);
+    return get_uint(d, E_minor_number, V_minor_number, m);
+}
+
+/* ---- readings ---- */
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    COUNT(nvmlDeviceGetMemoryInfo);
+    DEVICE_BEGIN(E_memory);
+    if (!memory) return end(NVML_ERROR_INVALID_ARGUMENT);
+    /* v1 counts reserved memory as used, as old drivers did */
+    unsigned long long total = g->v[V_memory_total];
+    unsigned long long used = g->v[V_memory_used] + g->v[V_memory_reserved];
+    memory->total = total;
+    memory->used = used;
+    memory->free = total > used ? total - used : 0;
+    return end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    COUNT(nvmlDeviceGetMemoryInfo_v2);
+    DEVICE_BEGIN(E_memory);
+    if (!memory) return end(NVML_ERROR_INVALID_ARGUMENT);
+    if (memory->version != NVML_MEMORY_V2) return end(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    unsigned long long total = g->v[V_memory_total], used = g->v[V_memory_used], reserved = g->v[V_memory_reserved];
+    memory->total = total;
+    memory->reserved = reserved;
+    memory->used = used;
+    memory->free = total > used + reserved ? total - used - reserved : 0;
+    return end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *util) {
+    COUNT(nvmlDeviceGetUtilizationRates);
+    DEVICE_BEGIN(E_utilization);
+    if (!util) return end(NVML_ERROR_INVALID_ARGUMENT);
+    util->gpu = (unsigned)g->v[V_utilization_gpu];
+    util->memory = (unsigned)g->v[V_utilization_memory];
+    return end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned int *temp) {
+    COUNT(nvmlDeviceGetTemperature);
+    if (sensor != 0) return NVML_ERROR_INVALID_ARGUMENT;
+    return get_uint(device, E_temperature, V_temperature, temp);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *p) {
+    COUNT(nvmlDeviceGetPowerUsage);
+    return get_uint(d, E_power_draw, V_power_draw_mw, p);
+}
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t d, unsigned int *p) {
+    COUNT(nvmlDeviceGetEnforcedPowerLimit);
+    return get_uint(d, E_power_limit, V_power_limit_mw, p);
+}
+nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t d, unsigned int *p) {
+    COUNT(nvmlDeviceGetPowerManagementLimit);
+    return get_uint(d, E_power_limit, V_power_limit_mw, p);
+}
+nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t d, unsigned int *s) {
+    COUNT(nvmlDeviceGetFanSpeed);
+    return get_uint(d, E_fan_speed, V_fan_speed, s);
+}
+
+/* clock types: 0 graphics, 1 SM, 2 memory, 3 video */
+static nvmlReturn_t clock_value(nvmlDevice_t device, int type, int max, unsigned int *clk) {
+    int field, value;
+    if (type == 0 || type == 1 || type == 3) {
+        field = max ? E_clock_sm_max : E_clock_sm;
+        value = max ? V_clock_sm_max : V_clock_sm;
+    } else if (type == 2) {
+        field = max ? E_clock_memory_max : E_clock_memory;
+        value = max ? V_clock_memory_max : V_clock_memory;
+    } else {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    return get_uint(device, field, value, clk);
+}
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type, unsigned int *c) {
+    COUNT(nvmlDeviceGetClockInfo);
+    return clock_value(d, type, 0, c);
+}
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t d, int type, unsigned int *c) {
+    COUNT(nvmlDeviceGetMaxClockInfo);
+    return clock_value(d, type, 1, c);
+}
+
+nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, int *pstate) {
+    COUNT(nvmlDeviceGetPerformanceState);
+    DEVICE_BEGIN(E_pstate);
+    if (!pstate) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *pstate = (int)g->v[V_pstate];
+    return end(NVML_SUCCESS);
+}
+
+static nvmlReturn_t throttle(nvmlDevice_t device, unsigned long long *reasons) {
+    DEVICE_BEGIN(E_throttle_reasons);
+    if (!reasons) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *reasons = (unsigned long long)g->v[V_throttle_reasons];
+    return end(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d, unsigned long long *r) {
+    COUNT(nvmlDeviceGetCurrentClocksThrottleReasons);
+    return throttle(d, r);
+}
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t d, unsigned long long *r) {
+    COUNT(nvmlDeviceGetCurrentClocksEventReasons);
+    return throttle(d, r);
+}
+
+/* errorType: 0 corrected, 1 uncorrected; counterType: 0 volatile, 1 aggregate */
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType, int counterType, unsigned long long *count) {
+    COUNT(nvmlDeviceGetTotalEccErrors);
+    DEVICE_BEGIN(E_ecc_errors);
+    if (!count || errorType < 0 || errorType > 1 || counterType < 0 || counterType > 1)
+        return end(NVML_ERROR_INVALID_ARGUMENT);
+    *count = (unsigned long long)(errorType == 1 ? g->v[V_ecc_errors] : g->v[V_ecc_corrected]);
+    return end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, int *current_mode, int *pending) {
+    COUNT(nvmlDeviceGetEccMode);
+    DEVICE_BEGIN(E_ecc_mode);
+    if (!current_mode || !pending) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *current_mode = *pending = (int)g->v[V_ecc_mode];
+    return end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, int *mode) {
+    COUNT(nvmlDeviceGetPersistenceMode);
+    DEVICE_BEGIN(E_persistence_mode);
+    if (!mode) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *mode = (int)g->v[V_persistence_mode];
+    return end(NVML_SUCCESS);
+}
+
+/* ---- processes ---- */
+
+/*
+ * The NVML convention: with too small a buffer (or none), set *count to the
+ * number needed and return INSUFFICIENT_SIZE; with no processes and no buffer,
+ * return SUCCESS with *count = 0.
+ */
+static nvmlReturn_t running(nvmlDevice_t device, int graphics, unsigned int *count, void *infos, int v1) {
+    DEVICE_BEGIN(graphics ? E_graphics_processes : E_compute_processes);
+    if (!count) return end(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned n = 0;
+    for (unsigned i = 0; i < g->nprocs; i++)
+        if (graphics ? g->procs[i].graphics : g->procs[i].compute) n++;
+    if (n == 0) {
+        *count = 0;
+        return end(NVML_SUCCESS);
+    }
+    if (!infos || *count < n) {
+        *count = n;
+        return end(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    unsigned k = 0;
+    for (unsigned i = 0; i < g->nprocs; i++) {
+        fake_proc *p = &g->procs[i];
+        if (!(graphics ? p->graphics : p->compute)) continue;
+        unsigned long long mem = p->used_memory < 0 ? ~0ULL : (unsigned long long)p->used_memory;
+        if (v1) {
+            nvmlProcessInfo_v1_t *out = (nvmlProcessInfo_v1_t *)infos + k;
+            out->pid = p->pid;
+            out->usedGpuMemory = mem;
+        } else {
+            nvmlProcessInfo_v2_t *out = (nvmlProcessInfo_v2_t *)infos + k;
+            out->pid = p->pid;
+            out->usedGpuMemory = mem;
+            out->gpuInstanceId = 0xFFFFFFFFu;
+            out->computeInstanceId = 0xFFFFFFFFu;
+        }
+        k++;
+    }
+    *count = k;
+    return end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v1_t *i) {
+    COUNT(nvmlDeviceGetComputeRunningProcesses);
+    return running(d, 0, c, i, 1);
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v2_t *i) {
+    COUNT(nvmlDeviceGetComputeRunningProcesses_v2);
+    return running(d, 0, c, i, 0);
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v2_t *i) {
+    COUNT(nvmlDeviceGetComputeRunningProcesses_v3);
+    return running(d, 0, c, i, 0);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v1_t *i) {
+    COUNT(nvmlDeviceGetGraphicsRunningProcesses);
+    return running(d, 1, c, i, 1);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v2_t *i) {
+    COUNT(nvmlDeviceGetGraphicsRunningProcesses_v2);
+    return running(d, 1, c, i, 0);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *c, nvmlProcessInfo_v2_t *i) {
+    COUNT(nvmlDeviceGetGraphicsRunningProcesses_v3);
+    return running(d, 1, c, i, 0);
+}
+
+/*
+ * Every process with an "sm" value has one sample taken "now"; samples at or
+ * before lastSeenTimeStamp are not returned. No samples: NVML_ERROR_NOT_FOUND,
+ * as the real driver answers.
+ */
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *samples,
+                                             unsigned int *count, unsigned long long lastSeenTimeStamp) {
+    COUNT(nvmlDeviceGetProcessUtilization);
+    DEVICE_BEGIN(E_process_utilization);
+    if (!count) return end(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned long long ts = now_us();
+    unsigned n = 0;
+    if (ts > lastSeenTimeStamp)
+        for (unsigned i = 0; i < g->nprocs; i++)
+            if (g->procs[i].sm >= 0) n++;
+    if (n == 0) {
+        *count = 0;
+        return end(NVML_ERROR_NOT_FOUND);
+    }
+    if (!samples || *count < n) {
+        *count = n;
+        return end(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    unsigned k = 0;
+    for (unsigned i = 0; i < g->nprocs; i++) {
+        fake_proc *p = &g->procs[i];
+        if (p->sm < 0) continue;
+        samples[k].pid = p->pid;
+        samples[k].timeStamp = ts;
+        samples[k].smUtil = (unsigned)p->sm;
+        samples[k].memUtil = (unsigned)p->mem_util;
+        samples[k].encUtil = 0;
+        samples[k].decUtil = 0;
+        k++;
+    }
+    *count = k;
+    return end(NVML_SUCCESS);
+}
+
+/* ---- health (gputui doctor) ---- */
+
+/* cause: 0 multiple single-bit ECC errors, 1 double-bit ECC error */
+static nvmlReturn_t retired(nvmlDevice_t device, int cause, unsigned int *count, unsigned long long *addresses,
+                            unsigned long long *timestamps) {
+    DEVICE_BEGIN(E_retired_pages);
+    if (!count || cause < 0 || cause > 1) return end(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned n = (unsigned)(cause == 0 ? g->v[V_retired_sbe] : g->v[V_retired_dbe]);
+    if (!addresses || *count < n) {
+        *count = n;
+        return end(n == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    for (unsigned i = 0; i < n; i++) {
+        addresses[i] = 0x1000ULL * (i + 1) + (unsigned)cause;
+        if (timestamps) timestamps[i] = 1700000000ULL + i;
+    }
+    *count = n;
+    return end(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t d, int cause, unsigned int *c, unsigned long long *a) {
+    COUNT(nvmlDeviceGetRetiredPages);
+    return retired(d, cause, c, a, NULL);
+}
+nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t d, int cause, unsigned int *c, unsigned long long *a,
+                                          unsigned long long *t) {
+    COUNT(nvmlDeviceGetRetiredPages_v2);
+    return retired(d, cause, c, a, t);
+}
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, int *pending) {
+    COUNT(nvmlDeviceGetRetiredPagesPendingStatus);
+    DEVICE_BEGIN(E_retired_pages);
+    if (!pending) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *pending = (int)g->v[V_retired_pending];
+    return end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corr, unsigned int *unc,
+                                       unsigned int *pending, unsigned int *failure) {
+    COUNT(nvmlDeviceGetRemappedRows);
+    DEVICE_BEGIN(E_remapped_rows);
+    if (!corr || !unc || !pending || !failure) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *corr = (unsigned)g->v[V_remapped_correctable];
+    *unc = (unsigned)g->v[V_remapped_uncorrectable];
+    *pending = (unsigned)g->v[V_remapped_pending];
+    *failure = (unsigned)g->v[V_remapped_failure];
+    return end(NVML_SUCCESS);
+}
