@@ -1,0 +1,527 @@
+"""Containers and their GPU grants, read through the Docker Engine API.
+
+Why this shape:
+
+* **Never raises.** Docker missing, the socket missing or forbidden, the daemon
+  down, restarting or hung: each becomes ``ContainerInventory(False, "<one
+  sentence>")`` and the GPU view goes on. The client is dropped on any failure and
+  rebuilt by the next call, so gputui recovers by itself when the daemon returns.
+* **Cheap in steady state.** One ``GET /containers/json`` per poll. Each container
+  is inspected once and cached per (id, StartedAt); it is inspected again only
+  when its state changes, when its main process is gone or no longer in its
+  cgroup (a restart: a new ``State.Pid``), or after ``refresh_after`` seconds
+  (``docker update`` can change a restart policy without a restart). Names come
+  from the list call, so a rename shows at once.
+* **Every grant form, resolved to this host's GPU UUIDs** (:func:`resolve_grant`):
+  ``HostConfig.DeviceRequests`` (ids by index or UUID, a count, or all), CDI
+  (``nvidia.com/gpu=…``), the legacy ``nvidia`` runtime with
+  ``NVIDIA_VISIBLE_DEVICES`` (trusted only with that runtime: CUDA images set it to
+  ``all`` for everyone), and raw ``/dev/nvidiaN`` devices (N is the minor number,
+  not the NVML index).
+* The docker SDK costs ~0.3 s to import, so it is imported on first use only.
+
+Also exported for the migrate and kill commands: :func:`docker_client` (a client
+with the same connection rules, or :class:`SourceUnavailable` with one sentence)
+and :func:`describe_error` (any Docker failure as one sentence).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from gputui.core.model import ContainerInventory, ContainerRecord, GpuGrant, GrantSource
+from gputui.core.sources import SourceUnavailable
+
+DEFAULT_SOCKET = "/var/run/docker.sock"
+#: Container states worth listing: those that can have processes.
+LIVE_STATES = ("running", "paused", "restarting")
+_DEVICE_NODE = re.compile(r"^nvidia(\d+)$")
+_GRANT_ORDER: tuple[GrantSource, ...] = ("device_request", "cdi", "nvidia_runtime_env", "devices")
+
+
+# -- connecting -------------------------------------------------------------------
+
+def docker_host(environ: Mapping[str, str] | None = None) -> str:
+    """The daemon address gputui talks to: DOCKER_HOST, else the rootful or rootless default socket."""
+    env = os.environ if environ is None else environ
+    host = env.get("DOCKER_HOST")
+    if host:
+        return host
+    if not os.path.exists(DEFAULT_SOCKET):
+        runtime_dir = env.get("XDG_RUNTIME_DIR")
+        if runtime_dir and os.path.exists(os.path.join(runtime_dir, "docker.sock")):
+            return f"unix://{os.path.join(runtime_dir, 'docker.sock')}"
+    return f"unix://{DEFAULT_SOCKET}"
+
+
+def _socket_path(host: str) -> str | None:
+    if host.startswith("unix://"):
+        return host[len("unix://"):] or None
+    if host.startswith("/"):
+        return host
+    return None
+
+
+def _precheck(host: str, environ: Mapping[str, str]) -> str | None:
+    """A reason not to try connecting at all (no socket file), or None."""
+    path = _socket_path(host)
+    if path is None:
+        return None
+    if os.path.exists(path):
+        return None
+    if not environ.get("DOCKER_HOST") and not (shutil.which("dockerd") or shutil.which("docker")):
+        return "Docker is not installed"
+    where = f"{path} (DOCKER_HOST)" if environ.get("DOCKER_HOST") else path
+    return f"the Docker daemon is not running (no socket at {where})"
+
+
+def docker_client(timeout: float = 5.0, environ: Mapping[str, str] | None = None) -> Any:
+    """A connected ``docker.DockerClient`` (API version negotiated), or SourceUnavailable with one sentence.
+
+    Uses the same address rules as the container view (``DOCKER_HOST``, TLS
+    variables, the rootless socket), so migrate and kill act on the daemon the user
+    is looking at.
+    """
+    env = dict(os.environ if environ is None else environ)
+    host = docker_host(env)
+    reason = _precheck(host, env)
+    if reason:
+        raise SourceUnavailable(reason)
+    try:
+        import docker
+    except ImportError:
+        raise SourceUnavailable("the docker Python package is not installed (pip install docker)") from None
+    env["DOCKER_HOST"] = host
+    try:
+        return docker.from_env(version="auto", timeout=timeout, environment=env)
+    except Exception as exc:
+        raise SourceUnavailable(describe_error(exc, host, timeout)) from None
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and everything it wraps (causes, contexts, urllib3/requests arguments)."""
+    seen: list[BaseException] = []
+    todo = [exc]
+    while todo and len(seen) < 32:
+        e = todo.pop()
+        if any(e is s for s in seen):
+            continue
+        seen.append(e)
+        for nxt in (e.__cause__, e.__context__, getattr(e, "reason", None), getattr(e, "original_error", None)):
+            if isinstance(nxt, BaseException):
+                todo.append(nxt)
+        todo.extend(a for a in getattr(e, "args", ()) if isinstance(a, BaseException))
+    return seen
+
+
+def describe_error(exc: BaseException, host: str | None = None, timeout: float | None = None) -> str:
+    """Any failure talking to Docker, as one short sentence for the user."""
+    host = host or docker_host()
+    path = _socket_path(host)
+    where = path or host
+    chain = _chain(exc)
+    text = " ".join(str(e) for e in chain).lower()
+    names = {type(e).__name__ for e in chain}
+    errnos = {e.errno for e in chain if isinstance(e, OSError) and e.errno is not None}
+
+    if isinstance(exc, ImportError):
+        return "the docker Python package is not installed (pip install docker)"
+    if errno.EACCES in errnos or errno.EPERM in errnos or "permission denied" in text:
+        fix = " (add your user to the docker group)" if path else ""
+        return f"permission denied on {where}{fix}"
+    if errno.ENOENT in errnos or ("no such file" in text and path):
+        return f"the Docker daemon is not running (no socket at {where})"
+    if errno.ECONNREFUSED in errnos or "connection refused" in text:
+        return "the Docker daemon is not running" if path else f"nothing answers at {host}"
+    if names & {"ReadTimeout", "ConnectTimeout", "ReadTimeoutError", "ConnectTimeoutError", "timeout",
+                "TimeoutError"} or "timed out" in text:
+        secs = f" within {timeout:g} s" if timeout else ""
+        return f"the Docker daemon did not answer{secs}"
+    if names & {"RemoteDisconnected", "ConnectionResetError", "BrokenPipeError", "IncompleteRead"} or \
+            errno.ECONNRESET in errnos or "connection aborted" in text:
+        return "the Docker daemon closed the connection (is it restarting?)"
+    if names & {"SSLError", "TLSParameterError"}:
+        return f"TLS error talking to {host}: {_short(exc)}"
+    for e in chain:
+        status = getattr(e, "status_code", None)
+        if status is not None:
+            explanation = getattr(e, "explanation", None) or str(e)
+            return f"the Docker daemon answered with an error ({status}): {_short(explanation)}"
+    return f"cannot talk to the Docker daemon at {host}: {_short(exc)}"
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- reading grants ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Grant:
+    """A container's GPU grant as resolved against this host."""
+
+    gpus: GpuGrant = ()
+    source: GrantSource = "none"
+    raw: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+def _env(config_env: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in config_env or ():
+        key, sep, value = item.partition("=")
+        if sep and key not in out:  # the first occurrence is what getenv() returns in the process
+            out[key] = value
+    return out
+
+
+def _resolve_id(ident: str, gpu_uuids: tuple[str, ...], what: str) -> tuple[str | None, str | None]:
+    """One GPU identifier (index, UUID, or MIG 'index:n') -> (uuid, problem)."""
+    ident = ident.strip()
+    lowered = {u.lower(): u for u in gpu_uuids}
+    if re.fullmatch(r"\d+(:\d+)?", ident):
+        index = int(ident.split(":")[0])
+        if index < len(gpu_uuids):
+            return gpu_uuids[index], None
+        return None, f"{what} names GPU {index}, which does not exist on this host ({len(gpu_uuids)} GPUs)"
+    if ident.lower() in lowered:
+        return lowered[ident.lower()], None
+    if ident.upper().startswith("GPU-"):
+        return None, f"{what} names {ident}, which is not a GPU on this host"
+    if ident.upper().startswith("MIG-"):
+        return None, f"{what} names MIG device {ident}, which gputui cannot place on a GPU"
+    return None, f"{what} names {ident!r}, which gputui does not recognise as a GPU"
+
+
+def _is_gpu_request(req: Mapping[str, Any]) -> bool:
+    driver = (req.get("Driver") or "").lower()
+    if driver == "cdi":
+        return False
+    if driver.startswith("nvidia"):
+        return True
+    caps = req.get("Capabilities") or []
+    return driver == "" and any("gpu" in (group or []) for group in caps)
+
+
+def resolve_grant(attrs: Mapping[str, Any], gpu_uuids: tuple[str, ...], minors: Mapping[int, str],
+                  env: Mapping[str, str] | None = None) -> Grant:
+    """The GPUs a container was granted, from its inspect output, in every form Docker knows.
+
+    Forms are combined (a container can hold a device request *and* a raw device);
+    the grant source is the first form present in the order device request, CDI,
+    nvidia runtime env, raw devices. Identifiers that do not exist on this host
+    become ``problems`` instead of GPUs.
+    """
+    host_config = attrs.get("HostConfig") or {}
+    env = _env((attrs.get("Config") or {}).get("Env")) if env is None else env
+    uuids: list[str] = []
+    raw: list[str] = []
+    problems: list[str] = []
+    sources: list[GrantSource] = []
+    everything = False
+
+    def add(uuid: str | None, problem: str | None) -> None:
+        if uuid is not None and uuid not in uuids:
+            uuids.append(uuid)
+        if problem is not None:
+            problems.append(problem)
+
+    for req in host_config.get("DeviceRequests") or []:
+        driver = (req.get("Driver") or "").lower()
+        ids = [str(i) for i in (req.get("DeviceIDs") or [])]
+        if driver == "cdi":
+            for name in ids:
+                kind, _, dev = name.partition("=")
+                if kind != "nvidia.com/gpu" or not dev:
+                    continue
+                sources.append("cdi")
+                raw.append(name)
+                if dev == "all":
+                    everything = True
+                else:
+                    add(*_resolve_id(dev, gpu_uuids, f"the CDI device {name}"))
+            continue
+        if not _is_gpu_request(req):
+            continue
+        count = req.get("Count") or 0
+        if ids:
+            sources.append("device_request")
+            for ident in ids:
+                raw.append(ident)
+                if ident == "all":
+                    everything = True
+                else:
+                    add(*_resolve_id(ident, gpu_uuids, "its device request"))
+        elif count < 0:
+            sources.append("device_request")
+            raw.append("all")
+            everything = True
+        elif count > 0:
+            sources.append("device_request")
+            raw.append(f"count={count}")
+            # Docker turns Count N into NVIDIA_VISIBLE_DEVICES=0..N-1: the first N GPUs, busy or not.
+            for index in range(count):
+                add(*_resolve_id(str(index), gpu_uuids, f"its request for {count} GPUs"))
+
+    runtime = (host_config.get("Runtime") or "").lower()
+    nvd = env.get("NVIDIA_VISIBLE_DEVICES")
+    if runtime.startswith("nvidia") and nvd is not None and "device_request" not in sources:
+        value = nvd.strip()
+        if value.lower() not in ("", "none", "void"):
+            sources.append("nvidia_runtime_env")
+            for ident in (v.strip() for v in value.split(",") if v.strip()):
+                raw.append(ident)
+                if ident.lower() == "all":
+                    everything = True
+                else:
+                    add(*_resolve_id(ident, gpu_uuids, "NVIDIA_VISIBLE_DEVICES"))
+
+    for dev in host_config.get("Devices") or []:
+        on_host = os.path.basename(dev.get("PathOnHost") or "")
+        in_container = os.path.basename(dev.get("PathInContainer") or "")
+        m = _DEVICE_NODE.match(on_host) or _DEVICE_NODE.match(in_container)
+        if m is None:
+            continue
+        sources.append("devices")
+        raw.append(dev.get("PathOnHost") or dev.get("PathInContainer"))
+        minor = int(m.group(1))
+        uuid = minors.get(minor)
+        add(uuid, None if uuid else f"/dev/nvidia{minor} is not a GPU on this host")
+
+    source: GrantSource = next((s for s in _GRANT_ORDER if s in sources), "none")
+    gpus: GpuGrant = "all" if everything else tuple(uuids)
+    return Grant(gpus=gpus, source=source, raw=tuple(raw), problems=tuple(problems))
+
+
+def restart_policy(host_config: Mapping[str, Any]) -> str | None:
+    policy = host_config.get("RestartPolicy") or {}
+    name = policy.get("Name")
+    if name is None:
+        return None
+    name = name or "no"
+    retries = policy.get("MaximumRetryCount") or 0
+    return f"{name}:{retries}" if name == "on-failure" and retries else name
+
+
+# -- the source -------------------------------------------------------------------
+
+@dataclass
+class DockerStats:
+    """Counters for measuring how much the source asks the daemon (tests and --debug figures)."""
+
+    list_calls: int = 0
+    inspect_calls: int = 0
+    image_inspects: int = 0
+    cache_hits: int = 0
+    connects: int = 0
+    last_inventory_seconds: float = 0.0
+
+
+@dataclass
+class _Cached:
+    started_at: str
+    state: str
+    attrs: dict[str, Any]
+    main_pid: int | None
+    #: whether State.Pid could be checked in /proc (False: other PID namespace)
+    pid_checkable: bool
+    fetched: float
+    image_env: dict[str, str] | None = field(default=None)
+
+
+class DockerSource:
+    """``ContainerSource`` over the Docker Engine API; see the module docstring."""
+
+    def __init__(self, timeout: float = 5.0, environ: Mapping[str, str] | None = None,
+                 refresh_after: float = 300.0, proc_root: str = "/proc",
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.timeout = timeout
+        self.environ = dict(os.environ if environ is None else environ)
+        self.host = docker_host(self.environ)
+        self.refresh_after = refresh_after
+        self.proc_root = proc_root
+        self.stats = DockerStats()
+        self._clock = clock
+        self._client: Any = None
+        self._cache: dict[str, _Cached] = {}
+        self._images: dict[str, dict[str, str] | None] = {}
+        self._uuids: tuple[str, ...] = ()
+        self._minors: dict[int, str] = {}
+        self._lock = threading.RLock()
+
+    # -- ContainerSource ----------------------------------------------------
+    def inventory(self, gpu_uuids: tuple[str, ...], minors: dict[int, str]) -> ContainerInventory:
+        started = time.perf_counter()
+        with self._lock:
+            self._uuids, self._minors = tuple(gpu_uuids), dict(minors)
+            try:
+                client = self._connect()
+                self.stats.list_calls += 1
+                summaries = client.api.containers(filters={"status": list(LIVE_STATES)})
+                records = []
+                live = set()
+                for summary in summaries:
+                    cid = summary.get("Id")
+                    if not cid:
+                        continue
+                    live.add(cid)
+                    record = self._record(client, summary)
+                    if record is not None:
+                        records.append(record)
+                for gone in [c for c in self._cache if c not in live]:
+                    del self._cache[gone]
+                return ContainerInventory(True, None, tuple(records))
+            except Exception as exc:
+                return self._fail(exc)
+            finally:
+                self.stats.last_inventory_seconds = time.perf_counter() - started
+
+    def resolve(self, container_id: str) -> ContainerInventory:
+        """Confirm one container id (from a cgroup path) and return its record, if Docker knows it."""
+        with self._lock:
+            try:
+                client = self._connect()
+                self.stats.inspect_calls += 1
+                attrs = client.api.inspect_container(container_id)
+            except Exception as exc:
+                if getattr(exc, "status_code", None) == 404:
+                    return ContainerInventory(True, None, ())
+                return self._fail(exc)
+            name = (attrs.get("Name") or "").lstrip("/") or attrs["Id"][:12]
+            summary = {"Id": attrs["Id"], "Names": [f"/{name}"], "State": (attrs.get("State") or {}).get("Status"),
+                       "Labels": (attrs.get("Config") or {}).get("Labels") or {}}
+            self._cache.pop(attrs["Id"], None)
+            try:
+                record = self._record(client, summary, attrs)
+            except Exception as exc:
+                return self._fail(exc)
+            return ContainerInventory(True, None, (record,) if record else ())
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    # -- internals ----------------------------------------------------------
+    def _connect(self) -> Any:
+        if self._client is None:
+            self._client = docker_client(self.timeout, self.environ)
+            self.stats.connects += 1
+        return self._client
+
+    def _drop(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:
+                pass
+        self._client = None
+
+    def _fail(self, exc: BaseException) -> ContainerInventory:
+        self._drop()
+        reason = str(exc) if isinstance(exc, SourceUnavailable) else describe_error(exc, self.host, self.timeout)
+        return ContainerInventory(False, reason)
+
+    def _record(self, client: Any, summary: Mapping[str, Any], attrs: dict[str, Any] | None = None
+                ) -> ContainerRecord | None:
+        cid = summary["Id"]
+        state = summary.get("State") or "unknown"
+        cached = self._cache.get(cid)
+        if attrs is None and cached is not None and self._still_valid(cid, cached, state):
+            self.stats.cache_hits += 1
+        else:
+            if attrs is None:
+                self.stats.inspect_calls += 1
+                try:
+                    attrs = client.api.inspect_container(cid)
+                except Exception as exc:
+                    if getattr(exc, "status_code", None) == 404:  # removed between list and inspect
+                        self._cache.pop(cid, None)
+                        return None
+                    raise
+            st = attrs.get("State") or {}
+            pid = st.get("Pid") or None
+            cached = _Cached(
+                started_at=st.get("StartedAt") or "", state=state, attrs=attrs, main_pid=pid,
+                # Checkable only when this PID namespace shows the container's main process right now.
+                pid_checkable=pid is not None and self._pid_in_container(pid, cid) is True,
+                fetched=self._clock(), image_env=self._image_env(client, attrs),
+            )
+            self._cache[cid] = cached
+        return self._build(summary, cached)
+
+    def _still_valid(self, cid: str, cached: _Cached, state: str) -> bool:
+        if cached.state != state:
+            return False
+        if self._clock() - cached.fetched > self.refresh_after:
+            return False
+        if cached.main_pid is not None and cached.pid_checkable:
+            # A restart gives the container a new main PID; the old one leaves the cgroup.
+            return self._pid_in_container(cached.main_pid, cid) is True
+        return True
+
+    def _pid_in_container(self, pid: int, cid: str) -> bool | None:
+        """Whether /proc/PID/cgroup names the container (False: gone); None when it cannot be read."""
+        try:
+            with open(os.path.join(self.proc_root, str(pid), "cgroup")) as f:
+                return cid in f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        except OSError:
+            return None
+
+    def _image_env(self, client: Any, attrs: Mapping[str, Any]) -> dict[str, str] | None:
+        image_id = attrs.get("Image")
+        if not image_id:
+            return None
+        if image_id not in self._images:
+            self.stats.image_inspects += 1
+            try:
+                self._images[image_id] = _env(((client.api.inspect_image(image_id) or {}).get("Config") or {})
+                                              .get("Env"))
+            except Exception as exc:
+                if getattr(exc, "status_code", None) != 404:
+                    raise
+                self._images[image_id] = None
+        return self._images[image_id]
+
+    def _build(self, summary: Mapping[str, Any], cached: _Cached) -> ContainerRecord:
+        attrs = cached.attrs
+        config = attrs.get("Config") or {}
+        host_config = attrs.get("HostConfig") or {}
+        env = _env(config.get("Env"))
+        grant = resolve_grant(attrs, self._uuids, self._minors, env)
+        labels = dict(summary.get("Labels") or config.get("Labels") or {})
+        names = summary.get("Names") or []
+        name = names[0].lstrip("/") if names else (attrs.get("Name") or "").lstrip("/")
+        nvd = env.get("NVIDIA_VISIBLE_DEVICES")
+        if nvd is not None and cached.image_env is not None and cached.image_env.get("NVIDIA_VISIBLE_DEVICES") == nvd:
+            # Inherited from the image (CUDA images say "all" for everyone): not something its owner asked for.
+            nvd = None
+        elif nvd is not None and cached.image_env is None and nvd.strip().lower() == "all":
+            nvd = None
+        return ContainerRecord(
+            id=summary["Id"],
+            name=name or summary["Id"][:12],
+            image=config.get("Image") or summary.get("Image"),
+            state=cached.state,
+            compose_project=labels.get("com.docker.compose.project"),
+            compose_service=labels.get("com.docker.compose.service"),
+            runtime="docker",
+            gpus=grant.gpus,
+            grant_source=grant.source,
+            cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+            nvidia_visible_devices=nvd,
+            grant_raw=grant.raw,
+            main_pid=cached.main_pid,
+            restart_policy=restart_policy(host_config),
+            labels=labels,
+            grant_problems=grant.problems,
+        )
