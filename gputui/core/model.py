@@ -255,6 +255,8 @@ class ContainerRecord:
     labels: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     #: Grant problems found while resolving (e.g. an index that does not exist).
     grant_problems: tuple[str, ...] = ()
+    #: When the container (last) started, as a POSIX timestamp (State.StartedAt), or None.
+    started_at: float | None = None
 
     def ref(self) -> ContainerRef:
         return ContainerRef(
