@@ -1,9 +1,124 @@
-"""gputui pick (interim: being built)."""
+"""``gputui pick``: print the best GPU(s) for a new job, for scripts.
+
+Replaces the shell loop around ``nvidia-smi --query-gpu=index,utilization.gpu``:
+it samples every GPU for ``--sample`` seconds (default 1) through the same poller
+as the dashboard, then ranks them with :mod:`gputui.core.judges.placement` —
+lowest windowed load (utilisation + memory used) first, enough free memory
+(the least seen during the sample), GPUs granted to running containers counted as
+taken and never printed, lost GPUs never printed.
+
+Output is one line on stdout, best GPU first:
+
+* ``index``  ``3`` or ``3,5``
+* ``env``    ``CUDA_VISIBLE_DEVICES=3`` — indices in NVML (PCI bus) order; CUDA
+  uses the same order when ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` is set, and on
+  servers with identical cards in any case
+* ``uuid``   ``GPU-…`` (comma-separated), immune to any ordering question
+* ``docker`` ``--gpus device=GPU-…``; several as ``--gpus '"device=GPU-a,GPU-b"'``,
+  the quoting docker's CSV parser needs, ready for ``eval docker run $(gputui pick
+  --format docker) …``
+
+When nothing qualifies it prints one sentence naming the constraint that failed
+on stderr and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from gputui.core.config import parse_size
+from gputui.core.judges.placement import FORMATS, format_pick, gpu_loads, pick, reservations
+
+EXIT_OK, EXIT_NO = 0, 1
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--count needs a whole number of GPUs, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("--count must be at least 1")
+    return value
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--max-util needs a percentage such as 20, not {text!r}") from None
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError("--max-util must be between 0 and 100")
+    return value
+
+
+def _sample(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sample needs a number of seconds, not {text!r}") from None
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError("--sample must be between 0 and 3600 seconds")
+    return value
+
+
 def add_parser(sub, common):
-    p = sub.add_parser("pick", help="pick")
+    p = sub.add_parser(
+        "pick",
+        help="print the best GPU(s) for a new job (index, UUID, CUDA_VISIBLE_DEVICES or docker --gpus)",
+        description="Sample the GPUs briefly and print the least loaded ones that meet the constraints. "
+                    "GPUs granted to running containers count as taken; lost GPUs are never picked. "
+                    "Exit 1 with one sentence when nothing qualifies.",
+    )
     common(p)
+    p.add_argument("--count", type=_count, default=1, metavar="N", help="how many GPUs (default 1)")
+    p.add_argument("--min-free", type=_size, metavar="SIZE",
+                   help="free memory each GPU must have throughout the sample, e.g. 20G or 512MiB")
+    p.add_argument("--max-util", type=_percent, metavar="PCT",
+                   help="highest mean utilization allowed over the sample, in percent")
+    p.add_argument("--sample", type=_sample, default=1.0, metavar="SECONDS",
+                   help="how long to watch the GPUs before choosing (default 1; 0 = one reading)")
+    p.add_argument("--format", choices=FORMATS, default="index",
+                   help="index (3,5), uuid, env (CUDA_VISIBLE_DEVICES=3,5) or docker (--gpus device=GPU-...)")
     return p
 
-def run(ctx):
-    print("gputui: 'pick' is not built yet.", file=ctx.stderr)
-    return 2
+
+def run(ctx) -> int:
+    args = ctx.args
+    machine = ctx.open_machine()
+    try:
+        first = machine.gpu.read()
+        gfilter = ctx.gpu_filter(first.gpus)
+        poller = machine.poller(ctx.settings, gpu_filter=gfilter,
+                                container_wait=min(3.0, ctx.settings.docker_timeout))
+        try:
+            snap = poller.poll()
+            start = time.monotonic()
+            end = start + args.sample
+            step = max(0.25, min(1.0, args.sample / 4))
+            while time.monotonic() < end:
+                time.sleep(min(step, max(0.0, end - time.monotonic())))
+                snap = poller.poll()
+            history = poller.history
+        finally:
+            poller.close()
+    finally:
+        machine.close()
+
+    loads = gpu_loads(history, snap.gpus, None)
+    result = pick(loads, reservations(snap, first.gpus), count=args.count, min_free=args.min_free,
+                  max_util=args.max_util, observed=history.span)
+    if not result.ok:
+        print(f"gputui: {result.problem}", file=ctx.stderr)
+        return EXIT_NO
+    uuids = {g.index: g.uuid for g in snap.gpus}
+    print(format_pick(result.chosen, uuids, args.format), file=ctx.stdout)
+    return EXIT_OK

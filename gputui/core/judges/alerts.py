@@ -1,6 +1,289 @@
-"""Alert judge (interim version; replaced by the alerts work)."""
+"""Alerts: conditions worth interrupting someone for, with thresholds and hysteresis.
+
+Kinds (one alert per GPU and kind at a time; ``since`` is when its condition began
+and stays put while the alert is active, through severity changes):
+
+==============  ========================================================  ===================
+kind            raised when                                               severity
+==============  ========================================================  ===================
+temperature     temperature >= ``temp_warning`` (83 °C) /                 warning / critical
+                >= ``temp_critical`` (90 °C); clears ``temp_hysteresis``
+                (5 °C) below the threshold
+throttle        a thermal or power clock-event reason is active           warning (software
+                (:data:`~gputui.core.model.THERMAL_OR_POWER`)              cap) / critical
+                                                                          (hardware slowdown)
+memory-full     memory >= ``memory_full`` (95%) used; clears              warning
+                ``memory_hysteresis`` (5 points) lower
+lost            the GPU fell off the bus or stopped answering             critical
+imbalance       the imbalance judge flags (it has its own hysteresis)     warning
+==============  ========================================================  ===================
+
+Each condition goes through a :class:`~gputui.core.judges.hysteresis.Latch`:
+it must hold ``alert_hold`` seconds (10) to raise and fail as long to clear, so
+a DCGM-style alert that fires on every daily spike does not happen here. A lost
+GPU raises at once (there is nothing to wait for) and clears only after the hold.
+
+:class:`AlertJudge` is pure apart from its latches. Turning the alerts of
+successive snapshots into events — the session's alert history shown by the
+panel, the terminal bell and the JSON-lines log in ``$XDG_STATE_HOME/gputui/`` —
+is :class:`AlertRecorder`'s job, which the dashboard calls for every snapshot;
+keeping the file out of the judge keeps one-shot commands (``snapshot --json``
+run from cron every minute) from re-logging the same alerts on every run, and
+keeps the judge testable without a file system.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from gputui.core.config import Settings
+from gputui.core.history import History
+from gputui.core.judges.hysteresis import Latch, advance, effective_hold
+from gputui.core.judges.imbalance import memory_condition, utilization_condition
+from gputui.core.judges.placement import gpu_loads
+from gputui.core.judges.text import gib, join_and
+from gputui.core.model import THERMAL_OR_POWER, Alert, Gpu, Severity, Snapshot
+
+#: Plain words for the throttle reasons that alerts call out.
+THROTTLE_WORDS = {
+    "sw_power_cap": "its power cap",
+    "hw_slowdown": "a hardware slowdown (heat or an external power brake)",
+    "sw_thermal_slowdown": "software thermal slowdown",
+    "hw_thermal_slowdown": "hardware thermal slowdown",
+    "hw_power_brake_slowdown": "an external power brake",
+}
+#: Reasons where the hardware itself pulled the clocks down: the card is in trouble.
+HARDWARE_THROTTLE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
+
+_SEVERITY_ORDER = {"critical": 0, "warning": 1}
+
+
+def _throttle_reasons(g: Gpu) -> tuple[str, ...]:
+    return tuple(r for r in g.throttle_reasons if r in THERMAL_OR_POWER)
+
+
 class AlertJudge:
-    def __init__(self, settings):
+    """Alerts for one stream of snapshots. Call :meth:`update` once per poll, in order."""
+
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-    def update(self, history, snapshot):
-        return ()
+        self._latches: dict[tuple[int | None, str], Latch] = {}
+        #: hottest temperature seen while a temperature alert is active, per GPU
+        self._peak: dict[int, int] = {}
+        #: throttle reasons last seen while a throttle alert is active, per GPU
+        self._reasons: dict[int, tuple[str, ...]] = {}
+        self._memory: dict[int, float] = {}
+
+    def _step(self, key: tuple[int | None, str], now: float, strict: bool, relaxed: bool, hold: float) -> Latch:
+        latch = advance(self._latches.get(key, Latch()), now, strict, relaxed, hold)
+        if latch == Latch():
+            self._latches.pop(key, None)
+        else:
+            self._latches[key] = latch
+        return latch
+
+    def update(self, history: History, snapshot: Snapshot) -> tuple[Alert, ...]:
+        s = self.settings
+        now = history.now if history.now is not None else snapshot.time.timestamp()
+        hold = effective_hold(s.alert_hold, history.span)
+        tz = snapshot.time.tzinfo
+
+        def at(ts: float | None) -> datetime:
+            return datetime.fromtimestamp(ts if ts is not None else now, tz=tz)
+
+        alerts: list[Alert] = []
+        present = {g.index for g in snapshot.gpus}
+        for key in [k for k in self._latches if k[0] is not None and k[0] not in present]:
+            del self._latches[key]
+
+        for g in snapshot.gpus:
+            i = g.index
+            # -- lost: raise at once, clear after the hold ------------------------------
+            lost_key = (i, "lost")
+            was_lost = self._latches.get(lost_key, Latch()).active
+            latch = self._step(lost_key, now, g.lost, g.lost, hold if was_lost else 0.0)
+            if latch.active:
+                msg = (f"GPU {i} ({g.uuid}) is lost: it fell off the bus or stopped answering NVML."
+                       if g.lost else f"GPU {i} ({g.uuid}) was lost and answers again.")
+                alerts.append(Alert(i, "lost", "critical", msg, at(latch.since)))
+
+            # -- temperature ------------------------------------------------------------
+            t = g.temperature
+            warn = self._step((i, "temperature-warning"), now,
+                              t is not None and t >= s.temp_warning,
+                              t is not None and t >= s.temp_warning - s.temp_hysteresis, hold)
+            crit = self._step((i, "temperature-critical"), now,
+                              t is not None and t >= s.temp_critical,
+                              t is not None and t >= s.temp_critical - s.temp_hysteresis, hold)
+            if warn.active or crit.active:
+                peak = max(self._peak.get(i, t if t is not None else 0), t if t is not None else 0)
+                self._peak[i] = peak
+                level, threshold = ("critical", s.temp_critical) if crit.active else ("warning", s.temp_warning)
+                if t is not None and t >= threshold:
+                    msg = f"GPU {i} is at {t}°C, at or above the {threshold}°C {level} threshold."
+                else:
+                    now_text = f"{t}°C" if t is not None else "N/A"
+                    msg = (f"GPU {i} reached {peak}°C, above the {threshold}°C {level} threshold, "
+                           f"and is at {now_text} now.")
+                since = min(x.since for x in (warn, crit) if x.active and x.since is not None)
+                alerts.append(Alert(i, "temperature", level, msg, at(since)))  # type: ignore[arg-type]
+            else:
+                self._peak.pop(i, None)
+
+            # -- throttling -------------------------------------------------------------
+            reasons = _throttle_reasons(g)
+            latch = self._step((i, "throttle"), now, bool(reasons), bool(reasons), hold)
+            if latch.active:
+                if reasons:
+                    self._reasons[i] = reasons
+                    shown = reasons
+                    msg = f"GPU {i} is slowed down by {join_and([THROTTLE_WORDS[r] for r in shown])}."
+                else:
+                    shown = self._reasons.get(i, ())
+                    msg = (f"GPU {i} was slowed down by {join_and([THROTTLE_WORDS[r] for r in shown])}"
+                           f" and is not throttled now.") if shown else f"GPU {i} was throttled and is not now."
+                severity: Severity = "critical" if HARDWARE_THROTTLE & set(shown) else "warning"
+                alerts.append(Alert(i, "throttle", severity, msg, at(latch.since)))
+            else:
+                self._reasons.pop(i, None)
+
+            # -- memory nearly full -----------------------------------------------------
+            mp = g.memory_percent
+            latch = self._step((i, "memory-full"), now, mp is not None and mp >= s.memory_full,
+                               mp is not None and mp >= s.memory_full - s.memory_hysteresis, hold)
+            if latch.active:
+                if mp is not None and mp >= s.memory_full:
+                    msg = (f"GPU {i}'s memory is {mp:.0f}% used ({gib(g.memory_used)} of {gib(g.memory_total)}): "
+                           f"new allocations there will fail.")
+                else:
+                    now_text = f"{mp:.0f}%" if mp is not None else "N/A"
+                    msg = f"GPU {i}'s memory was at least {s.memory_full:g}% used and is {now_text} now."
+                alerts.append(Alert(i, "memory-full", "warning", msg, at(latch.since)))
+
+        # -- imbalance (already hysteretic: mirror it) ------------------------------------
+        imb = snapshot.imbalance
+        latch = self._step((None, "imbalance"), now, imb.flagged, imb.flagged, 0.0)
+        if latch.active and imb.message:
+            alerts.append(Alert(self._imbalance_gpu(history, snapshot), "imbalance", "warning", imb.message,
+                                at(latch.since)))
+
+        alerts.sort(key=lambda a: (_SEVERITY_ORDER[a.severity], a.gpu is None, a.gpu or 0, a.kind))
+        return tuple(alerts)
+
+    def _imbalance_gpu(self, history: History, snapshot: Snapshot) -> int | None:
+        """The hot GPU of the imbalance, for the badge on its card."""
+        if snapshot.imbalance.suggestion is not None:
+            return snapshot.imbalance.suggestion.from_gpu
+        s = self.settings
+        loads = gpu_loads(history, snapshot.gpus, s.imbalance_window)
+        for kind in snapshot.imbalance.kinds:
+            find = utilization_condition if kind == "utilization" else memory_condition
+            cond = find(loads, s, s.imbalance_margin)
+            if cond is not None:
+                return cond.hot
+        return None
+
+
+# -- events, the session's history, the bell and the log --------------------------------------
+
+EventKind = Literal["raised", "changed", "cleared"]
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    """An alert appearing, changing severity, or clearing, at a snapshot's time."""
+
+    time: datetime
+    event: EventKind
+    alert: Alert
+
+    @property
+    def rings(self) -> bool:
+        """Whether this event deserves the terminal bell: a new alert, or one turning critical."""
+        return self.event == "raised" or (self.event == "changed" and self.alert.severity == "critical")
+
+    def to_json(self, host: str | None = None) -> dict:
+        return {"time": self.time.isoformat(timespec="seconds"), "event": self.event, "host": host,
+                **self.alert.to_json()}
+
+
+def default_log_path() -> Path:
+    from gputui.core.config import state_dir
+
+    return state_dir() / "alerts.jsonl"
+
+
+class AlertRecorder:
+    """Turns each snapshot's alerts into events, keeps them for the session, appends them to a log.
+
+    ``path``: the JSON-lines file (default ``$XDG_STATE_HOME/gputui/alerts.jsonl``,
+    created on first write), or ``False`` for no file. A log that cannot be
+    written never stops the dashboard: :attr:`error` then holds one sentence and
+    writing stops. Thread-safe: the poll worker records, the UI reads.
+    """
+
+    def __init__(self, path: Path | Literal[False] | None = None, keep: int = 1000) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._active: dict[tuple[int | None, str], Alert] = {}
+        self._events: deque[AlertEvent] = deque(maxlen=keep)
+        self.error: str | None = None
+
+    @property
+    def path(self) -> Path | None:
+        if self._path is False:
+            return None
+        if self._path is None:
+            self._path = default_log_path()
+        return self._path
+
+    def record(self, snapshot: Snapshot) -> tuple[AlertEvent, ...]:
+        """The events since the previous snapshot (also kept and logged)."""
+        current = {(a.gpu, a.kind): a for a in snapshot.alerts}
+        with self._lock:
+            events: list[AlertEvent] = []
+            for key, alert in current.items():
+                prev = self._active.get(key)
+                if prev is None:
+                    events.append(AlertEvent(snapshot.time, "raised", alert))
+                elif prev.severity != alert.severity:
+                    events.append(AlertEvent(snapshot.time, "changed", alert))
+            for key, prev in self._active.items():
+                if key not in current:
+                    events.append(AlertEvent(snapshot.time, "cleared", prev))
+            self._active = current
+            self._events.extend(events)
+        if events:
+            self._write(events, snapshot.host)
+        return tuple(events)
+
+    @property
+    def events(self) -> tuple[AlertEvent, ...]:
+        """Every event of this session, oldest first."""
+        with self._lock:
+            return tuple(self._events)
+
+    @property
+    def active(self) -> tuple[Alert, ...]:
+        with self._lock:
+            return tuple(self._active.values())
+
+    def _write(self, events: list[AlertEvent], host: str) -> None:
+        if self.error is not None:
+            return
+        try:
+            path = self.path
+            if path is None:
+                return
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a", encoding="utf-8") as fh:
+                for e in events:
+                    fh.write(json.dumps(e.to_json(host), ensure_ascii=False) + "\n")
+        except OSError as exc:
+            self.error = f"Cannot write the alert log {self._path}: {exc.strerror or exc}; alerts are not logged."

@@ -1,7 +1,390 @@
-"""Imbalance judge (interim version; replaced by the imbalance work)."""
-from gputui.core.model import Imbalance
-class ImbalanceJudge:
-    def __init__(self, settings):
-        self.settings = settings
-    def update(self, history, snapshot):
+"""The imbalance judge: is the work spread badly across the GPUs, why, and what one move would help.
+
+The field's headline symptom is GPU 0 at 90-95% while the other cards idle at
+10-20%, or one card's memory full while the others are nearly empty — usually
+because containers started with ``--gpus all`` let CUDA default to device 0, or
+because several containers were granted the same card.
+
+Everything here is a pure function of a :class:`History` and a :class:`Snapshot`
+except :class:`ImbalanceJudge`, a thin wrapper that keeps one
+:class:`~gputui.core.judges.hysteresis.Latch` per kind.
+
+**Conditions** (each over the window, ``settings.imbalance_window``, 60 s by
+default, judged on windowed means so a single spike barely moves them):
+
+* ``utilization`` — one GPU averages at least ``util_high`` (80%) while another
+  averages at most ``util_low`` (20%), or the busiest and the idlest differ by
+  more than ``util_spread`` (60 points);
+* ``memory`` — one GPU's memory averages at least ``memory_high`` (90%) used
+  while another's averages at most ``memory_low`` (20%).
+
+**Hysteresis.** A kind is raised when its condition has held for
+``imbalance_hold`` seconds (10 s) and cleared when the condition, re-checked with
+every threshold ``imbalance_margin`` points (10) more lenient, has failed for
+``imbalance_hold`` seconds. While the observation is shorter than the hold —
+a one-shot ``snapshot --json`` has a single sample — the verdict is what the
+whole observation shows.
+
+**Suggestion.** One move off the hot GPU: a container if one can be moved, else
+a bare process. A mover must be a running Docker container (gputui recreates
+Docker containers; Kubernetes pods belong to their scheduler) whose processes all
+sit on the hot GPU (a multi-GPU job cannot move to one card), that is not stale
+(a stale holder should be killed, not moved) and, for a utilisation imbalance,
+that computes (moving an idle job lowers nothing). Among those, a container with
+no GPU pinned comes first — pinning it removes the cause — then the most
+recently started one, which loses the least work when it is recreated. The
+target is the GPU with the lowest windowed load (see
+:mod:`~gputui.core.judges.placement`) whose free memory holds the mover's
+observed peak and that no other running container is granted. With a single job
+on the hot GPU there is no suggestion: moving it would only move the hot spot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gputui.core.config import Settings
+from gputui.core.history import History
+from gputui.core.judges.hysteresis import Latch, advance, effective_hold
+from gputui.core.judges.placement import GpuLoad, gpu_loads, granted_indices, rank_key, reservations
+from gputui.core.judges.text import duration, gib, gpus_phrase, join_and, over, plural
+from gputui.core.model import Container, Imbalance, Process, Snapshot, Suggestion
+
+KINDS = ("utilization", "memory")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One kind of imbalance found in a window: the hot GPU against the others."""
+
+    kind: str
+    hot: int
+    hot_value: float
+    coldest: int
+    coldest_value: float
+    others: tuple[int, ...]
+    others_mean: float
+    #: the configured low threshold: under it the others' mean reads as "idle" (wording only)
+    low: float
+
+
+def _known(loads: dict[int, GpuLoad], attr: str) -> list[GpuLoad]:
+    return [g for g in sorted(loads.values(), key=lambda g: g.index) if not g.lost and getattr(g, attr) is not None]
+
+
+def _condition(kind: str, known: list[GpuLoad], attr: str, high: float, low: float,
+               spread: float | None, nominal_low: float) -> Condition | None:
+    if len(known) < 2:
+        return None
+    hot = max(known, key=lambda g: (getattr(g, attr), -g.index))
+    cold = min(known, key=lambda g: (getattr(g, attr), g.index))
+    hv, cv = getattr(hot, attr), getattr(cold, attr)
+    if not ((hv >= high and cv <= low) or (spread is not None and hv - cv > spread)):
+        return None
+    others = [g for g in known if g.index != hot.index]
+    return Condition(kind, hot.index, hv, cold.index, cv, tuple(g.index for g in others),
+                     sum(getattr(g, attr) for g in others) / len(others), nominal_low)
+
+
+def utilization_condition(loads: dict[int, GpuLoad], settings: Settings, relax: float = 0.0) -> Condition | None:
+    """The utilisation imbalance in these loads, with thresholds ``relax`` points more lenient."""
+    return _condition("utilization", _known(loads, "util"), "util", settings.util_high - relax,
+                      settings.util_low + relax, settings.util_spread - relax, settings.util_low)
+
+
+def memory_condition(loads: dict[int, GpuLoad], settings: Settings, relax: float = 0.0) -> Condition | None:
+    """The memory imbalance in these loads, with thresholds ``relax`` points more lenient."""
+    return _condition("memory", _known(loads, "memory"), "memory", settings.memory_high - relax,
+                      settings.memory_low + relax, None, settings.memory_low)
+
+
+# -- wording --------------------------------------------------------------------------------
+
+
+def _contrast(cond: Condition, observed: float) -> str:
+    if cond.kind == "utilization":
+        head = f"GPU {cond.hot} at {cond.hot_value:.0f}%"
+        if len(cond.others) == 1:
+            rest = f"GPU {cond.others[0]} is at {cond.others_mean:.0f}%"
+        elif cond.others_mean <= cond.low:
+            rest = f"{gpus_phrase(cond.others)} average {cond.others_mean:.0f}%"
+        else:
+            rest = f"GPU {cond.coldest} is at {cond.coldest_value:.0f}%"
+    else:
+        head = f"GPU {cond.hot}'s memory is {cond.hot_value:.0f}% used"
+        if len(cond.others) == 1:
+            rest = f"GPU {cond.others[0]}'s is {cond.others_mean:.0f}%"
+        elif cond.others_mean <= cond.low:
+            rest = f"{gpus_phrase(cond.others)} average {cond.others_mean:.0f}%"
+        else:
+            rest = f"GPU {cond.coldest}'s is {cond.coldest_value:.0f}%"
+    return f"{head} while {rest} {over(observed)}"
+
+
+def _containers_on(snapshot: Snapshot, gpu: int) -> dict[str, list[Process]]:
+    out: dict[str, list[Process]] = {}
+    g = snapshot.gpu(gpu)
+    for p in g.processes if g else ():
+        if p.container is not None:
+            out.setdefault(p.container.id, []).append(p)
+    return out
+
+
+def _container(snapshot: Snapshot, cid: str) -> Container | None:
+    for c in snapshot.containers:
+        if c.id == cid:
+            return c
+    return None
+
+
+def _label(snapshot: Snapshot, cid: str, procs: list[Process]) -> str:
+    c = _container(snapshot, cid)
+    if c is not None:
+        return c.name
+    return procs[0].container.label if procs and procs[0].container else cid[:12]
+
+
+def _unpinned(c: Container) -> bool:
+    return (c.gpus == "all" and not c.cuda_visible_devices) or any(f.kind == "unpinned" for f in c.findings)
+
+
+_ALL_GRANT = {
+    "device_request": "--gpus all",
+    "nvidia_runtime_env": "NVIDIA_VISIBLE_DEVICES=all",
+    "cdi": "nvidia.com/gpu=all",
+    "devices": "every /dev/nvidia* device",
+    "none": "no GPU grant",
+}
+
+
+def pile_up(snapshot: Snapshot, gpu: int) -> tuple[int, int]:
+    """(processes, distinct containers) on one GPU."""
+    g = snapshot.gpu(gpu)
+    procs = g.processes if g else ()
+    return len(procs), len({p.container.id for p in procs if p.container is not None})
+
+
+def causes(snapshot: Snapshot, gpu: int) -> list[str]:
+    """Why work piled onto ``gpu``, where the containers tell: unpinned grants, shared grants."""
+    out: list[str] = []
+    on_gpu = _containers_on(snapshot, gpu)
+    first = min((g.index for g in snapshot.gpus), default=gpu)
+    by_grant: dict[str, list[str]] = {}
+    for cid in on_gpu:
+        c = _container(snapshot, cid)
+        if c is not None and _unpinned(c):
+            by_grant.setdefault(_ALL_GRANT.get(c.grant_source, "--gpus all"), []).append(c.name)
+    for grant, names in by_grant.items():
+        verb = "has" if len(names) == 1 else "have"
+        if gpu == first:
+            # CUDA numbers the devices a process sees from 0; with every GPU visible, device 0 is this one.
+            out.append(f"{join_and(names)} {verb} no GPU pinned ({grant}) and defaulted to GPU {gpu}")
+        else:
+            out.append(f"{join_and(names)} {verb} no GPU pinned ({grant}) and {'runs' if len(names) == 1 else 'run'} "
+                       f"on GPU {gpu}")
+    uuid_to_index = {g.uuid: g.index for g in snapshot.gpus}
+    sharing = [c.name for c in snapshot.containers
+               if c.state in ("running", "restarting", "paused") and gpu in granted_indices(c, uuid_to_index)]
+    if len(sharing) >= 2:
+        out.append(f"{join_and(sharing)} are {'both' if len(sharing) == 2 else 'all'} granted GPU {gpu}")
+    return out
+
+
+def describe(conditions: list[Condition], snapshot: Snapshot, observed: float) -> str:
+    """The banner's message: one sentence per kind, with the pile-up and its causes."""
+    sentences: list[str] = []
+    explained: set[int] = set()
+    for cond in conditions:
+        text = _contrast(cond, observed)
+        details: list[str] = []
+        if cond.hot not in explained:
+            explained.add(cond.hot)
+            jobs, containers = pile_up(snapshot, cond.hot)
+            if jobs >= 2:
+                extra = f" ({plural(containers, 'container')})" if containers else ""
+                details.append(f"{jobs} jobs{extra} piled on GPU {cond.hot}")
+            details.extend(causes(snapshot, cond.hot))
+        if details:
+            text += ": " + "; ".join(details)
+        sentences.append(text + ".")
+    return " ".join(sentences)
+
+
+# -- the suggestion ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Mover:
+    label: str
+    container: str | None
+    pid: int | None
+    peak: int
+    unpinned: bool
+    started: float | None
+
+
+def _sm_mean(history: History, p: Process, window: float) -> float | None:
+    values = [s.sm_utilization for s in history.process((p.gpu_index, p.pid, p.create_time), window)
+              if s.sm_utilization is not None]
+    if not values:
+        return float(p.sm_utilization) if p.sm_utilization is not None else None
+    return sum(values) / len(values)
+
+
+def _computes(history: History, procs: list[Process], window: float) -> bool:
+    means = [_sm_mean(history, p, window) for p in procs]
+    known = [m for m in means if m is not None]
+    return not known or sum(known) > 0
+
+
+def _process_peak(history: History, p: Process) -> int:
+    seen = [s.gpu_memory for s in history.process((p.gpu_index, p.pid, p.create_time)) if s.gpu_memory is not None]
+    return max(seen + [p.gpu_memory or 0])
+
+
+def movers(cond: Condition, snapshot: Snapshot, history: History, window: float) -> list[_Mover]:
+    """Who could leave the hot GPU, best first (containers before bare processes)."""
+    hot = snapshot.gpu(cond.hot)
+    if hot is None or len(hot.processes) < 2:
+        return []
+    all_procs = snapshot.processes
+    containers: list[_Mover] = []
+    for cid, procs in _containers_on(snapshot, cond.hot).items():
+        c = _container(snapshot, cid)
+        if c is None or c.runtime != "docker" or c.state != "running":
+            continue
+        if any(p.gpu_index != cond.hot for p in all_procs if p.container and p.container.id == cid):
+            continue
+        if any(p.stale for p in procs):
+            continue
+        if cond.kind == "utilization" and not _computes(history, procs, window):
+            continue
+        starts = [p.create_time for p in procs if p.create_time is not None]
+        peak = history.container_peak_memory(cid) or sum(p.gpu_memory or 0 for p in procs)
+        containers.append(_Mover(c.name, c.name, None, peak, _unpinned(c), min(starts) if starts else None))
+    containers.sort(key=lambda m: (not m.unpinned, -(m.started or 0.0)))
+    bare: list[_Mover] = []
+    for p in hot.processes:
+        if p.container is not None or not p.visible or p.stale:
+            continue
+        if cond.kind == "utilization" and not _computes(history, [p], window):
+            continue
+        bare.append(_Mover(f"PID {p.pid}", None, p.pid, _process_peak(history, p), False, p.create_time))
+    bare.sort(key=lambda m: -(m.started or 0.0))
+    return containers + bare
+
+
+def suggest(cond: Condition, loads: dict[int, GpuLoad], snapshot: Snapshot, history: History,
+            settings: Settings, observed: float) -> Suggestion | None:
+    """One concrete move off ``cond.hot``, or None when no move would help or fit."""
+    candidates = movers(cond, snapshot, history, settings.imbalance_window)
+    if not candidates:
+        return None
+    reserved = reservations(snapshot)
+    others = sorted((g for g in loads.values() if g.index != cond.hot and not g.lost), key=rank_key)
+    if not others:
+        return None
+    n_containers = sum(1 for m in candidates if m.container)
+    now = history.now if history.now is not None else snapshot.time.timestamp()
+    for mover in candidates:
+        fits = [g for g in others
+                if g.free is not None and g.free >= mover.peak
+                and not set(reserved.get(g.index, ())) - {mover.container}]
+        if not fits:
+            continue
+        target = fits[0]
+        reason = (f"GPU {target.index} has {gib(target.free)} free ({mover.label} peaked at {gib(mover.peak)}) "
+                  f"and the lowest load ({target.describe()}) {over(observed)}")
+        passed_over = _passed_over(others[: others.index(target)], reserved, mover)
+        if passed_over:
+            reason += f" among the GPUs that can take it ({passed_over})"
+        if mover.container and mover.unpinned:
+            why = (f"{mover.label} is the one to move because it has no GPU pinned, so pinning it to "
+                   f"GPU {target.index} also removes the cause")
+        elif mover.container and n_containers == 1:
+            why = f"{mover.label} is the only container on GPU {cond.hot} that can be recreated on another GPU"
+        elif mover.container:
+            age = f" ({duration(now - mover.started)} ago)" if mover.started is not None else ""
+            why = (f"{mover.label} is the one to move because it started most recently{age} and loses the least "
+                   f"work when recreated")
+        else:
+            why = (f"{mover.label} runs outside any container: restart it with "
+                   f"CUDA_VISIBLE_DEVICES={target.index}")
+        return Suggestion(from_gpu=cond.hot, to_gpu=target.index, reason=f"{reason}; {why}.",
+                          container=mover.container, pid=mover.pid)
+    return None
+
+
+def _passed_over(better: list[GpuLoad], reserved: dict[int, tuple[str, ...]], mover: _Mover) -> str:
+    """Why GPUs with a lower load than the target were not chosen: "GPU 7 is granted to batch-reserve"."""
+    notes = []
+    for g in better:
+        names = [n for n in reserved.get(g.index, ()) if n != mover.container]
+        if names:
+            notes.append(f"GPU {g.index} is granted to {join_and(names)}")
+        else:
+            notes.append(f"GPU {g.index} has only {gib(g.free)} free")
+    if len(notes) > 2:
+        notes = notes[:2] + [f"{plural(len(notes) - 2, 'other')} cannot either"]
+    return "; ".join(notes)
+
+
+def judge(conditions: list[Condition], loads: dict[int, GpuLoad], snapshot: Snapshot, history: History,
+          settings: Settings, observed: float) -> Imbalance:
+    """The Imbalance for these active conditions (utilisation first: it drives the suggestion)."""
+    if not conditions:
         return Imbalance()
+    conditions = sorted(conditions, key=lambda c: KINDS.index(c.kind))
+    suggestion = None
+    for cond in conditions:
+        suggestion = suggest(cond, loads, snapshot, history, settings, observed)
+        if suggestion is not None:
+            break
+    return Imbalance(flagged=True, kinds=tuple(c.kind for c in conditions),
+                     message=describe(conditions, snapshot, observed), suggestion=suggestion)
+
+
+def observed_span(history: History, settings: Settings) -> float:
+    return min(settings.imbalance_window, history.span)
+
+
+def assess(history: History, snapshot: Snapshot, settings: Settings) -> Imbalance:
+    """The windowed verdict without hysteresis (strict thresholds): what this window alone shows."""
+    loads = gpu_loads(history, snapshot.gpus, settings.imbalance_window)
+    conds = [c for c in (utilization_condition(loads, settings), memory_condition(loads, settings)) if c]
+    return judge(conds, loads, snapshot, history, settings, observed_span(history, settings))
+
+
+class ImbalanceJudge:
+    """:func:`assess` with hysteresis: one latch per kind, fed one poll at a time."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._latches: dict[str, Latch] = {k: Latch() for k in KINDS}
+        #: the condition last seen while a kind was active (used while a clear is pending)
+        self._last: dict[str, Condition] = {}
+
+    def update(self, history: History, snapshot: Snapshot) -> Imbalance:
+        s = self.settings
+        now = history.now if history.now is not None else snapshot.time.timestamp()
+        hold = effective_hold(s.imbalance_hold, history.span)
+        loads = gpu_loads(history, snapshot.gpus, s.imbalance_window)
+        active: list[Condition] = []
+        for kind, find in (("utilization", utilization_condition), ("memory", memory_condition)):
+            strict = find(loads, s, 0.0)
+            relaxed = find(loads, s, s.imbalance_margin)
+            latch = advance(self._latches[kind], now, strict is not None, relaxed is not None, hold)
+            self._latches[kind] = latch
+            if not latch.active:
+                self._last.pop(kind, None)
+                continue
+            current = strict or relaxed or self._last.get(kind)
+            if current is not None:
+                self._last[kind] = current
+                active.append(current)
+        return judge(active, loads, snapshot, history, s, observed_span(history, s))
+
+    def since(self, kind: str) -> float | None:
+        """When the condition of an active kind began (POSIX time), else None."""
+        latch = self._latches.get(kind)
+        return latch.since if latch is not None and latch.active else None

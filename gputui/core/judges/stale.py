@@ -1,3 +1,154 @@
-"""Stale-process judge (interim version; replaced by the stale-process work)."""
-def judge_stale(process, history, settings, containers_by_id, records):
-    return ()
+"""Stale GPU processes: holders of GPU memory that nobody is using any more.
+
+Kinds, each with one sentence (shown in the UI and in JSON as ``stale``):
+
+* ``ghost`` — NVML lists the PID but no such process is visible here. If the
+  process source saw it belong to another PID namespace (``invisible_reason ==
+  "other-namespace"``) that is the likely cause; otherwise a leaked driver context
+  is, once NVML has gone on listing the PID for a few seconds (a PID seen only
+  once may just have exited between NVML's list and the process read).
+* ``zombie`` — defunct (exited, not reaped by its parent) or stuck in
+  uninterruptible sleep (``D`` state).
+* ``orphan`` — its parent died and it was re-parented to init or a subreaper:
+  typically a dataloader worker that outlived its killed trainer.
+* ``exited-container`` — its container is exiting, exited, paused or dead.
+* ``idle-holder`` — holds at least ``idle_holder_memory`` (1 GiB) of GPU memory
+  with 0% SM and at most ``idle_cpu`` (1%) CPU in **every** sample across
+  ``idle_window`` (10 min).
+
+**The observation must cover the idle window.** ``idle-holder`` is only claimed
+when gputui has watched the process for the whole ``idle_window`` (within one
+sampling step); a shorter observation flags nothing, because a training job
+pausing 5 s to write a checkpoint looks exactly like an abandoned notebook for
+those 5 s — and ``K`` in the dashboard offers to kill every stale process in
+view, so a stale finding must mean what it says. The message states the span
+actually observed. A one-shot ``snapshot --json`` therefore never reports idle
+holders unless ``--window`` is at least ``idle_window`` (e.g. ``--window 600``);
+tests set a short ``idle_window`` in the config file. If the history buffer
+holds less than ``idle_window`` (a window longer than the history keeps), the
+full buffer counts as covering it, and the message says how long that was.
+
+Nothing here kills anything: findings are facts for a person to act on.
+"""
+
+from __future__ import annotations
+
+from gputui.core.config import Settings
+from gputui.core.history import History
+from gputui.core.judges.text import duration, gib
+from gputui.core.model import Container, ContainerRecord, Finding, Process
+
+#: Container states in which a container's processes are leftovers or frozen.
+GONE_STATES = {
+    "exiting": "is exiting",
+    "exited": "has exited",
+    "dead": "is dead",
+    "paused": "is paused (its processes are frozen and keep their GPU memory)",
+    "removing": "is being removed",
+}
+
+#: How long NVML must keep listing an invisible PID before a leaked context is the likely cause.
+GHOST_SETTLE = 3.0
+
+
+def _tolerance(history: History, key: tuple) -> float:
+    """One sampling step: the observation may start up to one poll after the window does."""
+    samples = history.process(key)
+    if len(samples) < 2:
+        return 0.0
+    return max(b.t - a.t for a, b in zip(samples, samples[1:]))
+
+
+def idle_finding(p: Process, history: History, settings: Settings) -> Finding | None:
+    """``idle-holder`` when every sample across ``idle_window`` shows the process idle with memory held."""
+    if p.gpu_memory is None or p.gpu_memory < settings.idle_holder_memory:
+        return None
+    key = (p.gpu_index, p.pid, p.create_time)
+    everything = history.process(key)
+    samples = history.process(key, settings.idle_window)
+    if not samples:
+        return None
+    observed = samples[-1].t - samples[0].t
+    buffer_full = len(everything) >= history.capacity
+    if observed + _tolerance(history, key) < settings.idle_window and not buffer_full:
+        return None
+    gpu_util = {s.t: s.utilization for s in history.gpu(p.gpu_index, settings.idle_window)}
+    peak_cpu = 0.0
+    for s in samples:
+        if s.gpu_memory is None or s.gpu_memory < settings.idle_holder_memory:
+            return None
+        sm = s.sm_utilization
+        if sm is None:
+            # No per-process figure: an idle GPU means every process on it is idle.
+            sm = gpu_util.get(s.t)
+        if sm is None or sm > 0:
+            return None
+        if s.cpu_percent is None or s.cpu_percent > settings.idle_cpu:
+            return None
+        peak_cpu = max(peak_cpu, s.cpu_percent)
+    cpu = "0% CPU" if peak_cpu == 0 else f"at most {peak_cpu:.1f}% CPU"
+    return Finding("idle-holder", f"Holds {gib(p.gpu_memory)} of GPU memory with 0% SM and {cpu} "
+                                  f"throughout the {duration(observed)} observed.")
+
+
+def ghost_finding(p: Process, history: History) -> Finding | None:
+    if p.visible:
+        return None
+    if p.invisible_reason == "other-namespace":
+        return Finding("ghost", f"NVML lists PID {p.pid} but this PID namespace has no such process: it most likely "
+                                f"runs in another container's PID namespace (run gputui with --pid=host to see it).")
+    key = (p.gpu_index, p.pid, p.create_time)
+    first = history.first_seen(key)
+    listed = (history.now - first) if first is not None and history.now is not None else 0.0
+    if listed >= GHOST_SETTLE:
+        return Finding("ghost", f"NVML has listed PID {p.pid} for {duration(listed)} but no such process exists: a "
+                                f"leaked driver context is the likely cause, and only ending its owner or resetting "
+                                f"the GPU frees its memory.")
+    return Finding("ghost", f"NVML lists PID {p.pid} but no such process exists: it either just exited or left a "
+                            f"leaked driver context behind (if it stays listed, the leak is the likely cause).")
+
+
+def zombie_finding(p: Process) -> Finding | None:
+    if p.status == "zombie":
+        parent = f" (PID {p.ppid})" if p.ppid else ""
+        return Finding("zombie", f"Defunct: it has exited but its parent{parent} has not reaped it, and the driver "
+                                 f"still holds its GPU memory.")
+    if p.status == "disk-sleep":
+        return Finding("zombie", "Stuck in uninterruptible sleep (D state), waiting on I/O or the driver; no signal "
+                                 "takes effect until that call returns.")
+    return None
+
+
+def orphan_finding(p: Process) -> Finding | None:
+    if not p.orphaned:
+        return None
+    to = "init (PID 1)" if p.ppid in (None, 1) else f"PID {p.ppid}, a subreaper"
+    return Finding("orphan", f"Its parent died and it was re-parented to {to}: likely a leftover worker of a job "
+                             f"that was killed.")
+
+
+def container_finding(p: Process, containers_by_id: dict[str, Container],
+                      records: dict[str, ContainerRecord]) -> Finding | None:
+    if p.container is None:
+        return None
+    record = records.get(p.container.id)
+    container = containers_by_id.get(p.container.id)
+    state = record.state if record is not None else container.state if container is not None else None
+    if state not in GONE_STATES:
+        return None
+    name = p.container.label
+    return Finding("exited-container", f"Its container {name} {GONE_STATES[state]}, yet this process still holds "
+                                       f"{gib(p.gpu_memory)} of GPU memory.")
+
+
+def judge_stale(process: Process, history: History, settings: Settings,
+                containers_by_id: dict[str, Container], records: dict[str, ContainerRecord]) -> tuple[Finding, ...]:
+    """Every stale reason that applies to one process (empty when it is fine)."""
+    found = [
+        ghost_finding(process, history),
+        zombie_finding(process),
+        orphan_finding(process),
+        container_finding(process, containers_by_id, records),
+        idle_finding(process, history, settings),
+    ]
+    return tuple(f for f in found if f is not None)

@@ -1,0 +1,245 @@
+"""Where new work should go: windowed load per GPU, reservations, and ``pick``.
+
+Shared by ``gputui pick`` and by the imbalance judge's suggested move, so "the
+least loaded GPU" means the same thing in both.
+
+**Load.** A GPU's load is its mean compute utilisation plus its mean memory use
+(percent of total) over the window — the two parts of HAMi's placement score.
+Utilisation alone would call a card whose memory a cache warmer filled to 97% at
+0% compute the best place for a new job; memory alone would ignore a card that
+is saturated by a small kernel loop. Ties go to the card with more free memory,
+then to the lower index.
+
+**Taken.** A GPU explicitly granted to a running (or restarting, or paused)
+container is *taken*: Docker hands that device to the container whenever it
+runs, so a job placed there competes with it even if it is idle right now.
+``pick`` never proposes a taken GPU and says so when that is why nothing
+qualifies. A ``--gpus all`` grant does not reserve every card (that would make
+one such container hide the whole machine); the cards it really uses show up in
+their load. Lost GPUs are never proposed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from gputui.core.history import History
+from gputui.core.judges.text import gib, gpus_phrase, index_ranges, over, plural
+from gputui.core.model import Container, Gpu, Snapshot
+
+#: Container states in which Docker holds the container's granted devices.
+RESERVING_STATES = frozenset({"running", "restarting", "paused"})
+
+
+@dataclass(frozen=True)
+class GpuLoad:
+    """One GPU over a window. ``None`` where the driver does not report a value."""
+
+    index: int
+    uuid: str
+    lost: bool
+    #: mean compute utilisation, percent
+    util: float | None
+    #: mean memory in use, percent of total
+    memory: float | None
+    #: free bytes in the newest sample
+    free: int | None
+    #: least free bytes seen in the window (what a newcomer can count on)
+    free_min: int | None
+    samples: int
+
+    @property
+    def score(self) -> float | None:
+        """Load for ranking: utilisation + memory percent (lower is better); None if unknown."""
+        if self.util is None:
+            return None
+        return self.util + (self.memory or 0.0)
+
+    def describe(self) -> str:
+        """"11% busy, 3% memory used"."""
+        parts = [f"{self.util:.0f}% busy" if self.util is not None else "utilization N/A"]
+        if self.memory is not None:
+            parts.append(f"{self.memory:.0f}% memory used")
+        return ", ".join(parts)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def gpu_loads(history: History, gpus: Iterable[Gpu], window: float | None) -> dict[int, GpuLoad]:
+    """Windowed load of each GPU in ``gpus`` (their newest state says whether they are lost)."""
+    out: dict[int, GpuLoad] = {}
+    for g in gpus:
+        samples = [s for s in history.gpu(g.index, window) if not s.lost]
+        if not samples and not g.lost:
+            # Not in the history (a caller judging a bare snapshot): the snapshot is the sample.
+            util = [float(g.utilization_gpu)] if g.utilization_gpu is not None else []
+            mem = [g.memory_percent] if g.memory_percent is not None else []
+            frees = [g.memory_free] if g.memory_free is not None else []
+            n = 1
+        else:
+            util = [float(s.utilization) for s in samples if s.utilization is not None]
+            mem = [100.0 * s.memory_used / s.memory_total for s in samples
+                   if s.memory_used is not None and s.memory_total]
+            frees = [max(0, s.memory_total - s.memory_used) for s in samples
+                     if s.memory_used is not None and s.memory_total is not None]
+            n = len(samples)
+        out[g.index] = GpuLoad(
+            index=g.index,
+            uuid=g.uuid,
+            lost=g.lost,
+            util=None if g.lost else _mean(util),
+            memory=None if g.lost else _mean(mem),
+            free=None if g.lost else g.memory_free,
+            free_min=None if g.lost or not frees else min(frees),
+            samples=n,
+        )
+    return out
+
+
+def rank_key(load: GpuLoad) -> tuple:
+    """Best first: known load before unknown, lower load, more free memory, lower index."""
+    score = load.score
+    free = load.free if load.free is not None else -1
+    return (score is None, score if score is not None else 0.0, -free, load.index)
+
+
+def granted_indices(container: Container, uuid_to_index: dict[str, int]) -> tuple[int, ...]:
+    """GPUs a container is explicitly granted, as indices (``--gpus all`` grants none in particular)."""
+    if container.gpus == "all":
+        return ()
+    if container.granted_gpus:
+        return tuple(container.granted_gpus)
+    return tuple(uuid_to_index[u] for u in container.gpus if u in uuid_to_index)
+
+
+def reservations(snapshot: Snapshot, gpus: Iterable[Gpu] | None = None) -> dict[int, tuple[str, ...]]:
+    """GPU index -> names of the running containers explicitly granted that GPU."""
+    uuid_to_index = {g.uuid: g.index for g in (gpus if gpus is not None else snapshot.gpus)}
+    out: dict[int, list[str]] = {}
+    for c in snapshot.containers:
+        if c.state not in RESERVING_STATES:
+            continue
+        for i in granted_indices(c, uuid_to_index):
+            out.setdefault(i, []).append(c.name)
+    return {i: tuple(names) for i, names in out.items()}
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The answer of :func:`pick`: chosen GPU indices (best first), or why none qualify."""
+
+    chosen: tuple[int, ...]
+    problem: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def pick(
+    loads: dict[int, GpuLoad],
+    reserved: dict[int, tuple[str, ...]],
+    count: int = 1,
+    min_free: int | None = None,
+    max_util: float | None = None,
+    observed: float = 0.0,
+) -> Pick:
+    """The best ``count`` GPUs, or one sentence naming the constraint that could not be met.
+
+    Constraints apply in a fixed order — answers (not lost), not taken, enough free
+    memory, low enough utilisation — and the first one that leaves fewer than
+    ``count`` GPUs is the one reported, with the closest miss.
+    """
+    ranked = sorted(loads.values(), key=rank_key)
+    if not ranked:
+        return Pick((), "There are no GPUs to pick from.")
+    asked = f"{count} {'was' if count == 1 else 'were'} asked for"
+
+    alive = [g for g in ranked if not g.lost]
+    if len(alive) < count:
+        if not alive:
+            return Pick((), "No GPU can be picked: every GPU is lost (fell off the bus or stopped answering).")
+        lost = [g.index for g in ranked if g.lost]
+        note = f", {gpus_phrase(lost)} {'is' if len(lost) == 1 else 'are'} lost" if lost else ""
+        return Pick((), f"Only {plural(len(alive), 'GPU')} can be picked "
+                        f"({index_ranges(g.index for g in alive)}{note}); {asked}.")
+
+    free_of_grants = [g for g in alive if g.index not in reserved]
+    if len(free_of_grants) < count:
+        taken = ", ".join(f"GPU {i} to {' and '.join(reserved[i])}" for i in sorted(reserved)
+                          if i in {g.index for g in alive})
+        if not free_of_grants:
+            whom = "The only GPU considered is" if len(alive) == 1 else f"All {len(alive)} GPUs considered are"
+            return Pick((), f"{whom} granted to running containers ({taken}).")
+        return Pick((), f"Only {plural(len(free_of_grants), 'GPU')} "
+                        f"({index_ranges(g.index for g in free_of_grants)}) "
+                        f"{'is' if len(free_of_grants) == 1 else 'are'} not granted to a running container "
+                        f"({taken}); {asked}.")
+
+    roomy = free_of_grants
+    if min_free is not None:
+        roomy = [g for g in free_of_grants if g.free_min is not None and g.free_min >= min_free]
+        if len(roomy) < count:
+            if not roomy:
+                return Pick((), _no_room(free_of_grants, alive, reserved, min_free))
+            return Pick((), f"Only {plural(len(roomy), 'GPU')} ({index_ranges(g.index for g in roomy)}) "
+                            f"{'has' if len(roomy) == 1 else 'have'} {gib(min_free)} free; {asked}.")
+
+    quiet = roomy
+    if max_util is not None:
+        quiet = [g for g in roomy if g.util is not None and g.util <= max_util]
+        if len(quiet) < count:
+            scope = f"with {gib(min_free)} free " if min_free is not None else ""
+            if not quiet:
+                known = [g for g in roomy if g.util is not None]
+                if not known:
+                    return Pick((), f"No GPU {scope}reports its utilization, so none can be shown to be at or "
+                                    f"below {max_util:g}%.")
+                least = min(known, key=lambda g: (g.util, g.index))
+                return Pick((), f"No GPU {scope}is at or below {max_util:g}% utilization {over(observed)}: "
+                                f"the least busy is GPU {least.index} at {least.util:.0f}%.")
+            return Pick((), f"Only {plural(len(quiet), 'GPU')} {scope}"
+                            f"({index_ranges(g.index for g in quiet)}) {'is' if len(quiet) == 1 else 'are'} "
+                            f"at or below {max_util:g}% utilization; {asked}.")
+    return Pick(tuple(g.index for g in quiet[:count]))
+
+
+def _no_room(candidates: list[GpuLoad], alive: list[GpuLoad], reserved: dict[int, tuple[str, ...]],
+             min_free: int) -> str:
+    known = [g for g in candidates if g.free_min is not None]
+    if not known:
+        return f"No GPU reports its free memory, so none can be shown to have {gib(min_free)} free."
+    best = max(known, key=lambda g: (g.free_min, -g.index))
+    sentence = f"No GPU has {gib(min_free)} free: the most free is {gib(best.free_min)} on GPU {best.index}"
+    blocked = [g for g in alive if g.index in reserved and g.free_min is not None and g.free_min >= min_free]
+    if blocked:
+        names = sorted({n for g in blocked for n in reserved[g.index]})
+        sentence += (f" ({gpus_phrase(g.index for g in blocked)} {'has' if len(blocked) == 1 else 'have'} room "
+                     f"but {'is' if len(blocked) == 1 else 'are'} granted to {' and '.join(names)})")
+    return sentence + "."
+
+
+# -- output formats -------------------------------------------------------------------------
+
+FORMATS = ("index", "uuid", "env", "docker")
+
+
+def format_pick(indices: Sequence[int], uuids: dict[int, str], fmt: str) -> str:
+    """The chosen GPUs as ``index``, ``uuid``, ``env`` or ``docker`` prints them."""
+    if fmt == "index":
+        return ",".join(str(i) for i in indices)
+    if fmt == "env":
+        return "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in indices)
+    ids = [uuids[i] for i in indices]
+    if fmt == "uuid":
+        return ",".join(ids)
+    if fmt == "docker":
+        if len(ids) == 1:
+            return f"--gpus device={ids[0]}"
+        # The value contains a comma, which docker's CSV parser splits unless the whole
+        # device=... item is double-quoted; the single quotes keep the shell from eating them.
+        return f"--gpus '\"device={','.join(ids)}\"'"
+    raise ValueError(f"unknown format {fmt!r}")
