@@ -34,6 +34,7 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Callable, Mapping
 
 from gputui.core.model import ContainerInventory, ContainerRecord, GpuGrant, GrantSource
@@ -301,6 +302,21 @@ def resolve_grant(attrs: Mapping[str, Any], gpu_uuids: tuple[str, ...], minors: 
     return Grant(gpus=gpus, source=source, raw=tuple(raw), problems=tuple(problems))
 
 
+def parse_docker_time(value: str | None) -> float | None:
+    """Docker's RFC 3339 times (nanoseconds, 'Z') as a POSIX timestamp; None for the zero time."""
+    if not value or value.startswith("0001-"):
+        return None
+    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", value.strip())
+    if m is None:
+        return None
+    base, frac, zone = m.groups()
+    try:
+        stamp = datetime.fromisoformat(base + ("+00:00" if zone == "Z" else zone)).timestamp()
+    except ValueError:
+        return None
+    return stamp + (float(f"0.{frac}") if frac else 0.0)
+
+
 def restart_policy(host_config: Mapping[str, Any]) -> str | None:
     policy = host_config.get("RestartPolicy") or {}
     name = policy.get("Name")
@@ -524,4 +540,5 @@ class DockerSource:
             restart_policy=restart_policy(host_config),
             labels=labels,
             grant_problems=grant.problems,
+            started_at=parse_docker_time(cached.started_at),
         )
