@@ -412,9 +412,10 @@ class HostBackend:
             if self._docker_client is not None:
                 self._client = self._docker_client()
             else:
-                import docker
+                from gputui.core.docker_source import docker_client
 
-                self._client = docker.from_env(version="auto", timeout=self._docker_timeout)
+                # The same address rules as the container view: act on the daemon the user sees.
+                self._client = docker_client(timeout=self._docker_timeout)
         return self._client
 
     def stop_container(self, container_id: str, timeout: float, kill: bool) -> None:
@@ -850,9 +851,11 @@ def _pid_of(pinned: Any) -> int:
 
 
 def _docker_error(exc: Exception) -> str:
-    text = getattr(exc, "explanation", None) or str(exc) or type(exc).__name__
-    text = str(text).strip().rstrip(".")
-    return text
+    from gputui.core.docker_source import describe_error
+    from gputui.core.sources import SourceUnavailable
+
+    text = str(exc) if isinstance(exc, SourceUnavailable) else describe_error(exc)
+    return text.strip().rstrip(".")
 
 
 def _held(target: KillTarget, before: Snapshot) -> list[tuple[int, int, int | None]]:

@@ -1,0 +1,636 @@
+"""The checks of ``gputui doctor``, as pure functions of facts gathered elsewhere.
+
+The field's checklist for "the GPU is occupied" and "my container cannot see its
+GPU" walks the same ground every time: is the driver loaded and NVML reachable,
+are the device nodes there, does gputui see the host's processes, is Docker
+reachable and set up for GPUs, are containers pinned, is any GPU unhealthy. The
+probes in :mod:`gputui.core.doctor` gather the facts (NVML, /dev, /proc, the
+Docker API); the functions here judge them. Keeping the judging pure means every
+sentence and every fix can be tested without a GPU, a daemon or root.
+
+Every check is pass, warn or fail with one sentence; anything but a pass carries
+the fix. A warning never fails the run: ``doctor`` exits 1 only on a failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Status = Literal["pass", "warn", "fail"]
+
+#: Throttle reasons that mean "too hot" and "power" respectively (names from model.THROTTLE_REASONS).
+THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown")
+POWER_REASONS = ("sw_power_cap", "hw_power_brake_slowdown")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    message: str
+    fix: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "message": self.message, "fix": self.fix}
+
+
+def _pass(name: str, message: str) -> Check:
+    return Check(name, "pass", message, None)
+
+
+def _warn(name: str, message: str, fix: str) -> Check:
+    return Check(name, "warn", message, fix)
+
+
+def _fail(name: str, message: str, fix: str) -> Check:
+    return Check(name, "fail", message, fix)
+
+
+# -- facts -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    """What doctor needs to know about one GPU. None = the driver does not report it (N/A)."""
+
+    index: int
+    name: str
+    uuid: str = ""
+    lost: bool = False
+    minor_number: int | None = None
+    persistence_mode: bool | None = None
+    #: Uncorrectable (volatile) ECC errors as the GPU source reports them.
+    ecc_errors: int | None = None
+    retired_pages_sbe: int | None = None
+    retired_pages_dbe: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    temperature: int | None = None
+    power_draw: float | None = None
+    power_limit: float | None = None
+
+
+@dataclass(frozen=True)
+class NvmlFacts:
+    ok: bool
+    #: One sentence from the GPU source when NVML could not be used.
+    error: str | None = None
+    #: "library-not-found", "driver-not-loaded", "mismatch", "no-permission" or "other".
+    error_kind: str | None = None
+    library_path: str | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    nvml_version: str | None = None
+    bindings_version: str | None = None
+    #: Version of the loaded kernel module (/proc/driver/nvidia/version), when readable.
+    kernel_module_version: str | None = None
+    gpus: tuple[GpuHealth, ...] = ()
+    #: NVML functions this driver lacks (their fields are N/A).
+    missing_functions: tuple[str, ...] = ()
+    #: NVIDIA PCI display devices bound to another kernel driver: (address, driver or None).
+    foreign_bound: tuple[tuple[str, str | None], ...] = ()
+    demo: bool = False
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    path: str
+    exists: bool
+    is_char_device: bool = True
+    usable: bool = False
+    #: "root:video 0660" style description, for messages.
+    owner: str | None = None
+    #: The group that may use it, when group membership would grant access.
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    nodes: tuple[DeviceNode, ...]
+    user: str
+    #: Groups the running process has now.
+    groups: tuple[str, ...] = ()
+    #: Groups /etc/group lists the user in (a new membership needs a new login).
+    listed_groups: tuple[str, ...] = ()
+    demo: bool = False
+
+
+@dataclass(frozen=True)
+class ContainerEnvFacts:
+    in_container: bool
+    #: Why we think so: "/.dockerenv", "/run/.containerenv", "cgroup", "container env", ...
+    evidence: str | None = None
+    host_pid_namespace: bool | None = None
+    host_cgroup_namespace: bool | None = None
+    #: NVML listed PIDs and none of them is visible here.
+    gpu_pids_invisible: bool = False
+    demo: bool = False
+
+
+@dataclass(frozen=True)
+class DockerFacts:
+    #: False when --no-docker was given: the Docker checks are not run.
+    checked: bool = True
+    endpoint: str = "unix:///var/run/docker.sock"
+    socket_path: str | None = "/var/run/docker.sock"
+    socket_exists: bool | None = None
+    socket_accessible: bool | None = None
+    socket_owner: str | None = None
+    socket_group: str | None = None
+    in_group_now: bool | None = None
+    in_group_listed: bool | None = None
+    user: str = ""
+    reachable: bool = False
+    error: str | None = None
+    server_version: str | None = None
+    api_version: str | None = None
+    runtimes: tuple[str, ...] = ()
+    default_runtime: str | None = None
+    #: CDI spec directories the daemon reads (None: this Docker does not report or support CDI).
+    cdi_spec_dirs: tuple[str, ...] | None = None
+    #: NVIDIA CDI spec files found on this host.
+    cdi_specs: tuple[str, ...] = ()
+    #: nvidia-container-runtime-hook as dockerd would find it, and where we looked.
+    hook_path: str | None = None
+    hook_searched: str = "dockerd's PATH"
+    #: The hook file changed after dockerd started (dockerd looks it up at start).
+    hook_newer_than_daemon: bool = False
+    dockerd_pid: int | None = None
+    demo: bool = False
+
+
+@dataclass(frozen=True)
+class ContainerFinding:
+    container: str
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class DoctorFacts:
+    nvml: NvmlFacts
+    devices: DeviceFacts
+    container_env: ContainerEnvFacts
+    docker: DockerFacts
+    #: Findings of the containers judge (unpinned, env-conflict, ...), None when not available.
+    container_findings: tuple[ContainerFinding, ...] | None = None
+    #: Why the container findings are not available.
+    containers_error: str | None = None
+    demo: bool = False
+    host: str = ""
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _gpu_list(indices: list[int]) -> str:
+    if len(indices) == 1:
+        return f"GPU {indices[0]}"
+    return "GPUs " + ", ".join(str(i) for i in indices)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+# -- NVML and the driver ---------------------------------------------------------------------
+
+
+_NVML_FIXES = {
+    "library-not-found": (
+        "Install the NVIDIA driver for this GPU (e.g. `sudo apt-get install nvidia-driver-550` or the "
+        ".run installer); inside a container, start it with `--gpus all` (NVIDIA Container Toolkit) so "
+        "libnvidia-ml.so.1 is mounted."
+    ),
+    "driver-not-loaded": (
+        "Load the kernel module with `sudo modprobe nvidia` and check `sudo dmesg | grep -i nvidia`; after a "
+        "driver or kernel upgrade, reboot (Secure Boot may block an unsigned module)."
+    ),
+    "mismatch": (
+        "The driver was upgraded but the old kernel module is still loaded: reboot, or stop every GPU user and "
+        "reload it (`sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia`)."
+    ),
+    "no-permission": (
+        "Give this user access to /dev/nvidia* (usually membership of the group that owns them, then log in "
+        "again) or run gputui with sudo."
+    ),
+    "other": "Run `nvidia-smi`; if it fails too, reinstall the driver and reboot.",
+}
+
+
+def check_nvml(f: NvmlFacts) -> list[Check]:
+    """Driver loaded, NVML reachable, versions, library/driver mismatch, missing functions."""
+    if f.demo:
+        return [_pass("nvml", f"Demo: the simulated server reports driver {f.driver_version}, CUDA "
+                              f"{f.cuda_driver_version}, NVML {f.nvml_version}; no real driver was asked.")]
+    if not f.ok:
+        kind = f.error_kind or "other"
+        message = f.error or "NVML could not be initialised."
+        if kind == "mismatch" and f.kernel_module_version:
+            message = message.rstrip(".") + f" (the loaded kernel module is {f.kernel_module_version})."
+        return [_fail("nvml", message, _NVML_FIXES.get(kind, _NVML_FIXES["other"]))]
+    versions = (f"driver {f.driver_version or 'N/A'}, CUDA driver {f.cuda_driver_version or 'N/A'}, NVML "
+                f"{f.nvml_version or 'N/A'}, nvidia-ml-py {f.bindings_version or 'N/A'}")
+    where = f" from {f.library_path}" if f.library_path else ""
+    out: list[Check] = []
+    if (f.kernel_module_version and f.driver_version and f.kernel_module_version != f.driver_version):
+        out.append(_fail(
+            "nvml",
+            f"NVML{where} reports driver {f.driver_version} but the loaded kernel module is "
+            f"{f.kernel_module_version}: user-space library and kernel module do not match.",
+            _NVML_FIXES["mismatch"]))
+    else:
+        out.append(_pass("nvml", f"NVML works{where}: {versions}; {_plural(len(f.gpus), 'GPU')}."))
+    if f.missing_functions:
+        names = ", ".join(f.missing_functions[:6]) + (" …" if len(f.missing_functions) > 6 else "")
+        out.append(_warn(
+            "nvml-functions",
+            f"This driver lacks {_plural(len(f.missing_functions), 'NVML function')} gputui uses ({names}); "
+            "those fields show N/A.",
+            "Nothing breaks; upgrade the NVIDIA driver to get those fields (gputui works with what the driver has)."))
+    else:
+        out.append(_pass("nvml-functions", "The driver answers every NVML function gputui uses."))
+    return out
+
+
+def check_gpu_models(f: NvmlFacts) -> list[Check]:
+    """All GPUs of one model and bound to the one NVIDIA driver (multi-GPU jobs need both)."""
+    out: list[Check] = []
+    named = [g for g in f.gpus if not g.lost]
+    models: dict[str, list[int]] = {}
+    for g in named:
+        models.setdefault(g.name, []).append(g.index)
+    if len(models) <= 1:
+        if models:
+            name = next(iter(models))
+            out.append(_pass("gpu-models", f"All {_plural(len(named), 'GPU')} are {name}."))
+        else:
+            out.append(_pass("gpu-models", "No GPU to compare."))
+    else:
+        parts = "; ".join(f"{_gpu_list(ix)}: {name}" for name, ix in models.items())
+        out.append(_warn(
+            "gpu-models",
+            f"The GPUs are of {len(models)} models ({parts}): a multi-GPU job runs at the pace of the slowest and "
+            "may not give identical results on each.",
+            "Run multi-GPU jobs on GPUs of one model: pick them with `--gpus '\"device=0,1\"'` or "
+            "CUDA_VISIBLE_DEVICES (see `gputui pick`)."))
+    if f.foreign_bound:
+        parts = ", ".join(f"{addr} ({drv or 'no driver'})" for addr, drv in f.foreign_bound)
+        out.append(_warn(
+            "gpu-drivers",
+            f"{_plural(len(f.foreign_bound), 'NVIDIA GPU')} on the PCI bus {'is' if len(f.foreign_bound) == 1 else 'are'}"
+            f" not bound to the nvidia driver and invisible to NVML: {parts}.",
+            "If they should be usable, unbind them from that driver (e.g. vfio-pci for passthrough, nouveau "
+            "blacklisted with `modprobe.blacklist=nouveau`) and reboot."))
+    else:
+        out.append(_pass("gpu-drivers", "Every NVIDIA GPU on the PCI bus is driven by the nvidia driver."))
+    return out
+
+
+def check_persistence(f: NvmlFacts) -> Check:
+    off = [g.index for g in f.gpus if not g.lost and g.persistence_mode is False]
+    unknown = [g.index for g in f.gpus if not g.lost and g.persistence_mode is None]
+    if off:
+        return _warn(
+            "persistence-mode",
+            f"Persistence mode is off on {_gpu_list(off)}: whenever no client holds the GPU the driver tears it "
+            "down, so every nvidia-smi, gputui or CUDA start-up pays seconds of re-initialisation.",
+            "Enable the persistence daemon: `sudo systemctl enable --now nvidia-persistenced` (or "
+            "`sudo nvidia-smi -pm 1`, which lasts until reboot).")
+    if unknown and len(unknown) == len([g for g in f.gpus if not g.lost]):
+        return _pass("persistence-mode", "The driver does not report persistence mode (N/A), so there is nothing "
+                                         "to check.")
+    return _pass("persistence-mode", "Persistence mode is on" + (" (demo)." if f.demo else "."))
+
+
+# -- device nodes ---------------------------------------------------------------------------------
+
+
+def check_device_nodes(d: DeviceFacts, nvml_ok: bool) -> Check:
+    if d.demo:
+        return _pass("device-nodes", "Demo: the simulated server has no /dev/nvidia* nodes to check.")
+    missing = [n.path for n in d.nodes if not n.exists]
+    unusable = [n for n in d.nodes if n.exists and not n.usable]
+    if missing:
+        essential = [m for m in missing if m != "/dev/nvidia-uvm"]
+        if essential:
+            return _fail(
+                "device-nodes",
+                f"{', '.join(essential)} {'does' if len(essential) == 1 else 'do'} not exist, so CUDA and NVML "
+                "cannot open the GPU" + ("" if nvml_ok else " (the driver is probably not loaded)") + ".",
+                "Load the driver (`sudo modprobe nvidia`; `sudo nvidia-modprobe -c 0` creates the nodes); inside a "
+                "container, start it with `--gpus` so the nodes are passed in.")
+    if unusable:
+        n = unusable[0]
+        names = ", ".join(u.path for u in unusable)
+        if n.group and n.group in d.listed_groups and n.group not in d.groups:
+            fix = (f"{d.user} was added to group {n.group} after this login: log out and back in (or run "
+                   f"`newgrp {n.group}`).")
+        elif n.group:
+            fix = f"Add {d.user} to group {n.group} (`sudo usermod -aG {n.group} {d.user}`) and log in again."
+        else:
+            fix = "Make the nodes readable and writable for GPU users (the NVIDIA driver's udev rules do: mode 0666)."
+        return _fail(
+            "device-nodes",
+            f"{d.user} cannot open {names} ({n.owner or 'permissions'}), so CUDA programs run by {d.user} see no GPU.",
+            fix)
+    if "/dev/nvidia-uvm" in missing:
+        return _warn(
+            "device-nodes",
+            "/dev/nvidia-uvm does not exist: NVML works but CUDA programs fail with 'no CUDA-capable device'.",
+            "Load the unified-memory module: `sudo modprobe nvidia-uvm` (or `sudo nvidia-modprobe -u -c=0`).")
+    count = len(d.nodes)
+    return _pass("device-nodes", f"All {count} /dev/nvidia* nodes are present and usable by {d.user}.")
+
+
+# -- where gputui runs -------------------------------------------------------------------------------
+
+
+def check_container_env(c: ContainerEnvFacts) -> list[Check]:
+    if c.demo:
+        return [
+            _pass("container", "Demo: the simulated server's processes are all visible."),
+            _pass("cgroup-namespace", "Demo: containers are attributed from simulated cgroup paths."),
+        ]
+    out: list[Check] = []
+    if not c.in_container and c.host_pid_namespace is not False:
+        out.append(_pass("container", "gputui runs on the host, in its PID namespace."))
+    elif c.host_pid_namespace is False or c.gpu_pids_invisible:
+        why = ("NVML lists GPU processes by host PID and none of them is visible here"
+               if c.gpu_pids_invisible else "NVML reports host PIDs, which this namespace cannot see")
+        out.append(_fail(
+            "container",
+            f"gputui runs in a container ({c.evidence or 'own PID namespace'}) without the host's PID namespace: "
+            f"{why}, so users, commands, containers and kills are unavailable.",
+            "Start gputui's container with `--pid=host` (Kubernetes: `hostPID: true`), or run gputui on the host."))
+    else:
+        out.append(_pass(
+            "container",
+            f"gputui runs in a container ({c.evidence or 'detected'}) that shares the host's PID namespace, so GPU "
+            "processes are visible."))
+    if c.host_cgroup_namespace is False:
+        out.append(_warn(
+            "cgroup-namespace",
+            "gputui has a private cgroup namespace: cgroup paths of other containers read as relative paths, so "
+            "some processes may not be matched to their containers.",
+            "Start gputui's container with `--cgroupns=host` as well as `--pid=host`."))
+    else:
+        out.append(_pass("cgroup-namespace", "gputui sees the host's cgroup paths, so processes are matched to "
+                                             "their containers."))
+    return out
+
+
+# -- Docker ------------------------------------------------------------------------------------
+
+
+_TOOLKIT_FIX = ("Install the NVIDIA Container Toolkit (`sudo apt-get install nvidia-container-toolkit`), run "
+                "`sudo nvidia-ctk runtime configure --runtime=docker`, then restart Docker "
+                "(`sudo systemctl restart docker`).")
+
+
+def check_docker(d: DockerFacts) -> list[Check]:
+    """Socket, daemon, NVIDIA runtime/toolkit and whether ``--gpus`` can work."""
+    if not d.checked:
+        return [_pass("docker-socket", "Not checked: --no-docker was given.")]
+    if d.demo:
+        return [
+            _pass("docker-socket", "Demo: the simulated server's Docker answers."),
+            _pass("docker-daemon", "Demo: simulated Docker daemon."),
+            _pass("nvidia-runtime", "Demo: the simulated Docker grants GPUs with --gpus."),
+            _pass("docker-gpus", "Demo: `docker run --gpus` works on the simulated server."),
+        ]
+    out: list[Check] = []
+    where = d.socket_path or d.endpoint
+    if d.socket_path is not None and d.socket_exists is False:
+        return [_warn(
+            "docker-socket",
+            f"There is no Docker socket at {d.socket_path}: Docker is not installed or not running, so container "
+            "checks were skipped.",
+            "If this machine runs Docker, start it (`sudo systemctl start docker`); if it uses another endpoint, "
+            "set DOCKER_HOST.")]
+    if d.socket_path is not None and d.socket_accessible is False:
+        group = d.socket_group
+        if group and d.in_group_listed and not d.in_group_now:
+            fix = (f"{d.user} was added to group {group} after this login: log out and back in (or run "
+                   f"`newgrp {group}`).")
+        elif group and group != "root":
+            fix = (f"Add {d.user} to group {group} (`sudo usermod -aG {group} {d.user}`) and log in again, or run "
+                   "gputui with sudo. (Membership of that group is root-equivalent.)")
+        else:
+            fix = "Run gputui with sudo, or ask an administrator for access to the Docker socket."
+        owner = f" (owned by {d.socket_owner})" if d.socket_owner else ""
+        return [_fail("docker-socket", f"{d.user or 'This user'} cannot use the Docker socket {where}{owner}.", fix)]
+    if not d.reachable:
+        return [
+            _pass("docker-socket", f"The Docker socket {where} is present and accessible."),
+            _fail("docker-daemon", f"The Docker daemon at {where} does not answer: {d.error or 'no reply'}.",
+                  "Check the daemon: `sudo systemctl status docker` and `sudo journalctl -u docker`; restart it with "
+                  "`sudo systemctl restart docker`."),
+        ]
+    out.append(_pass("docker-socket", f"The Docker socket {where} is present and accessible."))
+    out.append(_pass("docker-daemon", f"Docker Engine {d.server_version or 'N/A'} (API {d.api_version or 'N/A'}) "
+                                      "answers."))
+
+    # NVIDIA runtime / toolkit
+    runtimes = ", ".join(d.runtimes) or "none"
+    hook = f"hook {d.hook_path}" if d.hook_path else f"no nvidia-container-runtime-hook (looked in {d.hook_searched})"
+    cdi = f"CDI specs {', '.join(d.cdi_specs)}" if d.cdi_specs else "no NVIDIA CDI specs"
+    summary = f"runtimes {runtimes} (default {d.default_runtime or 'N/A'}); {hook}; {cdi}"
+    has_runtime = "nvidia" in d.runtimes
+    if d.default_runtime == "nvidia":
+        out.append(_warn(
+            "nvidia-runtime",
+            f"Docker's default runtime is nvidia ({summary}): every container started from a CUDA image gets "
+            "NVIDIA_VISIBLE_DEVICES=all from the image and sees every GPU unless it says otherwise.",
+            "Remove \"default-runtime\": \"nvidia\" from /etc/docker/daemon.json, restart Docker and grant GPUs "
+            "explicitly with `--gpus '\"device=N\"'`."))
+    elif has_runtime or d.hook_path or d.cdi_specs:
+        out.append(_pass("nvidia-runtime", f"The NVIDIA container toolkit is set up: {summary}."))
+    else:
+        out.append(_fail("nvidia-runtime", f"Docker has no NVIDIA support: {summary}.", _TOOLKIT_FIX))
+
+    # --gpus
+    if d.hook_path and d.hook_newer_than_daemon:
+        out.append(_warn(
+            "docker-gpus",
+            f"{d.hook_path} changed after dockerd started; dockerd looks the hook up only at start, so if it was "
+            "missing then, `--gpus` fails with 'could not select device driver'.",
+            "Restart Docker so it registers the NVIDIA device driver: `sudo systemctl restart docker`."))
+    elif d.hook_path:
+        out.append(_pass(
+            "docker-gpus",
+            f"`docker run --gpus` can work: dockerd finds {d.hook_path} on its PATH and registers its NVIDIA device "
+            "driver."))
+    else:
+        also = ""
+        if has_runtime:
+            also = " (the legacy `--runtime nvidia -e NVIDIA_VISIBLE_DEVICES=…` form still works)"
+        elif d.cdi_specs and d.cdi_spec_dirs:
+            also = " (CDI requests such as `--device nvidia.com/gpu=0` can still work)"
+        out.append(_fail(
+            "docker-gpus",
+            "`docker run --gpus` fails with 'could not select device driver \"\" with capabilities: [[gpu]]': "
+            f"dockerd finds no nvidia-container-runtime-hook (looked in {d.hook_searched}){also}.",
+            _TOOLKIT_FIX + " dockerd must find the hook on its PATH when it starts."))
+    return out
+
+
+# -- containers --------------------------------------------------------------------------------------
+
+
+#: Finding kinds of the containers judge that doctor reports, with the fix for each.
+CONTAINER_FINDINGS = {
+    "unpinned": (
+        "containers-unpinned",
+        "Grant each container only the GPUs it should use: recreate it with `--gpus '\"device=<UUID>\"'` (compose: "
+        "`deploy.resources.reservations.devices` with `device_ids`), or move it with `gputui migrate`.",
+    ),
+    "env-conflict": (
+        "containers-env",
+        "Make one place decide: grant exactly the intended GPU with `--gpus '\"device=N\"'` and drop "
+        "CUDA_VISIBLE_DEVICES from the container's environment (inside, that GPU is always device 0).",
+    ),
+}
+
+
+def check_containers(findings: tuple[ContainerFinding, ...] | None, error: str | None, demo: bool) -> list[Check]:
+    out: list[Check] = []
+    for kind, (name, fix) in CONTAINER_FINDINGS.items():
+        if findings is None:
+            out.append(_pass(name, f"Not checked: {error or 'container information is not available'}."))
+            continue
+        hits = [f for f in findings if f.kind == kind]
+        if not hits:
+            what = "sees every GPU with nothing narrowing it" if kind == "unpinned" else \
+                "has conflicting GPU environment settings"
+            out.append(_pass(name, f"No container {what}."))
+            continue
+        first = hits[0]
+        more = f" ({len(hits) - 1} more: {', '.join(h.container for h in hits[1:4])}{'…' if len(hits) > 4 else ''})" \
+            if len(hits) > 1 else ""
+        message = first.message if first.container in first.message else f"{first.container}: {first.message}"
+        out.append(_warn(name, message.rstrip(".") + more + ".", fix))
+    return out
+
+
+# -- health --------------------------------------------------------------------------------------
+
+
+def check_health(f: NvmlFacts) -> list[Check]:
+    out: list[Check] = []
+    lost = [g.index for g in f.gpus if g.lost]
+    if lost:
+        out.append(_fail(
+            "gpu-lost",
+            f"{_gpu_list(lost)} {'has' if len(lost) == 1 else 'have'} fallen off the bus or stopped answering NVML.",
+            "Look for Xid 79/48 in `sudo dmesg`; reset the GPU when idle (`sudo nvidia-smi -r -i N`) or reboot; if "
+            "it recurs, check power, cooling and seating."))
+    else:
+        out.append(_pass("gpu-lost", f"All {_plural(len(f.gpus), 'GPU')} answer."))
+    live = [g for g in f.gpus if not g.lost]
+
+    ecc = [(g.index, g.ecc_errors) for g in live if g.ecc_errors]
+    if ecc:
+        parts = ", ".join(f"GPU {i}: {n}" for i, n in ecc)
+        out.append(_warn(
+            "ecc-errors",
+            f"Uncorrectable ECC errors were reported ({parts}); jobs on those GPUs may have crashed or returned "
+            "corrupt results.",
+            "Drain the GPU and reset it (`sudo nvidia-smi -r -i N`) so the bad memory is retired or remapped; if "
+            "errors keep coming, contact the vendor."))
+    elif live and all(g.ecc_errors is None for g in live):
+        out.append(_pass("ecc-errors", "The GPUs do not report ECC errors (ECC off or not supported)."))
+    else:
+        out.append(_pass("ecc-errors", "No uncorrectable ECC errors."))
+
+    failures = [g.index for g in live if g.remapped_rows_failure]
+    pending = [g.index for g in live if g.remapped_rows_pending or g.retired_pages_pending]
+    dbe = [(g.index, g.retired_pages_dbe) for g in live if g.retired_pages_dbe]
+    unc_rows = [(g.index, g.remapped_rows_uncorrectable) for g in live if g.remapped_rows_uncorrectable]
+    reported = [g for g in live if any(v is not None for v in (
+        g.retired_pages_sbe, g.retired_pages_dbe, g.retired_pages_pending, g.remapped_rows_correctable,
+        g.remapped_rows_uncorrectable, g.remapped_rows_pending, g.remapped_rows_failure))]
+    if failures:
+        out.append(_fail(
+            "memory-repair",
+            f"Row remapping failed on {_gpu_list(failures)}: the GPU has run out of spare memory rows.",
+            "Take the GPU out of service and contact the vendor (RMA)."))
+    elif pending:
+        out.append(_warn(
+            "memory-repair",
+            f"{_gpu_list(pending)} {'has' if len(pending) == 1 else 'have'} memory retirement or row remapping "
+            "pending: the faulty memory stays in use until the GPU is reset.",
+            "Drain the GPU, then reset it (`sudo nvidia-smi -r -i N`) or reboot."))
+    elif dbe or unc_rows:
+        parts = ", ".join([f"GPU {i}: {n} retired pages" for i, n in dbe] +
+                          [f"GPU {i}: {n} remapped rows" for i, n in unc_rows])
+        out.append(_pass("memory-repair", f"Faulty memory was retired or remapped and nothing is pending ({parts})."))
+    elif reported:
+        out.append(_pass("memory-repair", "No retired pages or remapped rows."))
+    else:
+        out.append(_pass("memory-repair", "The GPUs do not report retired pages or remapped rows (N/A)."))
+
+    hot = [g.index for g in live if any(r in THERMAL_REASONS for r in g.throttle_reasons)]
+    capped = [g.index for g in live if any(r in POWER_REASONS for r in g.throttle_reasons)]
+    if hot:
+        temps = ", ".join(f"GPU {g.index} {g.temperature}°C" for g in live if g.index in hot and g.temperature)
+        out.append(_warn(
+            "throttling",
+            f"{_gpu_list(hot)} {'is' if len(hot) == 1 else 'are'} slowing down because of heat now"
+            + (f" ({temps})" if temps else "") + ".",
+            "Check cooling: fans (`nvidia-smi -q -d TEMPERATURE,PERFORMANCE`), airflow, blanking panels and the room "
+            "temperature; spread hot jobs across GPUs."))
+    elif capped:
+        watts = ", ".join(f"GPU {g.index} {g.power_draw:.0f}/{g.power_limit:.0f} W" for g in live
+                          if g.index in capped and g.power_draw is not None and g.power_limit is not None)
+        out.append(_warn(
+            "throttling",
+            f"{_gpu_list(capped)} {'is' if len(capped) == 1 else 'are'} held at the power limit now"
+            + (f" ({watts})" if watts else "") + ".",
+            "Expected under full load; if the limit was lowered, restore it (`sudo nvidia-smi -pl <W> -i N`, see "
+            "`nvidia-smi -q -d POWER`), and check the power supply."))
+    else:
+        out.append(_pass("throttling", "No GPU is throttled by heat or power now."))
+    return out
+
+
+# -- all --------------------------------------------------------------------------------------
+
+
+def judge(facts: DoctorFacts) -> list[Check]:
+    """Every check, in checklist order."""
+    checks = check_nvml(facts.nvml)
+    if facts.nvml.ok:
+        checks += check_gpu_models(facts.nvml)
+        checks.append(check_persistence(facts.nvml))
+    checks.append(check_device_nodes(facts.devices, facts.nvml.ok))
+    checks += check_container_env(facts.container_env)
+    checks += check_docker(facts.docker)
+    checks += check_containers(facts.container_findings, facts.containers_error, facts.demo)
+    if facts.nvml.ok:
+        checks += check_health(facts.nvml)
+    return checks
+
+
+def exit_status(checks: list[Check]) -> int:
+    """0 when nothing failed (warnings allowed), 1 when any check failed."""
+    return 1 if any(c.status == "fail" for c in checks) else 0
+
+
+def render(checks: list[Check], header: str | None = None) -> str:
+    """Plain text: one line per check, its fix below when it is not a pass, then a count."""
+    width = max((len(c.name) for c in checks), default=10)
+    lines = [header] if header else []
+    for c in checks:
+        lines.append(f"{c.status.upper():<4}  {c.name:<{width}}  {c.message}")
+        if c.fix:
+            lines.append(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
+    counts = {s: sum(1 for c in checks if c.status == s) for s in ("pass", "warn", "fail")}
+    lines.append(f"{_plural(len(checks), 'check')}: {counts['pass']} passed, {_plural(counts['warn'], 'warning')}, "
+                 f"{counts['fail']} failed.")
+    return "\n".join(lines) + "\n"

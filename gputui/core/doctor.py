@@ -1,0 +1,411 @@
+"""The probes of ``gputui doctor``: gather facts, judge nothing.
+
+Each probe reads one part of the machine and returns a frozen facts object from
+:mod:`gputui.core.checks`, where the judging happens. Probes never raise for a
+problem on the machine (that is what they report); paths are parameters so the
+tests can point them at a prepared tree.
+
+NVML is reached only through the GPU source (:mod:`gputui.core.nvml`), as
+everywhere else in gputui.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import re
+import socket
+import stat
+import struct
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from gputui.core.checks import (
+    ContainerEnvFacts,
+    ContainerFinding,
+    DeviceFacts,
+    DeviceNode,
+    DockerFacts,
+    DoctorFacts,
+    GpuHealth,
+    NvmlFacts,
+)
+from gputui.core.model import Snapshot
+
+if TYPE_CHECKING:
+    from gputui.core.machine import Machine
+
+#: Inode numbers of the initial (host) namespaces: fixed by the kernel (PROC_PID_INIT_INO, PROC_CGROUP_INIT_INO).
+INIT_PID_NS = 0xEFFFFFFC
+INIT_CGROUP_NS = 0xEFFFFFFB
+
+#: systemd's default PATH for services, used when dockerd's own environment cannot be read.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+HOOK = "nvidia-container-runtime-hook"
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+_NVIDIA_VENDOR = "0x10de"
+
+
+# -- who am I ------------------------------------------------------------------------
+
+
+def _user() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def _groups_now() -> tuple[str, ...]:
+    names = []
+    for gid in sorted({os.getegid(), *os.getgroups()}):
+        try:
+            names.append(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            names.append(str(gid))
+    return tuple(names)
+
+
+def _groups_listed(user: str) -> tuple[str, ...]:
+    """Groups /etc/group (NSS) lists the user in: what a fresh login would get."""
+    names = set()
+    try:
+        names.add(grp.getgrgid(pwd.getpwnam(user).pw_gid).gr_name)
+    except KeyError:
+        pass
+    try:
+        names.update(g.gr_name for g in grp.getgrall() if user in g.gr_mem)
+    except OSError:
+        pass
+    return tuple(sorted(names))
+
+
+def _owner(st: os.stat_result) -> tuple[str, str | None]:
+    try:
+        user = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        user = str(st.st_uid)
+    try:
+        group: str | None = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    return f"{user}:{group} {stat.S_IMODE(st.st_mode):04o}", group
+
+
+# -- device nodes --------------------------------------------------------------------
+
+
+def probe_devices(minors: list[int] | None, dev: str = "/dev") -> DeviceFacts:
+    """/dev/nvidiactl, /dev/nvidia-uvm and /dev/nvidiaN for every GPU's minor number.
+
+    Without NVML (``minors`` None) the GPU nodes that exist are checked.
+    """
+    base = Path(dev)
+    if minors is None:
+        minors = sorted(int(p.name[len("nvidia"):]) for p in base.glob("nvidia[0-9]*")
+                        if p.name[len("nvidia"):].isdigit())
+    paths = [base / "nvidiactl", base / "nvidia-uvm", *(base / f"nvidia{m}" for m in minors)]
+    nodes = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            nodes.append(DeviceNode(str(path), exists=False))
+            continue
+        owner, group = _owner(st)
+        group_grants = bool(st.st_mode & stat.S_IRGRP and st.st_mode & stat.S_IWGRP)
+        nodes.append(DeviceNode(
+            str(path), exists=True, is_char_device=stat.S_ISCHR(st.st_mode),
+            usable=os.access(path, os.R_OK | os.W_OK), owner=owner, group=group if group_grants else None,
+        ))
+    user = _user()
+    return DeviceFacts(tuple(nodes), user=user, groups=_groups_now(), listed_groups=_groups_listed(user))
+
+
+# -- where gputui runs ----------------------------------------------------------------
+
+
+def _ns_inode(proc: Path, kind: str) -> int | None:
+    try:
+        link = os.readlink(proc / "self" / "ns" / kind)
+    except OSError:
+        return None
+    m = re.search(r"\[(\d+)\]", link)
+    return int(m.group(1)) if m else None
+
+
+def probe_container_env(snapshot: Snapshot | None = None, proc: str = "/proc", root: str = "/") -> ContainerEnvFacts:
+    """Inside a container? In the host's PID and cgroup namespaces?"""
+    procp, rootp = Path(proc), Path(root)
+    evidence = None
+    if (rootp / ".dockerenv").exists():
+        evidence = "/.dockerenv exists"
+    elif (rootp / "run" / ".containerenv").exists():
+        evidence = "/run/.containerenv exists"
+    else:
+        try:
+            env = (procp / "1" / "environ").read_bytes().split(b"\0")
+            for item in env:
+                if item.startswith(b"container="):
+                    evidence = f"container={item[10:].decode(errors='replace')}"
+                    break
+        except OSError:
+            pass
+        if evidence is None:
+            try:
+                cg = (procp / "self" / "cgroup").read_text()
+                if re.search(r"/(docker|kubepods|libpod|lxc|containerd)[/-]", cg):
+                    evidence = "its cgroup path names a container"
+            except OSError:
+                pass
+    pid_ns = _ns_inode(procp, "pid")
+    cg_ns = _ns_inode(procp, "cgroup")
+    invisible = False
+    if snapshot is not None:
+        procs = snapshot.processes
+        invisible = bool(procs) and all(not p.visible and p.invisible_reason == "other-namespace" for p in procs)
+    return ContainerEnvFacts(
+        in_container=evidence is not None or (pid_ns is not None and pid_ns != INIT_PID_NS),
+        evidence=evidence,
+        host_pid_namespace=None if pid_ns is None else pid_ns == INIT_PID_NS,
+        host_cgroup_namespace=None if cg_ns is None else cg_ns == INIT_CGROUP_NS,
+        gpu_pids_invisible=invisible,
+    )
+
+
+# -- Docker ------------------------------------------------------------------------------
+
+
+def _peer_pid(path: str, timeout: float) -> int | None:
+    """The PID that listens on a unix socket (SO_PEERCRED); pid 1 when systemd holds it (socket activation)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        s.connect(path)
+        raw = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, _uid, _gid = struct.unpack("3i", raw)
+        return pid or None
+    except OSError:
+        return None
+    finally:
+        s.close()
+
+
+def _comm(proc: Path, pid: int) -> str:
+    try:
+        return (proc / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def find_dockerd(socket_path: str | None, proc: str = "/proc", timeout: float = 2.0) -> int | None:
+    """dockerd's PID: the socket's listener, else the only dockerd process (or the one naming the socket)."""
+    procp = Path(proc)
+    if socket_path:
+        pid = _peer_pid(socket_path, timeout)
+        if pid and _comm(procp, pid) == "dockerd":
+            return pid
+    found = []
+    for entry in procp.iterdir():
+        if entry.name.isdigit() and _comm(procp, int(entry.name)) == "dockerd":
+            found.append(int(entry.name))
+    if len(found) == 1:
+        return found[0]
+    if socket_path:
+        for pid in found:
+            try:
+                cmdline = (procp / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if socket_path in cmdline:
+                return pid
+    return None
+
+
+def _environ_path(proc: Path, pid: int) -> str | None:
+    try:
+        raw = (proc / str(pid) / "environ").read_bytes()
+    except OSError:
+        return None
+    for item in raw.split(b"\0"):
+        if item.startswith(b"PATH="):
+            return item[5:].decode(errors="replace")
+    return ""  # readable, but no PATH: Go's exec.LookPath then finds nothing
+
+
+def _start_time(pid: int) -> float | None:
+    try:
+        import psutil
+
+        return psutil.Process(pid).create_time()
+    except Exception:
+        return None
+
+
+def _which(name: str, path: str) -> str | None:
+    for d in path.split(":"):
+        if not d:
+            continue
+        cand = os.path.join(d, name)
+        if os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def _cdi_specs(dirs: tuple[str, ...]) -> tuple[str, ...]:
+    """NVIDIA CDI spec files (kind nvidia.com/gpu) in the given directories."""
+    found = []
+    for d in dirs:
+        try:
+            entries = sorted(os.listdir(d))
+        except OSError:
+            continue
+        for name in entries:
+            if not name.endswith((".yaml", ".yml", ".json")):
+                continue
+            path = os.path.join(d, name)
+            try:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    if "nvidia.com/gpu" in fh.read(65536):
+                        found.append(path)
+            except OSError:
+                continue
+    return tuple(found)
+
+
+def probe_docker(timeout: float = 5.0, environ: Mapping[str, str] | None = None, proc: str = "/proc",
+                 cdi_dirs: tuple[str, ...] = CDI_DIRS) -> DockerFacts:
+    """The socket, the daemon and its NVIDIA set-up, as this user can see them."""
+    from gputui.core.docker_source import _socket_path, describe_error, docker_client, docker_host
+    from gputui.core.sources import SourceUnavailable
+
+    env = dict(os.environ if environ is None else environ)
+    host = docker_host(env)
+    path = _socket_path(host)
+    user = _user()
+    base: dict[str, Any] = {"endpoint": host, "socket_path": path, "user": user}
+    if path is not None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return DockerFacts(socket_exists=False, **base)
+        owner, group = _owner(st)
+        groups_now = _groups_now()
+        listed = _groups_listed(user)
+        base.update(socket_exists=True, socket_accessible=os.access(path, os.R_OK | os.W_OK), socket_owner=owner,
+                    socket_group=group, in_group_now=group in groups_now, in_group_listed=group in listed)
+        if not base["socket_accessible"]:
+            return DockerFacts(**base)
+    try:
+        client = docker_client(timeout=timeout, environ=env)
+    except SourceUnavailable as exc:
+        return DockerFacts(reachable=False, error=str(exc), **base)
+    try:
+        try:
+            version = client.version()
+            info = client.info()
+        except Exception as exc:
+            return DockerFacts(reachable=False, error=describe_error(exc, host, timeout), **base)
+    finally:
+        try:
+            client.close()
+        except Exception:
+            pass
+    runtimes = tuple(sorted((info.get("Runtimes") or {}).keys()))
+    spec_dirs = info.get("CDISpecDirs")
+    cdi_spec_dirs = tuple(spec_dirs) if isinstance(spec_dirs, list) else None
+    procp = Path(proc)
+    pid = find_dockerd(path, proc) if path is not None else None
+    searched = "dockerd's PATH"
+    dpath = _environ_path(procp, pid) if pid is not None else None
+    if dpath is None:
+        dpath = DEFAULT_PATH
+        searched = ("the default PATH (dockerd's environment cannot be read)" if pid is not None
+                    else "the default PATH (dockerd's process was not found)")
+    hook = _which(HOOK, dpath)
+    newer = False
+    if hook is not None and pid is not None:
+        started = _start_time(pid)
+        try:
+            changed = os.stat(hook).st_ctime
+        except OSError:
+            changed = None
+        newer = started is not None and changed is not None and changed > started + 1.0
+    return DockerFacts(
+        reachable=True,
+        server_version=version.get("Version"),
+        api_version=version.get("ApiVersion"),
+        runtimes=runtimes,
+        default_runtime=info.get("DefaultRuntime"),
+        cdi_spec_dirs=cdi_spec_dirs,
+        cdi_specs=_cdi_specs(cdi_spec_dirs or cdi_dirs),
+        hook_path=hook,
+        hook_searched=searched,
+        hook_newer_than_daemon=newer,
+        dockerd_pid=pid,
+        **base,
+    )
+
+
+# -- containers -----------------------------------------------------------------------------
+
+
+def container_findings(snapshot: Snapshot) -> tuple[tuple[ContainerFinding, ...] | None, str | None]:
+    """The containers judge's findings in a snapshot, or None and why."""
+    if not snapshot.docker.available:
+        return None, snapshot.docker.error or "Docker is not available"
+    out = []
+    for c in snapshot.containers:
+        for f in c.findings:
+            out.append(ContainerFinding(c.name, f.kind, f.message))
+    return tuple(out), None
+
+
+# -- NVML --------------------------------------------------------------------------------------
+
+
+def kernel_module_version(path: str = "/proc/driver/nvidia/version") -> str | None:
+    """The loaded NVIDIA kernel module's version, from /proc/driver/nvidia/version."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return None
+    m = re.search(r"Kernel Module(?: for \S+)?\s+([0-9]+\.[0-9][0-9.]*)", text)
+    return m.group(1) if m else None
+
+
+def bindings_version() -> str | None:
+    from importlib import metadata
+
+    for dist in ("nvidia-ml-py", "pynvml"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def foreign_bound_gpus(sysfs: str = "/sys/bus/pci/devices") -> tuple[tuple[str, str | None], ...]:
+    """NVIDIA display/3D controllers on the PCI bus whose kernel driver is not ``nvidia``."""
+    out = []
+    try:
+        entries = sorted(os.listdir(sysfs))
+    except OSError:
+        return ()
+    for name in entries:
+        dev = Path(sysfs) / name
+        try:
+            vendor = (dev / "vendor").read_text().strip().lower()
+            klass = (dev / "class").read_text().strip().lower()
+        except OSError:
+            continue
+        if vendor != _NVIDIA_VENDOR or not klass.startswith("0x03"):
+            continue
+        try:
+            driver: str | None = os.path.basename(os.readlink(dev / "driver"))
+        except OSError:
+            driver = None
+        if driver != "nvidia":
+            out.append((name, driver))
+    return tuple(out)
