@@ -1,9 +1,228 @@
-"""gputui migrate (interim: being built)."""
+"""``gputui migrate CONTAINER --to GPU``: recreate a container on another GPU, with rollback.
+
+The plan (the grant before and after, the exact configuration change, the
+steps) is printed first; ``--dry-run`` stops there. On a terminal gputui asks
+y/N, elsewhere it needs ``--yes``. Each step is printed as it completes; a
+failing step restores the original container and says what failed.
+``gputui migrate --recover`` finishes or undoes a migration that was interrupted
+(gputui killed, host rebooted) from the journal it left.
+
+Exit status: 0 migrated (or recovered, or a dry run); 1 refused, declined,
+failed and rolled back; 2 bad usage (no such container or GPU, no ``--yes``
+without a terminal); 3 NVML or Docker could not be reached.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from gputui.actions.journal import JournalError, pending_journals
+from gputui.actions.migrate import (
+    MigrationNotFound,
+    MigrationRefused,
+    MigrationUnavailable,
+    Progress,
+    audit_refusal,
+    docker_client,
+    engine_for,
+    leftover_backups,
+)
+from gputui.cli import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, UsageError, _seconds
+
+READ_ONLY = "Migration is disabled: gputui runs read-only (--read-only or read_only in the config file)."
+
+
 def add_parser(sub, common):
-    p = sub.add_parser("migrate", help="migrate")
+    p = sub.add_parser(
+        "migrate",
+        help="move a container to another GPU (recreates it identically, rolls back on failure)",
+        description=(
+            "Recreate a container on another GPU with everything else identical: image, command, environment, "
+            "labels, volumes (anonymous ones re-attached by name), ports, networks, restart policy, limits, "
+            "healthcheck. The old container is kept under a backup name until the new one is verified running. "
+            "Every migration is written to the audit log."
+        ),
+    )
     common(p)
+    p.add_argument("container", nargs="?", metavar="CONTAINER", help="container name or id (or a unique id prefix)")
+    p.add_argument("--to", metavar="GPU", help="target GPU: index or UUID")
+    p.add_argument("--from", dest="from_gpu", metavar="GPU",
+                   help="for a container holding several GPUs: the one to move")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and the configuration change only")
+    p.add_argument("--yes", "-y", action="store_true",
+                   help="do not ask for confirmation (required when stdin is not a terminal)")
+    p.add_argument("--timeout", type=_seconds, default=5.0, metavar="SECONDS",
+                   help="how long the new container must stay running before the old one is removed (default 5)")
+    p.add_argument("--force", action="store_true",
+                   help="move even if the target GPU lacks the free memory the container has used")
+    p.add_argument("--recover", action="store_true",
+                   help="finish or undo a migration that was interrupted (from its journal)")
     return p
 
-def run(ctx):
-    print("gputui: 'migrate' is not built yet.", file=ctx.stderr)
-    return 2
+
+def run(ctx) -> int:
+    args = ctx.args
+    if args.recover:
+        if args.container or args.to:
+            raise UsageError("--recover takes no container or --to; it acts on interrupted migrations.")
+        return _recover(ctx)
+    if not args.container or args.to is None:
+        raise UsageError("Usage: gputui migrate CONTAINER --to GPU (or gputui migrate --recover).")
+    if getattr(args, "no_docker", False) and not ctx.demo:
+        raise UsageError("gputui migrate acts through Docker; drop --no-docker.")
+    out, err = ctx.stdout, ctx.stderr
+    if ctx.settings.read_only and not args.dry_run:
+        audit_refusal(args.container, args.to, READ_ONLY, demo=ctx.demo)
+        print(f"gputui: {READ_ONLY}", file=err)
+        return EXIT_NO
+    if not ctx.demo:
+        for pending in pending_journals("migrate"):
+            who = (pending.data.get("container") or {})
+            if args.container in (who.get("name"), who.get("id")) or \
+                    (len(args.container) >= 4 and str(who.get("id", "")).startswith(args.container)):
+                print(f"gputui: {args.container} has an interrupted migration; run 'gputui migrate --recover' "
+                      f"first.", file=err)
+                return EXIT_NO
+            print(f"gputui: warning: {pending.describe()}", file=err)
+
+    machine = ctx.open_machine(docker=True)
+    engine = None
+    try:
+        poller = machine.poller(ctx.settings, container_wait=min(3.0, ctx.settings.docker_timeout))
+        try:
+            snapshot = poller.poll()
+        finally:
+            if poller.watcher is not None:
+                poller.watcher.stop()
+        try:
+            engine = engine_for(machine, ctx.settings.with_overrides(read_only=False)
+                                if args.dry_run else ctx.settings)
+            plan = engine.plan(args.container, args.to, snapshot, force=args.force, from_gpu=args.from_gpu)
+        except MigrationNotFound as exc:
+            raise UsageError(str(exc)) from None
+        except MigrationRefused as exc:
+            if not args.dry_run:
+                audit_refusal(args.container, args.to, str(exc), demo=ctx.demo)
+            print(f"gputui: {exc}", file=err)
+            return EXIT_NO
+        except MigrationUnavailable as exc:
+            print(f"gputui: {exc}", file=err)
+            return EXIT_UNAVAILABLE
+
+        if engine.demo:
+            print("(demo: this acts on the simulated server only; no real container is touched)", file=out)
+        print(plan.describe(), file=out)
+        if args.dry_run:
+            note = " (read-only: it could not be carried out)" if ctx.settings.read_only else ""
+            print(f"Dry run: nothing was changed{note}.", file=out)
+            return EXIT_OK
+        out.flush()
+        if not args.yes:
+            if not _interactive():
+                raise UsageError("Refusing to migrate without confirmation: stdin is not a terminal; add --yes.")
+            if _ask(f"Migrate {plan.container_name} to GPU {plan.to_gpu}? [y/N] ", out) not in ("y", "yes"):
+                audit_refusal(plan.container_name, plan.to_gpu, "the user declined the confirmation",
+                              demo=engine.demo)
+                print("Nothing was changed.", file=out)
+                return EXIT_NO
+
+        def progress(p: Progress) -> None:
+            if p.state in ("done", "skipped", "failed", "undoing"):
+                print(p.line(), file=out)
+                out.flush()
+
+        result = engine.execute(plan, progress=progress, timeout=args.timeout)
+        if result.ok:
+            print(result.message, file=out)
+            if plan.compose_change:
+                print("Remember the compose-file change above, or 'docker compose up' will move it back.", file=out)
+            return EXIT_OK
+        print(f"gputui: {result.message}", file=err)
+        return EXIT_NO
+    except JournalError as exc:
+        print(f"gputui: {exc}", file=err)
+        return EXIT_NO
+    finally:
+        if engine is not None:
+            engine.close()
+        machine.close()
+
+
+def _recover(ctx) -> int:
+    out, err = ctx.stdout, ctx.stderr
+    args = ctx.args
+    if ctx.demo:
+        print("The demo keeps no journals: there is nothing to recover.", file=out)
+        return EXIT_OK
+    pending = pending_journals("migrate")
+    if ctx.settings.read_only:
+        print(f"gputui: {READ_ONLY}", file=err)
+        return EXIT_NO
+    try:
+        client = docker_client(ctx.settings.docker_timeout)
+    except MigrationUnavailable as exc:
+        print(f"gputui: {exc}", file=err)
+        return EXIT_UNAVAILABLE
+    from gputui.actions.migrate import DockerMigrationEngine
+
+    engine = DockerMigrationEngine(client)
+    try:
+        if not pending:
+            print("No interrupted migration to recover.", file=out)
+            _report_backups(client, out)
+            return EXIT_OK
+        for p in pending:
+            print(p.describe(), file=out)
+        if not args.yes:
+            if not _interactive():
+                raise UsageError("Refusing to recover without confirmation: stdin is not a terminal; add --yes.")
+            if _ask("Finish or undo these migrations now? [y/N] ", out) not in ("y", "yes"):
+                print("Nothing was changed.", file=out)
+                return EXIT_NO
+        failed = False
+
+        def progress(p: Progress) -> None:
+            print(f"  {p.message}", file=out)
+            out.flush()
+
+        for p in pending:
+            try:
+                result = engine.recover(p, progress=progress)
+            except JournalError as exc:
+                print(f"gputui: {exc}", file=err)
+                failed = True
+                continue
+            if result.ok:
+                print(result.message, file=out)
+            else:
+                failed = True
+                print(f"gputui: {result.message}", file=err)
+        _report_backups(client, out)
+        return EXIT_NO if failed else EXIT_OK
+    finally:
+        engine.close()
+
+
+def _report_backups(client: Any, out) -> None:
+    journaled = {str((p.data or {}).get("backup_name")) for p in pending_journals("migrate")}
+    for name in leftover_backups(client):
+        if name not in journaled:
+            print(f"Note: container {name} looks like a migration backup with no journal; check it and remove "
+                  f"it with 'docker rm {name}' (without -v, to keep its volumes).", file=out)
+
+
+def _interactive() -> bool:
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _ask(prompt: str, out) -> str:
+    out.write(prompt)
+    out.flush()
+    try:
+        return sys.stdin.readline().strip().lower()
+    except (OSError, ValueError):
+        return ""
