@@ -408,3 +408,49 @@ class FakeNvml:
         if res.returncode != 0:
             raise AssertionError(f"gputui snapshot exited {res.returncode}: {res.stderr.strip()}")
         return json.loads(res.stdout)
+
+    def probe(self, env_extra: Mapping[str, str] | None = None) -> "Probe":
+        """A child process running tests/fakenvml/probe.py against this fake (use as a context manager)."""
+        env = self.env()
+        env.setdefault("PYTHONPATH", str(REPO_ROOT))
+        if env_extra:
+            env.update(env_extra)
+        return Probe(env)
+
+
+class Probe:
+    """Talks to tests/fakenvml/probe.py: one command line in, one JSON line out."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "probe.py")], env=dict(env), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+        )
+
+    def ask(self, command: str) -> Any:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise AssertionError(f"probe died answering {command!r}: {err.strip()}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()  # type: ignore[union-attr]
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+    def __enter__(self) -> "Probe":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,773 @@
+"""The NVML source: GPUs and their processes through nvidia-ml-py.
+
+Drivers differ in what they answer. Every query that fails becomes ``None``
+(N/A on screen, null in JSON) — never a crash and never a made-up number — and
+the reason is remembered so that a query the GPU does not support is not asked
+again. Struct versions are probed once and the one that works is kept
+(running processes ``_v3`` → ``_v2`` → v1, memory info ``_v2`` → v1, clock
+event reasons → throttle reasons, enforced → management power limit). A GPU
+that answers ``GPU_IS_LOST`` is reported with ``lost=True`` under the identity
+read before, and the other GPUs go on. A query that should work but keeps
+failing (e.g. ``NVML_ERROR_UNKNOWN`` in two polls in a row) becomes one
+sentence in ``GpuReading.errors`` until it recovers.
+
+What is read when — one poll asks each thing at most once:
+
+=====================  ==================================================================
+read once (open)       driver version, CUDA driver version, NVML version, GPU count,
+                       handles; per GPU: name, UUID, PCI bus id, minor number,
+                       max SM clock, max memory clock
+cached (``slow_ttl``,  power limit, total volatile uncorrected ECC errors,
+5 s by default)        persistence mode
+every poll             utilization (GPU and memory, one call), memory used/total,
+                       temperature, power draw, fan speed, SM clock, memory clock,
+                       P-state, clock-throttle reasons, compute processes, graphics
+                       processes, per-process SM utilization (only when the GPU has
+                       processes)
+=====================  ==================================================================
+
+The process lists and process utilization are read through nvidia-ml-py's
+function pointers with a buffer kept per GPU, so a steady state costs one
+driver call each instead of two (size, then data) — and v1 structs, which
+nvidia-ml-py no longer wraps, can still be read from old drivers.
+
+pynvml is imported inside :meth:`NvmlSource.open`, not at module import: the
+one-shot commands pay for it only when they really read a GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
+from gputui.core.sources import NvmlUnavailable
+
+#: How long slow values (power limit, ECC, persistence mode) are reused.
+SLOW_TTL = 5.0
+#: Consecutive failed polls of one query before it is reported in GpuReading.errors.
+FAIL_THRESHOLD = 2
+#: Process-utilization samples older than this (seconds) are not asked for.
+UTIL_WINDOW = 1.0
+
+# NVML return codes (nvml.h); named here so this module needs pynvml only after open().
+_SUCCESS = 0
+_INVALID_ARGUMENT = 2
+_NOT_SUPPORTED = 3
+_NO_PERMISSION = 4
+_NOT_FOUND = 6
+_INSUFFICIENT_SIZE = 7
+_DRIVER_NOT_LOADED = 9
+_LIBRARY_NOT_FOUND = 12
+_FUNCTION_NOT_FOUND = 13
+_GPU_IS_LOST = 15
+_LIB_RM_VERSION_MISMATCH = 18
+_ARGUMENT_VERSION_MISMATCH = 25
+_UNKNOWN = 999
+
+#: Errors that mean "this GPU/driver cannot answer this", not "try again".
+_PERMANENT = frozenset({_NOT_SUPPORTED, _FUNCTION_NOT_FOUND, _NO_PERMISSION, _INVALID_ARGUMENT,
+                        _ARGUMENT_VERSION_MISMATCH})
+
+_NOT_AVAILABLE_ULL = 0xFFFFFFFFFFFFFFFF
+_PSTATE_UNKNOWN = 32
+_CLOCK_SM = 1
+_CLOCK_MEM = 2
+_TEMPERATURE_GPU = 0
+_ECC_UNCORRECTED = 1
+_ECC_VOLATILE = 0
+
+#: Human names of fields for error sentences.
+_LABELS = {
+    "utilization": "utilization", "memory": "memory", "temperature": "temperature", "power_draw": "power draw",
+    "fan_speed": "fan speed", "clock_sm": "SM clock", "clock_memory": "memory clock", "pstate": "P-state",
+    "throttle_reasons": "throttle reasons", "power_limit": "power limit", "ecc_errors": "ECC errors",
+    "persistence_mode": "persistence mode", "compute_processes": "compute processes",
+    "graphics_processes": "graphics processes", "process_utilization": "process utilization",
+    "name": "name", "uuid": "UUID", "pci_bus_id": "PCI bus id", "minor_number": "minor number",
+    "clock_sm_max": "max SM clock", "clock_memory_max": "max memory clock", "handle": "device handle",
+}
+
+
+class _ProcessInfoV1(ctypes.Structure):
+    """nvmlProcessInfo_v1_t: what drivers before R450 fill (nvidia-ml-py no longer defines it)."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+class _ProcessInfoV2(ctypes.Structure):
+    """nvmlProcessInfo_v2_t, also what the ``_v3`` functions fill (nvml.h's nvmlProcessInfo_t)."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
+                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+
+
+class _UtilizationSample(ctypes.Structure):
+    """nvmlProcessUtilizationSample_t."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong), ("smUtil", ctypes.c_uint),
+                ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
+
+
+class _Lost(Exception):
+    """A GPU answered GPU_IS_LOST; stop asking it anything this poll."""
+
+
+def init_error_sentence(code: int | None, detail: str = "") -> str:
+    """One sentence naming why NVML could not start, for the user (exit 3)."""
+    if code == _LIBRARY_NOT_FOUND:
+        return ("The NVIDIA driver library libnvidia-ml.so.1 was not found: no NVIDIA driver is installed "
+                "here, or its library is not on the library path.")
+    if code == _DRIVER_NOT_LOADED:
+        return "The NVIDIA kernel driver is not loaded (is there an NVIDIA GPU, and is the nvidia module loaded?)."
+    if code == _NO_PERMISSION:
+        return "gputui has no permission to use the NVIDIA devices (/dev/nvidia*); ask an admin for access."
+    if code == _LIB_RM_VERSION_MISMATCH:
+        return ("The NVIDIA driver library and the loaded kernel module have different versions, usually after "
+                "a driver upgrade without a reboot; reboot or reload the nvidia kernel module.")
+    if code == _FUNCTION_NOT_FOUND:
+        return "The NVIDIA driver library is too old for nvidia-ml-py (nvmlInit is missing); update the driver."
+    reason = detail or (f"NVML error {code}" if code is not None else "unknown error")
+    return f"NVML could not be initialised ({reason})."
+
+
+def format_cuda_version(value: int | None) -> str | None:
+    """NVML's CUDA driver version integer (12040) as nvidia-smi prints it ("12.4")."""
+    if value is None or value <= 0:
+        return None
+    major, minor = value // 1000, (value % 1000) // 10
+    return f"{major}.{minor}"
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass
+class _Device:
+    """What the source keeps about one GPU between polls."""
+
+    index: int
+    handle: Any = None
+    name: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    minor_number: int | None = None
+    clock_sm_max: int | None = None
+    clock_memory_max: int | None = None
+    static_done: bool = False
+    #: fields this GPU cannot answer (NOT_SUPPORTED, no permission, ...): not asked again
+    unsupported: set[str] = field(default_factory=set)
+    #: consecutive failed polls per field, and the last error text
+    failures: dict[str, int] = field(default_factory=dict)
+    last_error: dict[str, str] = field(default_factory=dict)
+    #: slow fields: name -> (value, monotonic time read)
+    slow: dict[str, tuple[Any, float]] = field(default_factory=dict)
+    #: newest process-utilization sample timestamp seen (µs, the driver's clock)
+    util_seen: int = 0
+    #: reusable ctypes buffers for the process and sample lists
+    buffers: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DeviceHealth:
+    """Per-GPU facts for ``gputui doctor``; None where the GPU cannot say."""
+
+    index: int
+    name: str | None
+    uuid: str | None
+    lost: bool
+    persistence_mode: bool | None
+    ecc_mode: bool | None
+    retired_pages_single_bit: int | None
+    retired_pages_double_bit: int | None
+    retired_pages_pending: bool | None
+    remapped_rows_correctable: int | None
+    remapped_rows_uncorrectable: int | None
+    remapped_rows_pending: bool | None
+    remapped_rows_failure: bool | None
+
+
+@dataclass(frozen=True)
+class NvmlLibraryInfo:
+    """The NVML library and driver as ``gputui doctor`` reports them."""
+
+    driver_version: str | None
+    cuda_driver_version: str | None
+    nvml_version: str | None
+    nvidia_ml_py_version: str | None
+    #: where libnvidia-ml.so.1 was loaded from, when it can be found
+    library_path: str | None
+    #: NVML functions this driver lacks that gputui asked for (fallbacks were used)
+    missing_functions: tuple[str, ...]
+    #: the process-list struct version in use: "v3", "v2", "v1" or None (none worked yet)
+    process_struct: str | None
+    devices: tuple[DeviceHealth, ...]
+
+
+class NvmlSource:
+    """A :class:`~gputui.core.sources.GpuSource` reading NVML through nvidia-ml-py.
+
+    ``open()`` must be called first (it raises :class:`NvmlUnavailable` with one
+    sentence); ``read()`` never raises for a failing GPU or query.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, slow_ttl: float = SLOW_TTL,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._wall = wall_clock
+        self.slow_ttl = slow_ttl
+        self._nv: Any = None
+        self._lock = threading.Lock()
+        self._devices: list[_Device] = []
+        self.driver_version: str | None = None
+        self.cuda_driver_version: str | None = None
+        self.nvml_version: str | None = None
+        #: probed once: the function that works for each versioned family ("memory", "compute_processes", ...)
+        self._variant: dict[str, str] = {}
+        #: families for which the driver has none of the candidate functions
+        self._absent: set[str] = set()
+        self._missing: set[str] = set()
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Load and initialise NVML, read the static facts. Raises NvmlUnavailable."""
+        if self._nv is not None:
+            return
+        try:
+            import pynvml
+        except ImportError:
+            raise NvmlUnavailable(
+                "nvidia-ml-py is not installed in gputui's Python environment; install it with "
+                "'pip install nvidia-ml-py'."
+            ) from None
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise NvmlUnavailable(init_error_sentence(getattr(exc, "value", None), str(exc))) from None
+        except Exception as exc:  # a broken library or binding: still one sentence
+            raise NvmlUnavailable(init_error_sentence(None, f"{type(exc).__name__}: {exc}")) from None
+        self._nv = pynvml
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as exc:
+            self.close()
+            raise NvmlUnavailable(f"NVML started but could not count the GPUs ({exc}).") from None
+        self.driver_version = self._system(lambda: _text(pynvml.nvmlSystemGetDriverVersion()))
+        self.nvml_version = self._system(lambda: _text(pynvml.nvmlSystemGetNVMLVersion()))
+        self.cuda_driver_version = format_cuda_version(self._system(self._cuda_version))
+        self._devices = [_Device(index=i) for i in range(count)]
+        for dev in self._devices:
+            self._attach(dev)
+
+    def close(self) -> None:
+        """Shut NVML down (once). The source cannot be read afterwards."""
+        nv, self._nv = self._nv, None
+        if nv is None:
+            return
+        try:
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+
+    @property
+    def device_count(self) -> int:
+        return len(self._devices)
+
+    # -- reading --------------------------------------------------------------------
+
+    def read(self) -> GpuReading:
+        """One poll of every GPU: values, lost flags, raw processes and persistent errors."""
+        if self._nv is None:
+            raise NvmlUnavailable("NVML is not initialised (NvmlSource.open() was not called or it was closed).")
+        with self._lock:
+            now = self._clock()
+            gpus: list[Gpu] = []
+            processes: dict[int, tuple[RawProcess, ...]] = {}
+            for dev in self._devices:
+                try:
+                    gpu, procs = self._read_device(dev, now)
+                except _Lost:
+                    gpu, procs = self._lost_gpu(dev), None
+                gpus.append(gpu)
+                if procs is not None:
+                    processes[dev.index] = procs
+            return GpuReading(
+                driver_version=self.driver_version,
+                cuda_driver_version=self.cuda_driver_version,
+                gpus=tuple(gpus),
+                processes=processes,
+                errors=self._error_sentences(),
+                nvml_version=self.nvml_version,
+            )
+
+    def _read_device(self, dev: _Device, now: float) -> tuple[Gpu, tuple[RawProcess, ...]]:
+        nv = self._nv
+        if dev.handle is None:
+            self._attach(dev)
+            if dev.handle is None:
+                if dev.last_error.get("handle") == "lost":
+                    raise _Lost
+                # No handle for another reason: identity only, every value N/A (the error is reported).
+                return replace(self._lost_gpu(dev), lost=False), ()
+        if not dev.static_done:
+            self._read_static(dev)
+        h = dev.handle
+        util = self._q(dev, "utilization", nv.nvmlDeviceGetUtilizationRates, h)
+        mem = self._memory(dev)
+        temperature = self._q(dev, "temperature", nv.nvmlDeviceGetTemperature, h, _TEMPERATURE_GPU)
+        power = self._q(dev, "power_draw", nv.nvmlDeviceGetPowerUsage, h)
+        fan = self._q(dev, "fan_speed", nv.nvmlDeviceGetFanSpeed, h)
+        clock_sm = self._q(dev, "clock_sm", nv.nvmlDeviceGetClockInfo, h, _CLOCK_SM)
+        clock_mem = self._q(dev, "clock_memory", nv.nvmlDeviceGetClockInfo, h, _CLOCK_MEM)
+        pstate = self._q(dev, "pstate", nv.nvmlDeviceGetPerformanceState, h)
+        reasons = self._throttle(dev)
+        power_limit = self._slow(dev, "power_limit", now, self._power_limit)
+        ecc = self._slow(dev, "ecc_errors", now, lambda d: self._q(
+            d, "ecc_errors", nv.nvmlDeviceGetTotalEccErrors, d.handle, _ECC_UNCORRECTED, _ECC_VOLATILE))
+        persistence = self._slow(dev, "persistence_mode", now,
+                                 lambda d: self._q(d, "persistence_mode", nv.nvmlDeviceGetPersistenceMode, d.handle))
+        procs = self._processes(dev)
+        gpu = Gpu(
+            index=dev.index,
+            uuid=dev.uuid or "",
+            name=dev.name or "Unknown GPU",
+            pci_bus_id=dev.pci_bus_id,
+            utilization_gpu=int(util.gpu) if util is not None else None,
+            utilization_memory=int(util.memory) if util is not None else None,
+            memory_used=mem[0] if mem is not None else None,
+            memory_total=mem[1] if mem is not None else None,
+            temperature=int(temperature) if temperature is not None else None,
+            power_draw=power / 1000.0 if power is not None else None,
+            power_limit=power_limit / 1000.0 if power_limit is not None else None,
+            fan_speed=int(fan) if fan is not None else None,
+            clock_sm=int(clock_sm) if clock_sm is not None else None,
+            clock_memory=int(clock_mem) if clock_mem is not None else None,
+            clock_sm_max=dev.clock_sm_max,
+            clock_memory_max=dev.clock_memory_max,
+            pstate=int(pstate) if pstate is not None and pstate != _PSTATE_UNKNOWN else None,
+            throttle_reasons=throttle_names(int(reasons)) if reasons is not None else (),
+            ecc_errors=int(ecc) if ecc is not None else None,
+            persistence_mode=bool(persistence) if persistence is not None else None,
+            minor_number=dev.minor_number,
+            lost=False,
+        )
+        return gpu, procs
+
+    def _lost_gpu(self, dev: _Device) -> Gpu:
+        return Gpu(index=dev.index, uuid=dev.uuid or "", name=dev.name or "Unknown GPU", pci_bus_id=dev.pci_bus_id,
+                   clock_sm_max=dev.clock_sm_max, clock_memory_max=dev.clock_memory_max,
+                   minor_number=dev.minor_number, lost=True)
+
+    # -- queries --------------------------------------------------------------------
+
+    def _q(self, dev: _Device, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call one NVML getter: its value, or None (remembering why). Raises _Lost."""
+        if name in dev.unsupported:
+            return None
+        try:
+            value = fn(*args)
+        except self._nv.NVMLError as exc:
+            self._failed(dev, name, getattr(exc, "value", _UNKNOWN), exc)
+            return None
+        except Exception as exc:  # ctypes/binding trouble (seen with mismatched drivers): N/A, never a crash
+            self._failed(dev, name, _UNKNOWN, exc)
+            return None
+        self._succeeded(dev, name)
+        return value
+
+    def _failed(self, dev: _Device, name: str, code: int, exc: BaseException) -> None:
+        if code == _GPU_IS_LOST:
+            raise _Lost
+        if code in _PERMANENT:
+            dev.unsupported.add(name)
+            dev.failures.pop(name, None)
+            if code == _FUNCTION_NOT_FOUND:
+                self._missing.add(name)
+            return
+        dev.failures[name] = dev.failures.get(name, 0) + 1
+        dev.last_error[name] = str(exc) or type(exc).__name__
+
+    def _succeeded(self, dev: _Device, name: str) -> None:
+        if dev.failures:
+            dev.failures.pop(name, None)
+
+    def _slow(self, dev: _Device, name: str, now: float, read: Callable[[_Device], Any]) -> Any:
+        cached = dev.slow.get(name)
+        if cached is not None and now - cached[1] < self.slow_ttl:
+            return cached[0]
+        value = read(dev)
+        if value is not None or name in dev.unsupported:
+            dev.slow[name] = (value, now)
+        return value
+
+    def _system(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception:
+            return None
+
+    def _cuda_version(self) -> int | None:
+        nv = self._nv
+        for name in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
+            try:
+                return int(getattr(nv, name)())
+            except AttributeError:
+                continue
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) == _FUNCTION_NOT_FOUND:
+                    self._missing.add(name)
+                    continue
+                return None
+        return None
+
+    def _attach(self, dev: _Device) -> None:
+        """Get the GPU's handle and static facts; a lost GPU is retried at the next poll."""
+        nv = self._nv
+        try:
+            dev.handle = nv.nvmlDeviceGetHandleByIndex(dev.index)
+        except nv.NVMLError as exc:
+            dev.handle = None
+            dev.last_error["handle"] = "lost" if getattr(exc, "value", None) == _GPU_IS_LOST else str(exc)
+            if getattr(exc, "value", None) != _GPU_IS_LOST:
+                dev.failures["handle"] = dev.failures.get("handle", 0) + 1
+            return
+        dev.failures.pop("handle", None)
+        try:
+            self._read_static(dev)
+        except _Lost:
+            pass
+
+    def _read_static(self, dev: _Device) -> None:
+        """Values that never change while the driver is loaded: read until each has an answer."""
+        nv, h = self._nv, dev.handle
+        if dev.name is None:
+            v = self._q(dev, "name", nv.nvmlDeviceGetName, h)
+            dev.name = _text(v) if v is not None else None
+        if dev.uuid is None:
+            v = self._q(dev, "uuid", nv.nvmlDeviceGetUUID, h)
+            dev.uuid = _text(v) if v is not None else None
+        if dev.pci_bus_id is None:
+            v = self._q(dev, "pci_bus_id", nv.nvmlDeviceGetPciInfo, h)
+            dev.pci_bus_id = _text(v.busId) if v is not None else None
+        if dev.minor_number is None:
+            dev.minor_number = self._q(dev, "minor_number", nv.nvmlDeviceGetMinorNumber, h)
+        if dev.clock_sm_max is None:
+            dev.clock_sm_max = self._q(dev, "clock_sm_max", nv.nvmlDeviceGetMaxClockInfo, h, _CLOCK_SM)
+        if dev.clock_memory_max is None:
+            dev.clock_memory_max = self._q(dev, "clock_memory_max", nv.nvmlDeviceGetMaxClockInfo, h, _CLOCK_MEM)
+        dev.static_done = all(
+            getattr(dev, f) is not None or f in dev.unsupported
+            for f in ("name", "uuid", "pci_bus_id", "minor_number", "clock_sm_max", "clock_memory_max")
+        )
+
+    def _fn(self, name: str) -> Any:
+        """The C function ``name`` of the loaded library; NVMLError(FUNCTION_NOT_FOUND) if the driver lacks it."""
+        nv = self._nv
+        getter = getattr(nv, "_nvmlGetFunctionPointer", None)
+        if getter is not None:
+            return getter(name)
+        try:
+            return getattr(nv.nvmlLib, name)
+        except AttributeError:
+            raise nv.NVMLError(_FUNCTION_NOT_FOUND) from None
+
+    def _variant_call(self, dev: _Device, family: str, candidates: tuple[str, ...],
+                      call: Callable[[str], Any]) -> Any:
+        """Probe ``candidates`` (newest first) once per source; keep the first that the driver has.
+
+        ``call(variant)`` raises NVMLError; FUNCTION_NOT_FOUND or ARGUMENT_VERSION_MISMATCH moves to
+        the next candidate for good. Returns the value or None (recorded under ``family``).
+        """
+        if family in dev.unsupported or family in self._absent:
+            return None
+        chosen = self._variant.get(family)
+        order = (chosen,) if chosen is not None else candidates
+        nv = self._nv
+        for variant in order:
+            try:
+                value = call(variant)
+            except nv.NVMLError as exc:
+                code = getattr(exc, "value", _UNKNOWN)
+                if code in (_FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH) and chosen is None:
+                    self._missing.add(variant)
+                    continue
+                self._failed(dev, family, code, exc)
+                return None
+            except Exception as exc:
+                self._failed(dev, family, _UNKNOWN, exc)
+                return None
+            self._variant[family] = variant
+            self._succeeded(dev, family)
+            return value
+        # no candidate exists in this driver
+        self._absent.add(family)
+        return None
+
+    def _memory(self, dev: _Device) -> tuple[int, int] | None:
+        nv, h = self._nv, dev.handle
+
+        def call(variant: str) -> tuple[int, int]:
+            if variant == "nvmlDeviceGetMemoryInfo_v2":
+                version = getattr(nv, "nvmlMemory_v2", None)
+                if version is None:  # a binding too old to know the v2 struct
+                    raise nv.NVMLError(_FUNCTION_NOT_FOUND)
+                m = nv.nvmlDeviceGetMemoryInfo(h, version=version)
+            else:
+                m = nv.nvmlDeviceGetMemoryInfo(h)
+            return int(m.used), int(m.total)
+
+        return self._variant_call(dev, "memory", ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"), call)
+
+    def _throttle(self, dev: _Device) -> int | None:
+        nv, h = self._nv, dev.handle
+        return self._variant_call(
+            dev, "throttle_reasons",
+            ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+            lambda name: self._u64_call(name, h),
+        )
+
+    def _u64_call(self, name: str, h: Any) -> int:
+        out = ctypes.c_ulonglong()
+        ret = self._fn(name)(h, ctypes.byref(out))
+        if ret != _SUCCESS:
+            raise self._nv.NVMLError(ret)
+        return int(out.value)
+
+    def _power_limit(self, dev: _Device) -> int | None:
+        def call(name: str) -> int:
+            out = ctypes.c_uint()
+            ret = self._fn(name)(dev.handle, ctypes.byref(out))
+            if ret != _SUCCESS:
+                raise self._nv.NVMLError(ret)
+            return int(out.value)
+
+        return self._variant_call(dev, "power_limit",
+                                  ("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPowerManagementLimit"), call)
+
+    # -- processes ------------------------------------------------------------------
+
+    def _list(self, dev: _Device, name: str, struct: Any) -> list[tuple[int, int | None]]:
+        """One running-process list through a buffer kept per GPU (one C call when it fits)."""
+        fn = self._fn(name)
+        key = f"{name}:{ctypes.sizeof(struct)}"
+        buf = dev.buffers.get(key)
+        for _ in range(4):
+            if buf is None:
+                buf = (struct * 32)()
+            count = ctypes.c_uint(len(buf))
+            ret = fn(dev.handle, ctypes.byref(count), buf)
+            if ret == _INSUFFICIENT_SIZE:
+                buf = (struct * (count.value * 2 + 16))()
+                continue
+            if ret != _SUCCESS:
+                raise self._nv.NVMLError(ret)
+            dev.buffers[key] = buf
+            out = []
+            for i in range(min(count.value, len(buf))):
+                mem = int(buf[i].usedGpuMemory)
+                out.append((int(buf[i].pid), None if mem == _NOT_AVAILABLE_ULL else mem))
+            return out
+        raise self._nv.NVMLError(_INSUFFICIENT_SIZE)
+
+    def _running(self, dev: _Device, graphics: bool) -> list[tuple[int, int | None]] | None:
+        base = "nvmlDeviceGetGraphicsRunningProcesses" if graphics else "nvmlDeviceGetComputeRunningProcesses"
+        family = "graphics_processes" if graphics else "compute_processes"
+        structs = {f"{base}_v3": _ProcessInfoV2, f"{base}_v2": _ProcessInfoV2, base: _ProcessInfoV1}
+        return self._variant_call(dev, family, tuple(structs), lambda name: self._list(dev, name, structs[name]))
+
+    def _processes(self, dev: _Device) -> tuple[RawProcess, ...]:
+        compute = self._running(dev, graphics=False)
+        graphics = self._running(dev, graphics=True)
+        merged: dict[int, list[Any]] = {}  # pid -> [compute?, graphics?, memory]
+        for kind, entries in ((0, compute), (1, graphics)):
+            for pid, mem in entries or ():
+                entry = merged.setdefault(pid, [False, False, None])
+                entry[kind] = True
+                # One process has one memory figure; NVML repeats it in both lists.
+                if mem is not None:
+                    entry[2] = mem if entry[2] is None else max(entry[2], mem)
+        if not merged:
+            return ()
+        samples = self._process_utilization(dev)
+        out = []
+        for pid, (is_compute, is_graphics, mem) in merged.items():
+            ptype: ProcessType = (
+                "compute+graphics" if is_compute and is_graphics else "compute" if is_compute else "graphics"
+            )
+            sm = None if samples is None else samples.get(pid, 0)
+            out.append(RawProcess(pid=pid, type=ptype, gpu_memory=mem, sm_utilization=sm))
+        return tuple(out)
+
+    def _process_utilization(self, dev: _Device) -> dict[int, int] | None:
+        """Newest SM% sample per PID; {} when the driver has no recent samples; None when N/A.
+
+        Asks for samples newer than the last one seen, but never for less than
+        UTIL_WINDOW seconds, so a fast refresh does not flicker to 0 between samples.
+        """
+        name = "process_utilization"
+        if name in dev.unsupported:
+            return None
+        nv = self._nv
+        now_us = int(self._wall() * 1_000_000)
+        since = now_us - int(UTIL_WINDOW * 1_000_000)
+        if dev.util_seen:
+            since = min(since, dev.util_seen)
+        try:
+            fn = self._fn("nvmlDeviceGetProcessUtilization")
+            struct = _UtilizationSample
+            buf = dev.buffers.get(name)
+            for _ in range(4):
+                if buf is None:
+                    buf = (struct * 64)()
+                count = ctypes.c_uint(len(buf))
+                ret = fn(dev.handle, buf, ctypes.byref(count), ctypes.c_ulonglong(max(0, since)))
+                if ret == _INSUFFICIENT_SIZE:
+                    buf = (struct * (count.value * 2 + 16))()
+                    continue
+                break
+            dev.buffers[name] = buf
+            if ret == _NOT_FOUND:  # supported, but no sample in the window: every process is idle
+                self._succeeded(dev, name)
+                return {}
+            if ret != _SUCCESS:
+                raise nv.NVMLError(ret)
+        except nv.NVMLError as exc:
+            self._failed(dev, name, getattr(exc, "value", _UNKNOWN), exc)
+            return None
+        except Exception as exc:
+            self._failed(dev, name, _UNKNOWN, exc)
+            return None
+        self._succeeded(dev, name)
+        newest: dict[int, tuple[int, int]] = {}
+        for i in range(min(count.value, len(buf))):
+            s = buf[i]
+            ts = int(s.timeStamp)
+            if s.pid not in newest or ts >= newest[s.pid][0]:
+                newest[int(s.pid)] = (ts, int(s.smUtil))
+            if ts > dev.util_seen:
+                dev.util_seen = ts
+        return {pid: min(100, sm) for pid, (_, sm) in newest.items()}
+
+    # -- errors ---------------------------------------------------------------------
+
+    def _error_sentences(self) -> tuple[str, ...]:
+        out = []
+        for dev in self._devices:
+            bad = [f for f, n in dev.failures.items() if n >= FAIL_THRESHOLD]
+            if not bad:
+                continue
+            labels = [_LABELS.get(f, f.replace("_", " ")) for f in bad]
+            what = labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+            reasons = sorted({dev.last_error.get(f, "error") for f in bad})
+            polls = min(dev.failures[f] for f in bad)
+            out.append(f"GPU {dev.index}: NVML failed to read {what} in the last {polls} polls "
+                       f"({'; '.join(reasons)}).")
+        return tuple(out)
+
+    # -- doctor ---------------------------------------------------------------------
+
+    def library_info(self) -> NvmlLibraryInfo:
+        """Driver and library versions and per-GPU health, for ``gputui doctor``."""
+        if self._nv is None:
+            raise NvmlUnavailable("NVML is not initialised (NvmlSource.open() was not called or it was closed).")
+        nv = self._nv
+        with self._lock:
+            devices = tuple(self._health(dev) for dev in self._devices)
+            process_struct = None
+            variant = self._variant.get("compute_processes")
+            if variant is not None:
+                process_struct = "v3" if variant.endswith("_v3") else "v2" if variant.endswith("_v2") else "v1"
+            return NvmlLibraryInfo(
+                driver_version=self.driver_version,
+                cuda_driver_version=self.cuda_driver_version,
+                nvml_version=self.nvml_version,
+                nvidia_ml_py_version=_binding_version(),
+                library_path=_loaded_library_path(nv),
+                missing_functions=tuple(sorted(self._missing)),
+                process_struct=process_struct,
+                devices=devices,
+            )
+
+    def _health(self, dev: _Device) -> DeviceHealth:
+        nv = self._nv
+
+        def ask(fn: Callable[..., Any], *args: Any) -> Any:
+            try:
+                return fn(*args)
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) == _GPU_IS_LOST:
+                    raise _Lost from None
+                return None
+            except Exception:
+                return None
+
+        lost = dev.handle is None
+        values: dict[str, Any] = {}
+        if not lost:
+            h = dev.handle
+            try:
+                persistence = ask(nv.nvmlDeviceGetPersistenceMode, h)
+                ecc = ask(nv.nvmlDeviceGetEccMode, h)
+                sbe = ask(nv.nvmlDeviceGetRetiredPages, h, 0)
+                dbe = ask(nv.nvmlDeviceGetRetiredPages, h, 1)
+                pending = ask(nv.nvmlDeviceGetRetiredPagesPendingStatus, h)
+                rows = ask(nv.nvmlDeviceGetRemappedRows, h)
+                values = dict(
+                    persistence_mode=bool(persistence) if persistence is not None else None,
+                    ecc_mode=bool(ecc[0]) if ecc is not None else None,
+                    retired_pages_single_bit=len(sbe) if sbe is not None else None,
+                    retired_pages_double_bit=len(dbe) if dbe is not None else None,
+                    retired_pages_pending=bool(pending) if pending is not None else None,
+                    remapped_rows_correctable=int(rows[0]) if rows is not None else None,
+                    remapped_rows_uncorrectable=int(rows[1]) if rows is not None else None,
+                    remapped_rows_pending=bool(rows[2]) if rows is not None else None,
+                    remapped_rows_failure=bool(rows[3]) if rows is not None else None,
+                )
+            except _Lost:
+                lost = True
+        empty = dict.fromkeys(
+            ("persistence_mode", "ecc_mode", "retired_pages_single_bit", "retired_pages_double_bit",
+             "retired_pages_pending", "remapped_rows_correctable", "remapped_rows_uncorrectable",
+             "remapped_rows_pending", "remapped_rows_failure"))
+        empty.update(values)
+        return DeviceHealth(index=dev.index, name=dev.name, uuid=dev.uuid, lost=lost, **empty)
+
+
+def _binding_version() -> str | None:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover - Python < 3.8
+        return None
+    try:
+        return version("nvidia-ml-py")
+    except PackageNotFoundError:
+        return None
+
+
+def _loaded_library_path(nv: Any) -> str | None:
+    """The file libnvidia-ml.so.1 was loaded from, from this process's memory map."""
+    del nv
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if "libnvidia-ml.so" in line:
+                    return line.split(None, 5)[-1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def nvml_library_info() -> NvmlLibraryInfo:
+    """Open NVML, describe the library, driver and GPU health, close. Raises NvmlUnavailable."""
+    source = NvmlSource()
+    source.open()
+    try:
+        source.read()  # probes the struct versions the driver has
+        return source.library_info()
+    finally:
+        source.close()

@@ -1,0 +1,407 @@
+"""The host process source: who owns each GPU process, and what it is doing.
+
+NVML gives PIDs; this module turns them into :class:`ProcessFacts` (user,
+command line, CPU %, RSS, start time, parent, status, cgroup, orphaned).
+
+Cost is the point of the design: a poll at 16 GPUs x 1000 processes must stay
+well under 50 ms, so on Linux it reads ``/proc`` directly instead of going
+through psutil objects:
+
+- every poll, one read of ``/proc/PID/stat`` gives state, parent, process
+  group, session, CPU ticks, start time and RSS (the same counters psutil uses);
+- once per process identity ``(pid, start time)`` — re-read only if the
+  process exec()s something else (its ``comm`` changes) — ``/proc/PID/status``
+  (real uid, innermost namespace PID), ``/proc/PID/cmdline`` and
+  ``/proc/PID/cgroup``; user names are cached per uid.
+
+``create_time`` is computed exactly as psutil computes it (start ticks /
+CLK_TCK + boot time), with the boot time read once per source so that a
+process keeps one identity while gputui runs even if the wall clock is stepped.
+psutil is used only where /proc is not available.
+
+A PID that cannot be read is kept, never dropped, with ``visible=False`` and a
+reason:
+
+- ``"vanished"``: it exited between NVML's listing and this read;
+- ``"other-namespace"``: this /proc shows another PID namespace than the host's
+  (gputui runs in a container without ``--pid=host``), so NVML's host PIDs do
+  not name processes here. The namespace of /proc is that of its PID 1
+  (``/proc/1/ns/pid``, or our own when PID 1 cannot be inspected); the host's
+  initial namespace has the fixed inode 0xEFFFFFFC (PROC_PID_INIT_INO). In such
+  a namespace a PID that *does* exist here could be a different process with
+  the same number; where this container has NVIDIA device files, a PID counts
+  as the GPU process only if it has ``/dev/nvidia*`` open;
+- ``"hidden"``: /proc is mounted with ``hidepid`` and the process belongs to
+  another user.
+
+Orphans. The kernel does not record a process's original parent, so
+"orphaned" is inferred, and inferred conservatively. A process is orphaned when
+all of these hold:
+
+1. its parent is a reaper — PID 1, the init of any PID namespace (a container's
+   PID 1, seen from the host), or a known child-subreaper/init program
+   (``systemd --user``, tini, dumb-init, ...);
+2. it is not itself a namespace init (a container's main process is nobody's
+   orphan) and not a session leader (services, ``setsid`` jobs and container
+   processes started by runc are session leaders, started detached on purpose);
+3. the session or process group it belonged to has lost its leader — the shell
+   or launcher that started it is gone.
+
+So a container's init (parent: containerd-shim or conmon, a subreaper that is
+*not* a reaper in this sense) is not orphaned; a process exec'd into a container
+is not either; ``nohup train.py &`` after its shell exited is; a DataLoader worker
+whose training process died is.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from gputui.core.model import ProcessFacts
+
+#: Inode of the initial (host) PID namespace: PROC_PID_INIT_INO in the kernel's proc_ns.h.
+INIT_PID_NS_INODE = 0xEFFFFFFC
+
+#: Programs that adopt orphans as init or child-subreaper (comm names, 15 chars max).
+SUBREAPERS = frozenset({"systemd", "init", "tini", "docker-init", "dumb-init", "catatonit", "s6-svscan"})
+
+#: How often (s) an unchanged process's orphan verdict is re-checked (a session leader can exit).
+ORPHAN_RECHECK = 5.0
+#: Below this many seconds between two reads, CPU % keeps its last value (tick resolution).
+MIN_CPU_INTERVAL = 0.1
+#: Cache entries of PIDs not asked about for this long are dropped.
+CACHE_TTL = 60.0
+
+_STATUS = {
+    "R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped", "t": "tracing-stop", "Z": "zombie",
+    "X": "dead", "x": "dead", "K": "wake-kill", "W": "waking", "I": "idle", "P": "parked",
+}
+
+
+@dataclass
+class _Static:
+    """Facts that do not change during one process identity (pid, start time)."""
+
+    starttime: int
+    comm: bytes
+    create_time: float
+    uid: int | None
+    user: str | None
+    command: str | None
+    cgroup: str | None
+    ns_init: bool
+    #: in a foreign PID namespace: does it hold /dev/nvidia* open (None: not checked / unknown)
+    gpu_fd: bool | None = None
+    orphan_ppid: int = -1
+    orphaned: bool = False
+    orphan_at: float = 0.0
+    cpu_ticks: int | None = None
+    cpu_at: float = 0.0
+    cpu_percent: float | None = None
+    seen: float = 0.0
+
+
+def _pid_ns_inode(path: str) -> int | None:
+    try:
+        link = os.readlink(path)
+    except OSError:
+        return None
+    # "pid:[4026531836]"
+    try:
+        return int(link[link.index("[") + 1: link.index("]")])
+    except ValueError:
+        return None
+
+
+def proc_shows_host_pids(proc: str = "/proc") -> bool:
+    """Whether ``proc`` shows the host's (initial) PID namespace, whose PIDs NVML reports."""
+    inode = _pid_ns_inode(f"{proc}/1/ns/pid")
+    if inode is None:
+        inode = _pid_ns_inode(f"{proc}/self/ns/pid")
+    return inode is None or inode == INIT_PID_NS_INODE
+
+
+def _hidepid(proc: str) -> bool:
+    """Whether /proc hides other users' processes from us (mount option hidepid, and we are not root)."""
+    if os.geteuid() == 0:
+        return False
+    try:
+        with open(f"{proc}/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 4 and parts[4] == proc and "hidepid=" in line and "hidepid=0" not in line \
+                        and "hidepid=off" not in line:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb", buffering=0) as f:
+        return f.read()
+
+
+class HostProcessSource:
+    """A :class:`~gputui.core.sources.ProcessSource` over /proc (psutil where there is no /proc)."""
+
+    def __init__(self, proc: str = "/proc", clock: Callable[[], float] = time.monotonic) -> None:
+        self._proc = proc
+        self._clock = clock
+        self._static: dict[int, _Static] = {}
+        self._users: dict[int, str] = {}
+        self._last_purge = 0.0
+        self._linux = os.path.isfile(f"{proc}/self/stat")
+        self._ticks = os.sysconf("SC_CLK_TCK") if self._linux else 100
+        self._page = os.sysconf("SC_PAGE_SIZE") if self._linux else 4096
+        self._btime = self._boot_time() if self._linux else None
+        self.host_pids = proc_shows_host_pids(proc) if self._linux else True
+        self._hidden = _hidepid(proc) if self._linux else False
+        #: only where this (foreign) namespace can see NVIDIA device files does the fd check mean anything
+        self._check_fds = (not self.host_pids) and any(
+            n.startswith("nvidia") for n in _listdir("/dev"))
+
+    # -- the protocol -----------------------------------------------------------------
+
+    def facts(self, pids: Iterable[int]) -> dict[int, ProcessFacts]:
+        """Facts for every PID asked for; a PID that cannot be read comes back with visible=False."""
+        if not self._linux:
+            return self._facts_psutil(pids)
+        now = self._clock()
+        out: dict[int, ProcessFacts] = {}
+        parents: dict[int, bool] = {}
+        for pid in pids:
+            out[pid] = self._fact(int(pid), now, parents)
+        if now - self._last_purge > CACHE_TTL / 4:
+            self._purge(now)
+        return out
+
+    # -- Linux --------------------------------------------------------------------------
+
+    def _fact(self, pid: int, now: float, parents: dict[int, bool]) -> ProcessFacts:
+        base = f"{self._proc}/{pid}"
+        try:
+            raw = _read(f"{base}/stat")
+        except OSError:
+            return self._invisible(pid)
+        try:
+            lpar = raw.index(b"(")
+            rpar = raw.rindex(b")")
+            comm = raw[lpar + 1: rpar]
+            f = raw[rpar + 2:].split()
+            state = f[0].decode()
+            ppid, pgrp, session = int(f[1]), int(f[2]), int(f[3])
+            ticks = int(f[11]) + int(f[12])
+            starttime = int(f[19])
+            rss = int(f[21]) * self._page
+        except (ValueError, IndexError):
+            return self._invisible(pid)
+
+        st = self._static.get(pid)
+        if st is None or st.starttime != starttime or st.comm != comm:
+            st = self._read_static(pid, base, starttime, comm, st)
+            if st is None:
+                return self._invisible(pid)
+            self._static[pid] = st
+        st.seen = now
+
+        if not self.host_pids and self._check_fds:
+            if st.gpu_fd is None:
+                st.gpu_fd = self._holds_gpu(base)
+            if st.gpu_fd is False:
+                # Same number, different process: NVML's PID lives in the host's namespace.
+                return ProcessFacts(pid=pid, visible=False, invisible_reason="other-namespace")
+
+        # CPU %: ticks used since the previous read of this identity.
+        if st.cpu_ticks is not None:
+            dt = now - st.cpu_at
+            if dt >= MIN_CPU_INTERVAL:
+                st.cpu_percent = round(100.0 * (ticks - st.cpu_ticks) / self._ticks / dt, 1)
+                st.cpu_ticks, st.cpu_at = ticks, now
+        else:
+            st.cpu_ticks, st.cpu_at = ticks, now
+
+        if ppid != st.orphan_ppid or now - st.orphan_at >= ORPHAN_RECHECK:
+            st.orphaned = self._orphaned(pid, ppid, pgrp, session, st, parents)
+            st.orphan_ppid, st.orphan_at = ppid, now
+
+        return ProcessFacts(
+            pid=pid,
+            visible=True,
+            user=st.user,
+            uid=st.uid,
+            command=st.command,
+            cpu_percent=st.cpu_percent,
+            host_memory=rss,
+            create_time=st.create_time,
+            ppid=ppid,
+            status=_STATUS.get(state, state),
+            cgroup=st.cgroup,
+            orphaned=st.orphaned,
+        )
+
+    def _invisible(self, pid: int) -> ProcessFacts:
+        self._static.pop(pid, None)
+        if not self.host_pids:
+            reason = "other-namespace"
+        elif self._hidden:
+            reason = "hidden"
+        else:
+            reason = "vanished"
+        return ProcessFacts(pid=pid, visible=False, invisible_reason=reason)
+
+    def _read_static(self, pid: int, base: str, starttime: int, comm: bytes, old: _Static | None) -> _Static | None:
+        uid: int | None = None
+        ns_init = False
+        try:
+            status = _read(f"{base}/status")
+        except OSError:
+            return None
+        for line in status.split(b"\n"):
+            if line.startswith(b"Uid:"):
+                parts = line.split()
+                if len(parts) > 1:
+                    uid = int(parts[1])
+            elif line.startswith(b"NSpid:"):
+                parts = line.split()
+                ns_init = len(parts) > 2 and parts[-1] == b"1"
+        try:
+            cmdline = _read(f"{base}/cmdline")
+        except OSError:
+            cmdline = b""
+        args = [a for a in cmdline.split(b"\0")]
+        while args and not args[-1]:
+            args.pop()
+        if args:
+            command = " ".join(a.decode(errors="replace") for a in args)
+        else:  # zombies and kernel threads have no command line; ps shows [comm]
+            command = f"[{comm.decode(errors='replace')}]"
+        try:
+            cgroup = _read(f"{base}/cgroup").decode(errors="replace")
+        except OSError:
+            cgroup = None
+        st = _Static(
+            starttime=starttime,
+            comm=comm,
+            create_time=starttime / self._ticks + self._btime if self._btime is not None else None,
+            uid=uid,
+            user=self._user(uid),
+            command=command,
+            cgroup=cgroup,
+            ns_init=ns_init,
+        )
+        if old is not None and old.starttime == starttime:
+            # the same process after exec(): keep its CPU baseline
+            st.cpu_ticks, st.cpu_at, st.cpu_percent = old.cpu_ticks, old.cpu_at, old.cpu_percent
+        return st
+
+    def _user(self, uid: int | None) -> str | None:
+        if uid is None:
+            return None
+        name = self._users.get(uid)
+        if name is None:
+            try:
+                name = pwd.getpwuid(uid).pw_name
+            except KeyError:  # a uid without a name here (often a container's user): psutil shows the number
+                name = str(uid)
+            self._users[uid] = name
+        return name
+
+    def _orphaned(self, pid: int, ppid: int, pgrp: int, session: int, st: _Static,
+                  parents: dict[int, bool]) -> bool:
+        if st.ns_init or session == pid:
+            return False
+        if not self._is_reaper(ppid, parents):
+            return False
+        session_gone = session > 0 and not os.path.exists(f"{self._proc}/{session}")
+        group_gone = pgrp > 0 and pgrp != pid and not os.path.exists(f"{self._proc}/{pgrp}")
+        return session_gone or group_gone
+
+    def _is_reaper(self, ppid: int, parents: dict[int, bool]) -> bool:
+        if ppid <= 0:  # the parent is outside this namespace: nothing to say
+            return False
+        if ppid == 1:
+            return True
+        known = parents.get(ppid)
+        if known is not None:
+            return known
+        reaper = False
+        try:
+            status = _read(f"{self._proc}/{ppid}/status")
+        except OSError:
+            status = b""
+        for line in status.split(b"\n"):
+            if line.startswith(b"Name:"):
+                parts = line.split(None, 1)
+                if len(parts) > 1 and parts[1].strip().decode(errors="replace") in SUBREAPERS:
+                    reaper = True
+            elif line.startswith(b"NSpid:"):
+                parts = line.split()
+                if len(parts) > 1 and parts[-1] == b"1":
+                    reaper = True
+        parents[ppid] = reaper
+        return reaper
+
+    def _holds_gpu(self, base: str) -> bool | None:
+        """Whether the process has an NVIDIA device file open; None when we may not look."""
+        try:
+            fds = os.listdir(f"{base}/fd")
+        except OSError:
+            return None
+        for fd in fds:
+            try:
+                if os.readlink(f"{base}/fd/{fd}").startswith("/dev/nvidia"):
+                    return True
+            except OSError:
+                continue
+        return False
+
+    def _boot_time(self) -> float | None:
+        try:
+            with open(f"{self._proc}/stat", "rb") as f:
+                for line in f:
+                    if line.startswith(b"btime"):
+                        return float(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+        return None
+
+    def _purge(self, now: float) -> None:
+        self._last_purge = now
+        stale = [pid for pid, st in self._static.items() if now - st.seen > CACHE_TTL]
+        for pid in stale:
+            del self._static[pid]
+
+    # -- elsewhere: psutil ----------------------------------------------------------------
+
+    def _facts_psutil(self, pids: Iterable[int]) -> dict[int, ProcessFacts]:
+        import psutil
+
+        out: dict[int, ProcessFacts] = {}
+        for pid in pids:
+            try:
+                p = psutil.Process(pid)
+                with p.oneshot():
+                    uids = p.uids()
+                    out[pid] = ProcessFacts(
+                        pid=pid, visible=True, user=p.username(), uid=uids.real,
+                        command=" ".join(p.cmdline()) or f"[{p.name()}]",
+                        cpu_percent=None, host_memory=p.memory_info().rss, create_time=p.create_time(),
+                        ppid=p.ppid(), status=p.status(),
+                    )
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                out[pid] = ProcessFacts(pid=pid, visible=False, invisible_reason="vanished")
+            except psutil.AccessDenied:
+                out[pid] = ProcessFacts(pid=pid, visible=True)
+        return out
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
