@@ -247,11 +247,12 @@ def check_nvml(f: NvmlFacts) -> list[Check]:
     else:
         out.append(_pass("nvml", f"NVML works{where}: {versions}; {_plural(len(f.gpus), 'GPU')}."))
     if f.missing_functions:
-        names = ", ".join(f.missing_functions[:6]) + (" …" if len(f.missing_functions) > 6 else "")
+        shown = [m.replace("_", " ") if not m.startswith("nvml") else m for m in f.missing_functions[:6]]
+        names = ", ".join(shown) + (" …" if len(f.missing_functions) > 6 else "")
         out.append(_warn(
             "nvml-functions",
-            f"This driver lacks {_plural(len(f.missing_functions), 'NVML function')} gputui uses ({names}); "
-            "those fields show N/A.",
+            f"This driver lacks the NVML functions for {_plural(len(f.missing_functions), 'value')} gputui reads "
+            f"({names}); {'it shows' if len(f.missing_functions) == 1 else 'they show'} as N/A.",
             "Nothing breaks; upgrade the NVIDIA driver to get those fields (gputui works with what the driver has)."))
     else:
         out.append(_pass("nvml-functions", "The driver answers every NVML function gputui uses."))
@@ -268,7 +269,9 @@ def check_gpu_models(f: NvmlFacts) -> list[Check]:
     if len(models) <= 1:
         if models:
             name = next(iter(models))
-            out.append(_pass("gpu-models", f"All {_plural(len(named), 'GPU')} are {name}."))
+            what = f"All {len(named)} GPUs are" if len(named) > 1 else f"GPU {named[0].index} is"
+            out.append(_pass("gpu-models", f"{what} {name}; there is nothing to mismatch." if len(named) == 1
+                             else f"{what} {name}."))
         else:
             out.append(_pass("gpu-models", "No GPU to compare."))
     else:
@@ -279,7 +282,9 @@ def check_gpu_models(f: NvmlFacts) -> list[Check]:
             "may not give identical results on each.",
             "Run multi-GPU jobs on GPUs of one model: pick them with `--gpus '\"device=0,1\"'` or "
             "CUDA_VISIBLE_DEVICES (see `gputui pick`)."))
-    if f.foreign_bound:
+    if f.demo:
+        out.append(_pass("gpu-drivers", "Demo: the simulated server has no PCI bus to check."))
+    elif f.foreign_bound:
         parts = ", ".join(f"{addr} ({drv or 'no driver'})" for addr, drv in f.foreign_bound)
         out.append(_warn(
             "gpu-drivers",
@@ -531,7 +536,7 @@ def check_health(f: NvmlFacts) -> list[Check]:
             "Look for Xid 79/48 in `sudo dmesg`; reset the GPU when idle (`sudo nvidia-smi -r -i N`) or reboot; if "
             "it recurs, check power, cooling and seating."))
     else:
-        out.append(_pass("gpu-lost", f"All {_plural(len(f.gpus), 'GPU')} answer."))
+        out.append(_pass("gpu-lost", f"All {len(f.gpus)} GPUs answer." if len(f.gpus) != 1 else "The GPU answers."))
     live = [g for g in f.gpus if not g.lost]
 
     ecc = [(g.index, g.ecc_errors) for g in live if g.ecc_errors]
@@ -552,9 +557,10 @@ def check_health(f: NvmlFacts) -> list[Check]:
     pending = [g.index for g in live if g.remapped_rows_pending or g.retired_pages_pending]
     dbe = [(g.index, g.retired_pages_dbe) for g in live if g.retired_pages_dbe]
     unc_rows = [(g.index, g.remapped_rows_uncorrectable) for g in live if g.remapped_rows_uncorrectable]
-    reported = [g for g in live if any(v is not None for v in (
-        g.retired_pages_sbe, g.retired_pages_dbe, g.retired_pages_pending, g.remapped_rows_correctable,
-        g.remapped_rows_uncorrectable, g.remapped_rows_pending, g.remapped_rows_failure))]
+    counted = [g for g in live if any(v is not None for v in (
+        g.retired_pages_sbe, g.retired_pages_dbe, g.remapped_rows_correctable, g.remapped_rows_uncorrectable))]
+    flagged = [g for g in live if any(v is not None for v in (
+        g.retired_pages_pending, g.remapped_rows_pending, g.remapped_rows_failure))]
     if failures:
         out.append(_fail(
             "memory-repair",
@@ -570,8 +576,10 @@ def check_health(f: NvmlFacts) -> list[Check]:
         parts = ", ".join([f"GPU {i}: {n} retired pages" for i, n in dbe] +
                           [f"GPU {i}: {n} remapped rows" for i, n in unc_rows])
         out.append(_pass("memory-repair", f"Faulty memory was retired or remapped and nothing is pending ({parts})."))
-    elif reported:
+    elif counted:
         out.append(_pass("memory-repair", "No retired pages or remapped rows."))
+    elif flagged:
+        out.append(_pass("memory-repair", "No page retirement or row remapping is pending (the counts are N/A)."))
     else:
         out.append(_pass("memory-repair", "The GPUs do not report retired pages or remapped rows (N/A)."))
 

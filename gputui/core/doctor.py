@@ -288,6 +288,10 @@ def probe_docker(timeout: float = 5.0, environ: Mapping[str, str] | None = None,
     if path is not None:
         try:
             st = os.stat(path)
+        except PermissionError:
+            # A directory on the way is closed to this user: the socket may exist, it is not usable.
+            return DockerFacts(socket_exists=True, socket_accessible=False,
+                               socket_owner="in a directory this user cannot enter", **base)
         except OSError:
             return DockerFacts(socket_exists=False, **base)
         owner, group = _owner(st)
