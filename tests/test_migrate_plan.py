@@ -145,6 +145,10 @@ def test_anonymous_volume_is_reattached_by_name_never_a_new_empty_one():
     ro = inspect()
     ro["Mounts"][1]["RW"] = False
     assert plan(ro).body["HostConfig"]["Binds"][-1] == f"{ANON}:/anon:ro"
+    # "-v /anon" as the SDK writes it: a bind with no source.
+    sdk = inspect()
+    sdk["HostConfig"]["Binds"] = ["data1:/data", "/anon"]
+    assert plan(sdk).body["HostConfig"]["Binds"] == ["data1:/data", f"{ANON}:/anon"]
     # --mount type=volume,dst=/cache (no source) gets its volume's name.
     m = inspect()
     m["HostConfig"]["Binds"] = None

@@ -421,10 +421,18 @@ def _create_body(attrs: dict[str, Any], image_ref: str) -> tuple[dict[str, Any],
     cfg["Image"] = image_ref
 
     # Volumes: every volume mounted now stays mounted, by name.
-    binds = list(hc.get("Binds") or [])
+    by_dest = {m.get("Destination"): m for m in attrs.get("Mounts") or []}
+    binds = []
+    for b in hc.get("Binds") or []:
+        src, dest, opts = _split_bind(b)
+        live = by_dest.get(dest)
+        if not src and live and live.get("Type") == "volume" and live.get("Name"):
+            # "-v /dest" (an anonymous volume written as a bind with no source): pin its name.
+            b = f"{live['Name']}:{dest}" + (f":{opts}" if opts else "")
+            notes.append(f"anonymous volume {live['Name'][:12]} at {dest} re-attached by name")
+        binds.append(b)
     covered = {_split_bind(b)[1] for b in binds}
     mounts_cfg = hc.get("Mounts") or []
-    by_dest = {m.get("Destination"): m for m in attrs.get("Mounts") or []}
     for m in mounts_cfg:
         covered.add(m.get("Target"))
         live = by_dest.get(m.get("Target"))
