@@ -2,7 +2,8 @@
 
 Kinds, each with one sentence (shown in the UI and in JSON as ``stale``):
 
-* ``ghost`` — NVML lists the PID but no such process is visible here. If the
+* ``ghost`` — NVML lists the PID but no such process is visible here (a process
+  that ``hidepid`` merely hides from this user exists and is not a ghost). If the
   process source saw it belong to another PID namespace (``invisible_reason ==
   "other-namespace"``) that is the likely cause; otherwise a leaked driver context
   is, once NVML has gone on listing the PID for a few seconds (a PID seen only
@@ -73,7 +74,7 @@ def idle_finding(p: Process, history: History, settings: Settings) -> Finding | 
     if observed + _tolerance(history, key) < settings.idle_window and not buffer_full:
         return None
     gpu_util = {s.t: s.utilization for s in history.gpu(p.gpu_index, settings.idle_window)}
-    peak_cpu = 0.0
+    peak_cpu: float | None = None
     for s in samples:
         if s.gpu_memory is None or s.gpu_memory < settings.idle_holder_memory:
             return None
@@ -83,16 +84,21 @@ def idle_finding(p: Process, history: History, settings: Settings) -> Finding | 
             sm = gpu_util.get(s.t)
         if sm is None or sm > 0:
             return None
-        if s.cpu_percent is None or s.cpu_percent > settings.idle_cpu:
+        if s.cpu_percent is None:
+            continue  # the first read of a process has no CPU figure yet
+        if s.cpu_percent > settings.idle_cpu:
             return None
-        peak_cpu = max(peak_cpu, s.cpu_percent)
+        peak_cpu = max(peak_cpu or 0.0, s.cpu_percent)
+    if peak_cpu is None:
+        return None  # never saw its CPU: cannot vouch that it is idle
     cpu = "0% CPU" if peak_cpu == 0 else f"at most {peak_cpu:.1f}% CPU"
     return Finding("idle-holder", f"Holds {gib(p.gpu_memory)} of GPU memory with 0% SM and {cpu} "
                                   f"throughout the {duration(observed)} observed.")
 
 
 def ghost_finding(p: Process, history: History) -> Finding | None:
-    if p.visible:
+    if p.visible or p.invisible_reason == "hidden":
+        # "hidden": /proc is mounted with hidepid and the process is another user's; it exists.
         return None
     if p.invisible_reason == "other-namespace":
         return Finding("ghost", f"NVML lists PID {p.pid} but this PID namespace has no such process: it most likely "
