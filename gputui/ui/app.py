@@ -1,0 +1,301 @@
+"""The gputui dashboard application, and the contract every screen plugs into.
+
+Build it with :func:`make_app` (the one factory shared by the CLI, the tests, the
+screenshots and the benchmarks); the CLI calls :func:`run_app`.
+
+Polling
+-------
+One thread worker at a time runs ``Poller.poll()`` (blocking NVML, /proc and
+Docker calls never touch the event loop) and posts :class:`PollFinished` or
+:class:`PollFailed`. The handler on the UI thread updates the screens and only
+then arms a one-shot timer for the next poll, so polls never overlap and a slow
+source stretches its own cycle, never the UI's. A failing poll shows one
+sentence in the status line until a poll succeeds again.
+
+Protocol for screens (what other screens rely on)
+--------------------------------------------------
+After every successful poll the app calls, on **every screen in the stack**
+that defines it::
+
+    screen.update_snapshot(snapshot: Snapshot) -> None
+
+and, whenever the polling state changes (success, failure, slow poll, pause)::
+
+    screen.update_poll_status(status: PollStatus) -> None
+
+A screen pushed later should read ``app.snapshot`` in ``on_mount`` for its first
+picture. The app exposes, for screens and actions:
+
+* ``app.snapshot`` – the latest :class:`Snapshot` (``None`` before the first poll);
+* ``app.gpu_history`` – per GPU index, a tuple of :class:`GpuSample` (the kept
+  history, ≥ 10 min at 1 s). The live ``History`` is written by the poll thread:
+  never read ``app.poller.history`` on the UI thread;
+* ``app.machine`` – the :class:`Machine` (``machine.demo`` is the simulation in
+  ``--demo``), ``app.settings`` – the :class:`Settings` (``read_only``, thresholds);
+* ``app.request_poll()`` – poll again as soon as possible (call it after an
+  action changed the machine: a kill, a migration).
+
+Screens opened from the dashboard and written elsewhere, imported lazily (a
+missing module shows "not available" instead of failing):
+
+* ``c`` → ``gputui.ui.screens.containers.ContainersScreen(snapshot)``
+* ``!`` → ``gputui.ui.screens.alerts.AlertsScreen(snapshot)``
+* ``m`` → ``gputui.ui.screens.migrate.MigrateScreen(snapshot, process)``
+* ``k`` / ``K`` → ``gputui.ui.screens.kill.KillScreen(snapshot, process, force=False/True)``
+  (``force`` means SIGKILL instead of SIGTERM).
+
+``process`` is the :class:`Process` under the table's cursor; ``m``/``k``/``K``
+are disabled (greyed in the footer) while no process is highlighted.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.worker import get_current_worker
+
+from gputui.core.config import Settings
+from gputui.core.history import GpuSample
+from gputui.core.model import Gpu, Snapshot
+from gputui.core.poller import Poller
+from gputui.ui.messages import PollFailed, PollFinished
+from gputui.ui.widgets.status import PollStatus
+
+if TYPE_CHECKING:
+    from gputui.core.machine import Machine
+
+
+class GpuTuiApp(App[int]):
+    """The live dashboard. Owns the poller; screens show what it polls."""
+
+    CSS_PATH = "gputui.tcss"
+    TITLE = "gputui"
+    SUB_TITLE = "who is on which GPU"
+
+    BINDINGS = [
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="quit-ctrl-c"),
+    ]
+
+    def __init__(
+        self,
+        machine: "Machine",
+        settings: Settings,
+        poller: Poller,
+        *,
+        live: bool = True,
+    ) -> None:
+        super().__init__()
+        self.machine = machine
+        self.settings = settings
+        self.poller = poller
+        #: False polls once at start (and on request) and never by timer: frozen screenshots.
+        self.live = live
+        self.snapshot: Snapshot | None = None
+        self.gpu_history: Mapping[int, tuple[GpuSample, ...]] = {}
+        self.poll_status = PollStatus(
+            interval=settings.interval,
+            read_only=settings.read_only,
+            containers_enabled=machine.containers is not None,
+        )
+        #: Polls completed (success or failure); tests wait on it.
+        self.polls_done = 0
+        self._polling = False
+        self._repoll = False
+        self._poll_started = 0.0
+        self._timer: Timer | None = None
+        self._slow_timer: Timer | None = None
+        #: Held by the worker while it polls; closing the poller waits for it.
+        self._poll_lock = threading.Lock()
+        self._closing = False
+
+    # -- start and stop -----------------------------------------------------------
+    def get_default_screen(self) -> Screen:
+        from gputui.ui.screens.dashboard import DashboardScreen
+
+        return DashboardScreen()
+
+    def on_mount(self) -> None:
+        self.theme = self.settings.theme
+        self._start_poll()
+
+    def on_unmount(self) -> None:
+        self._closing = True
+        for timer in (self._timer, self._slow_timer):
+            if timer is not None:
+                timer.stop()
+        # A poll in flight finishes first (NVML must not be shut down under a read).
+        if self._poll_lock.acquire(timeout=2.0):
+            try:
+                self.poller.close()
+            finally:
+                self._poll_lock.release()
+
+    # -- polling ------------------------------------------------------------------
+    def _start_poll(self) -> None:
+        if self._closing:
+            return
+        if self._polling:
+            self._repoll = True
+            return
+        self._timer = None
+        self._polling = True
+        self._poll_started = time.monotonic()
+        slow_after = max(3.0, 3 * self.settings.interval)
+        self._slow_timer = self.set_timer(slow_after, self._poll_is_slow)
+        self._poll_worker()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="poll", description="poll the machine")
+    def _poll_worker(self) -> None:
+        worker = get_current_worker()
+        started = time.monotonic()
+        try:
+            with self._poll_lock:
+                if self._closing:
+                    return
+                snapshot = self.poller.poll()
+                history = self.poller.history
+                gpu_history = {i: history.gpu(i) for i in history.gpu_indices()}
+        except Exception as exc:  # any source failure becomes a status-line sentence
+            if not worker.is_cancelled:
+                self.post_message(PollFailed(describe_error(exc), time.monotonic() - started))
+            return
+        if not worker.is_cancelled:
+            self.post_message(PollFinished(snapshot, gpu_history, time.monotonic() - started))
+
+    def on_poll_finished(self, message: PollFinished) -> None:
+        self.snapshot = message.snapshot
+        self.gpu_history = message.gpu_history
+        self._set_status(last_ok=message.snapshot.time, error=None, slow_for=None)
+        for screen in self._listening_screens():
+            screen.update_snapshot(message.snapshot)  # type: ignore[attr-defined]
+        self._poll_done(message.duration)
+
+    def on_poll_failed(self, message: PollFailed) -> None:
+        self._set_status(error=message.error, slow_for=None)
+        self._poll_done(message.duration)
+
+    def _poll_done(self, duration: float) -> None:
+        self.polls_done += 1
+        self._polling = False
+        if self._slow_timer is not None:
+            self._slow_timer.stop()
+            self._slow_timer = None
+        if self._closing:
+            return
+        if self._repoll:
+            self._repoll = False
+            self._start_poll()
+        elif self.live and not self.poll_status.paused:
+            # Aim at one poll per interval; a poll slower than that stretches the cycle.
+            delay = max(0.05, self.settings.interval - duration)
+            self._timer = self.set_timer(delay, self._start_poll)
+
+    def _poll_is_slow(self) -> None:
+        if not self._polling:
+            return
+        self._set_status(slow_for=time.monotonic() - self._poll_started)
+        self._slow_timer = self.set_timer(1.0, self._poll_is_slow)
+
+    def request_poll(self) -> None:
+        """Poll as soon as possible (after an action changed the machine)."""
+        if self.poller.watcher is not None:
+            self.poller.watcher.refresh_now()
+        if self._polling:
+            self._repoll = True
+            return
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        self._start_poll()
+
+    def set_paused(self, paused: bool) -> None:
+        """Stop or resume polling (the screen stays as it is while paused)."""
+        if paused == self.poll_status.paused:
+            return
+        self._set_status(paused=paused)
+        if paused:
+            if self._timer is not None:
+                self._timer.stop()
+                self._timer = None
+        else:
+            self.request_poll()
+
+    def _set_status(self, **changes) -> None:
+        from dataclasses import replace
+
+        status = replace(self.poll_status, **changes)
+        if status != self.poll_status:
+            self.poll_status = status
+            for screen in self.screen_stack:
+                update = getattr(screen, "update_poll_status", None)
+                if update is not None:
+                    update(status)
+
+    def _listening_screens(self) -> Iterable[Screen]:
+        return [s for s in self.screen_stack if callable(getattr(s, "update_snapshot", None))]
+
+    # -- command palette ----------------------------------------------------------
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        commands = getattr(screen, "palette_commands", None)
+        if commands is not None:
+            yield from commands()
+
+
+def describe_error(exc: BaseException) -> str:
+    """One sentence for a failed poll, whatever raised it."""
+    text = str(exc).strip() or type(exc).__name__
+    text = text.rstrip(".")
+    return f"Could not read the GPUs: {text}. Retrying."
+
+
+def make_app(
+    machine: "Machine",
+    settings: Settings,
+    gpu_filter: Callable[[Gpu], bool] | None = None,
+    clock: Callable[[], float] | None = None,
+    *,
+    live: bool = True,
+    container_wait: float | None = None,
+) -> GpuTuiApp:
+    """The one way to build the dashboard (CLI, tests, screenshots, benchmarks).
+
+    ``container_wait``: how long the first poll waits for the first container
+    inventory. The demo answers at once, so it waits (deterministic first
+    picture); a real Docker daemon may be slow, so the first frame does not wait.
+    """
+    if container_wait is None:
+        container_wait = 2.0 if machine.demo is not None else 0.0
+    poller = machine.poller(settings, gpu_filter=gpu_filter, container_wait=container_wait, clock=clock)
+    return GpuTuiApp(machine, settings, poller, live=live)
+
+
+def run_app(ctx) -> int:
+    """Entry point for ``gputui`` with no subcommand: open the machine, run, close.
+
+    Errors that stop the dashboard from starting (no driver, a bad --gpu, an
+    unknown theme) are raised as the CLI's exceptions, which print one sentence.
+    """
+    from gputui.cli import UsageError
+
+    machine = ctx.open_machine()
+    try:
+        gpu_filter = None
+        if getattr(ctx.args, "gpu", None):
+            gpu_filter = ctx.gpu_filter(machine.gpu.read().gpus)
+        app = make_app(machine, ctx.settings, gpu_filter=gpu_filter)
+        if ctx.settings.theme not in app.available_themes:
+            names = ", ".join(sorted(app.available_themes))
+            raise UsageError(f"There is no theme {ctx.settings.theme!r}; choose one of: {names}.")
+        app.run()
+        return app.return_code or 0
+    finally:
+        machine.close()
+

@@ -1,0 +1,123 @@
+"""Short, fixed-width text for numbers on screen.
+
+Pure functions so the widgets, the detail screen and the tests agree on one way
+to write a size, a duration or a missing value. ``None`` is always "N/A": the
+model never invents a number and neither does the screen.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+NA = "N/A"
+GIB = 1024**3
+MIB = 1024**2
+
+
+def size(value: int | None, na: str = NA) -> str:
+    """Bytes as GiB with one decimal above 1 GiB, else whole MiB: '34.0G', '600M'."""
+    if value is None:
+        return na
+    if value >= GIB:
+        return f"{value / GIB:.1f}G"
+    return f"{value // MIB}M"
+
+
+def size_pair(used: int | None, total: int | None) -> str:
+    """'64.6/80.0 GiB': used and total in the unit of the total, so they compare at a glance."""
+    if used is None and total is None:
+        return NA
+    if total is None:
+        return f"{size(used)} used"
+    u = "N/A" if used is None else f"{used / GIB:.1f}"
+    return f"{u}/{total / GIB:.1f} GiB"
+
+
+def percent(value: float | None, width: int = 3) -> str:
+    """A right-aligned whole percentage: ' 86%'; 'N/A' when missing."""
+    if value is None:
+        return NA.rjust(width + 1)
+    return f"{round(value):>{width}d}%"
+
+
+def watts(value: float | None) -> str:
+    return NA if value is None else f"{value:.0f}"
+
+
+def power_pair(draw: float | None, limit: float | None) -> str:
+    """'312/400W'; either side may be N/A."""
+    if draw is None and limit is None:
+        return f"{NA} W"
+    return f"{watts(draw)}/{watts(limit)}W"
+
+
+def temperature(value: int | None) -> str:
+    return NA if value is None else f"{value}°C"
+
+
+def mhz(value: int | None) -> str:
+    return NA if value is None else f"{value}"
+
+
+def duration(seconds: float | None) -> str:
+    """Elapsed time in at most six characters: '40s', '12m05s', '5h20m', '3d04h'."""
+    if seconds is None:
+        return NA
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def uptime(started: datetime | None, now: datetime) -> str:
+    """How long a process has run, measured against the snapshot's time (not the wall
+    clock), so a frozen snapshot always reads the same."""
+    if started is None:
+        return NA
+    return duration((now - started).total_seconds())
+
+
+def cpu(value: float | None) -> str:
+    if value is None:
+        return NA
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+
+
+def clock_time(moment: datetime | None) -> str:
+    return "--:--:--" if moment is None else moment.strftime("%H:%M:%S")
+
+
+def short_gpu_name(name: str) -> str:
+    """'NVIDIA A100-SXM4-80GB' -> 'A100-SXM4-80GB': the vendor is the same on every card."""
+    for prefix in ("NVIDIA ", "Nvidia ", "nvidia "):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def throttle_label(reasons: tuple[str, ...]) -> str:
+    """Readable names of active clock-event reasons, idle left out (an idle GPU is not a problem)."""
+    names = {
+        "sw_power_cap": "power cap",
+        "hw_slowdown": "HW slowdown",
+        "sw_thermal_slowdown": "thermal (SW)",
+        "hw_thermal_slowdown": "thermal (HW)",
+        "hw_power_brake_slowdown": "power brake",
+        "applications_clocks_setting": "app clocks",
+        "sync_boost": "sync boost",
+        "display_clock_setting": "display clock",
+    }
+    return ", ".join(names.get(r, r.replace("_", " ")) for r in reasons if r != "gpu_idle")
+
+
+def fit(text: str, width: int) -> str:
+    """Cut to ``width`` cells with an ellipsis, or pad to it."""
+    if width <= 0:
+        return ""
+    if len(text) > width:
+        return text[: width - 1] + "…" if width > 1 else text[:width]
+    return text.ljust(width)

@@ -1,0 +1,1 @@
+"""Screens of the dashboard. See gputui.ui.app for the protocol they follow."""

@@ -1,0 +1,307 @@
+"""The main screen: status line, GPU panel, imbalance banner, process table, footer.
+
+Keys are declared in ``BINDINGS`` (each with an id, so users can remap them and
+the help screen and command palette list them); ``check_action`` greys out the
+ones that do not apply (kill and migrate without a highlighted process).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Iterable
+
+from textual import on
+from textual.app import ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Input
+
+from gputui.core.model import Process, Snapshot
+from gputui.ui.widgets.gpu_panel import GpuPanel
+from gputui.ui.widgets.process_table import COLUMNS, ProcessHeader, ProcessTable
+from gputui.ui.widgets.status import ImbalanceBanner, PollStatus, SelectionBar, StatusLine
+
+#: Lines taken by the one-line bars around the panel and the table (status,
+#: table header, selection bar, footer).
+FIXED_LINES = 4
+
+
+class DashboardScreen(Screen):
+    """Everything at a glance; the table has the focus so k/m act on its row."""
+
+    AUTO_FOCUS = "#procs"
+
+    BINDINGS = [
+        Binding("question_mark", "help", "Help", key_display="?", id="help"),
+        Binding("slash", "filter", "Filter", key_display="/", id="filter"),
+        Binding("s", "sort(1)", "Sort", id="sort-next", tooltip="Sort by the next column"),
+        Binding("S", "sort(-1)", "Sort by previous column", show=False, id="sort-previous"),
+        Binding("r", "reverse_sort", "Reverse sort order", show=False, id="sort-reverse"),
+        *[
+            Binding(str(d), f"only_gpu({d})", f"Only GPU {d}'s processes", show=False, id=f"only-gpu-{d}")
+            for d in range(10)
+        ],
+        Binding("a", "all_gpus", "All GPUs", show=False, id="all-gpus"),
+        Binding("enter", "details", "Details", key_display="⏎", id="details", tooltip="Plots and every field of a GPU"),
+        Binding("c", "containers", "Containers", id="containers"),
+        Binding("exclamation_mark", "alerts", "Alerts", key_display="!", id="alerts"),
+        Binding("m", "migrate", "Migrate", id="migrate"),
+        Binding("k", "kill", "Kill", id="kill", tooltip="Terminate the highlighted process (SIGTERM)"),
+        Binding("K", "kill(True)", "Kill with SIGKILL", show=False, id="kill-force"),
+        Binding("v", "cycle_view", "GPU cards / rows", show=False, id="view"),
+        Binding("p", "pause", "Pause / resume", show=False, id="pause"),
+        Binding("escape", "clear_filters", "Clear filters", show=False, id="clear-filters"),
+        Binding("q", "quit", "Quit", id="quit"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._has_row = False
+        self._gpu_count = -1
+        self.snapshot_flagged = False
+        self._has_suggestion = False
+
+    def compose(self) -> ComposeResult:
+        header = ProcessHeader(id="proc-header")
+        yield StatusLine(id="status")
+        yield GpuPanel(id="gpus")
+        yield ImbalanceBanner(id="imbalance")
+        yield header
+        yield ProcessTable(header, id="procs")
+        yield SelectionBar(id="selection")
+        yield Input(placeholder="filter by user, command, container or PID — Enter keeps it, Escape clears",
+                    id="filter")
+        yield Footer()
+
+    # -- typed lookups ------------------------------------------------------------
+    @property
+    def table(self) -> ProcessTable:
+        return self.query_one("#procs", ProcessTable)
+
+    @property
+    def panel(self) -> GpuPanel:
+        return self.query_one("#gpus", GpuPanel)
+
+    @property
+    def filter_input(self) -> Input:
+        return self.query_one("#filter", Input)
+
+    def on_mount(self) -> None:
+        app = self.app
+        self.update_poll_status(app.poll_status)  # type: ignore[attr-defined]
+        if app.snapshot is not None:  # type: ignore[attr-defined]
+            self.update_snapshot(app.snapshot)  # type: ignore[attr-defined]
+
+    def on_resize(self) -> None:
+        self._fit_panel()
+
+    def _fit_panel(self) -> None:
+        """Give the GPU panel what the screen can spare while the table keeps a useful height."""
+        height = self.size.height
+        banner = 0 if not self.snapshot_flagged else (2 if self._has_suggestion else 1)
+        filter_lines = 1 if self.filter_input.display else 0
+        room = height - FIXED_LINES - banner - filter_lines
+        min_rows = max(5, room // 3)
+        self.panel.set_available_height(max(1, room - min_rows))
+
+    # -- the protocol ---------------------------------------------------------------
+    def update_snapshot(self, snapshot: Snapshot) -> None:
+        app = self.app
+        self.panel.update(snapshot, app.gpu_history, app.settings)  # type: ignore[attr-defined]
+        banner = self.query_one(ImbalanceBanner)
+        banner.show(snapshot.imbalance)
+        self.table.update(snapshot)
+        self.query_one(StatusLine).show(snapshot, app.poll_status)  # type: ignore[attr-defined]
+        flagged, suggestion = snapshot.imbalance.flagged, snapshot.imbalance.suggestion is not None
+        if len(snapshot.gpus) != self._gpu_count or (flagged, suggestion) != (self.snapshot_flagged,
+                                                                               self._has_suggestion):
+            self._gpu_count = len(snapshot.gpus)
+            self.snapshot_flagged, self._has_suggestion = flagged, suggestion
+            self._fit_panel()
+            self.refresh_bindings()
+
+    def update_poll_status(self, status: PollStatus) -> None:
+        self.query_one(StatusLine).show(self.app.snapshot, status)  # type: ignore[attr-defined]
+
+    # -- events -----------------------------------------------------------------------
+    @on(ProcessTable.CursorMoved)
+    def _cursor_moved(self, event: ProcessTable.CursorMoved) -> None:
+        self.query_one(SelectionBar).show(event.process)
+        has_row = event.process is not None
+        if has_row != self._has_row:
+            self._has_row = has_row
+            self.refresh_bindings()
+
+    @on(GpuPanel.Opened)
+    def _card_opened(self, event: GpuPanel.Opened) -> None:
+        self._open_detail(event.gpu_index)
+
+    @on(ProcessTable.Opened)
+    def _row_opened(self, event: ProcessTable.Opened) -> None:
+        self._open_detail(event.process.gpu_index)
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.table.set_text_filter(event.value.strip())
+        self.refresh_bindings()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        if not event.value.strip():
+            self._hide_filter()
+        self.table.focus()
+
+    # -- actions ------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if not self.is_mounted:
+            return True
+        if action in ("kill", "migrate"):
+            return True if self.table.cursor_process is not None else None
+        if action == "details":
+            snap = self.app.snapshot  # type: ignore[attr-defined]
+            return True if snap is not None and snap.gpus else None
+        if action == "clear_filters":
+            t = self.table
+            return bool(t.gpu_only is not None or t.text_filter or self.filter_input.display)
+        return True
+
+    def action_help(self) -> None:
+        from gputui.ui.screens.help import HelpScreen
+
+        self.app.push_screen(HelpScreen())
+
+    def action_filter(self) -> None:
+        field = self.filter_input
+        if not field.display:
+            field.display = True
+            self._fit_panel()
+        field.focus()
+
+    def _hide_filter(self) -> None:
+        field = self.filter_input
+        if field.display:
+            field.display = False
+            self._fit_panel()
+
+    def action_clear_filters(self) -> None:
+        field = self.filter_input
+        field.value = ""
+        self._hide_filter()
+        self.table.set_text_filter("")
+        self.action_all_gpus()
+        self.table.focus()
+
+    def action_sort(self, step: int) -> None:
+        column = self.table.cycle_sort(step)
+        title = next(c.title for c in COLUMNS if c.id == column)
+        self.notify(f"Sorted by {title}.", timeout=1.5)
+
+    def action_reverse_sort(self) -> None:
+        self.table.reverse_sort()
+
+    def action_only_gpu(self, index: int) -> None:
+        snap = self.app.snapshot  # type: ignore[attr-defined]
+        if snap is not None and snap.gpu(index) is None:
+            present = ", ".join(str(g.index) for g in snap.gpus) or "none"
+            self.notify(f"There is no GPU {index} here (GPUs: {present}).", severity="warning")
+            return
+        if self.table.gpu_only == index:  # the same digit again shows every GPU
+            self.action_all_gpus()
+            return
+        self.table.set_gpu_only(index)
+        self.panel.set_filtered(index)
+        self.refresh_bindings()
+
+    def action_all_gpus(self) -> None:
+        self.table.set_gpu_only(None)
+        self.panel.set_filtered(None)
+        self.refresh_bindings()
+
+    def action_details(self) -> None:
+        focused = self.focused
+        gpu: int | None = None
+        if isinstance(focused, GpuPanel):
+            gpu = focused.selected
+        elif self.table.cursor_process is not None:
+            gpu = self.table.cursor_process.gpu_index
+        if gpu is None:
+            gpu = self.panel.selected
+        if gpu is not None:
+            self._open_detail(gpu)
+
+    def _open_detail(self, gpu_index: int) -> None:
+        from gputui.ui.screens.detail import GpuDetailScreen
+
+        self.app.push_screen(GpuDetailScreen(gpu_index))
+
+    def action_cycle_view(self) -> None:
+        choice = self.panel.cycle_mode()
+        self.notify(f"GPU panel: {choice}.", timeout=1.5)
+
+    def action_pause(self) -> None:
+        app = self.app
+        app.set_paused(not app.poll_status.paused)  # type: ignore[attr-defined]
+
+    def action_quit(self) -> None:
+        self.app.exit(0)
+
+    # -- screens written elsewhere ------------------------------------------------------------
+    def _push_external(self, module: str, class_name: str, what: str, *args, **kwargs) -> None:
+        """Import ``gputui.ui.screens.<module>`` only when asked; say so if it is not there."""
+        name = f"gputui.ui.screens.{module}"
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            self.notify(f"{what} is not available in this version of gputui.", severity="warning")
+            return
+        screen_class = getattr(mod, class_name, None)
+        if screen_class is None:
+            self.notify(f"{what} is not available in this version of gputui.", severity="warning")
+            return
+        self.app.push_screen(screen_class(*args, **kwargs))
+
+    def _read_only(self, what: str) -> bool:
+        if self.app.settings.read_only:  # type: ignore[attr-defined]
+            self.notify(f"gputui is read-only (--read-only or read_only in the config): {what} is off.",
+                        severity="warning")
+            return True
+        return False
+
+    def action_containers(self) -> None:
+        self._push_external("containers", "ContainersScreen", "The containers view", self.app.snapshot)  # type: ignore[attr-defined]
+
+    def action_alerts(self) -> None:
+        self._push_external("alerts", "AlertsScreen", "The alerts view", self.app.snapshot)  # type: ignore[attr-defined]
+
+    def action_migrate(self) -> None:
+        process = self.table.cursor_process
+        if process is None or self._read_only("migrate"):
+            return
+        self._push_external("migrate", "MigrateScreen", "Migrate", self.app.snapshot, process)  # type: ignore[attr-defined]
+
+    def action_kill(self, force: bool = False) -> None:
+        process: Process | None = self.table.cursor_process
+        if process is None or self._read_only("kill"):
+            return
+        self._push_external("kill", "KillScreen", "Kill", self.app.snapshot, process, force=force)  # type: ignore[attr-defined]
+
+    # -- command palette ----------------------------------------------------------------------
+    def palette_commands(self) -> Iterable[SystemCommand]:
+        """The screen's key actions, offered in the command palette as well."""
+        snap = self.app.snapshot  # type: ignore[attr-defined]
+        gpus = {g.index for g in snap.gpus} if snap is not None else set()
+        skip = {"clear_filters", "quit"}
+        for binding in self.BINDINGS:
+            assert isinstance(binding, Binding)
+            action = binding.action
+            name = action.split("(")[0]
+            if name in skip:
+                continue
+            if name == "only_gpu" and int(action[9:-1]) not in gpus:
+                continue
+            if self.check_action(name, ()) is not True:
+                continue
+            key = binding.key_display or binding.key
+            yield SystemCommand(binding.description, f"key: {key}", lambda a=action: self.run_action(a))

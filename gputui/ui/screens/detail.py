@@ -1,0 +1,233 @@
+"""The GPU detail screen: four time plots over the kept history and every field of the GPU.
+
+Opened with Enter on a GPU card or a process row (or a click on a selected card).
+It is not always on screen, so it uses stock widgets; plots are rebuilt only when
+a new sample arrived or the plot was resized.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Sequence
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Footer, Static
+
+from gputui.core.history import GpuSample
+from gputui.core.model import Gpu, Snapshot, describe_fields
+from gputui.ui import format as fmt
+from gputui.ui.plots import plot_text
+from gputui.ui.widgets.status import PollStatus, StatusLine
+
+GIB = 1024**3
+
+
+class PlotView(Widget):
+    """One plotext plot of one GPU quantity, sized to the widget."""
+
+    COMPONENT_CLASSES = {"plot-view--series", "plot-view--axis", "plot-view--label"}
+    DEFAULT_CSS = """
+    PlotView {
+        height: 1fr;
+        width: 1fr;
+        & > .plot-view--axis { color: $foreground 35%; }
+        & > .plot-view--label { color: $foreground 70%; }
+    }
+    PlotView.-util > .plot-view--series { color: $success; }
+    PlotView.-memory > .plot-view--series { color: $accent; }
+    PlotView.-temperature > .plot-view--series { color: $warning; }
+    PlotView.-power > .plot-view--series { color: $primary; }
+    """
+
+    def __init__(self, kind: str, *, id: str | None = None) -> None:
+        super().__init__(id=id, classes=f"-{kind}")
+        self.kind = kind
+        self.title = kind
+        self.times: tuple[float, ...] = ()
+        self.values: tuple[float | None, ...] = ()
+        self.ylim = (0.0, 100.0)
+        self.now: float | None = None
+        self.tz = None
+        self._cache: tuple[tuple, Text] | None = None
+
+    def show(self, title: str, times: Sequence[float], values: Sequence[float | None], ylim: tuple[float, float],
+             now: float, tz) -> None:
+        self.title, self.times, self.values, self.ylim, self.now, self.tz = (
+            title, tuple(times), tuple(values), ylim, now, tz)
+        self.refresh()
+
+    def render(self) -> Text:
+        key = (self.size, self.title, self.ylim, self.now, len(self.times), self.values[-1:] if self.values else ())
+        if self._cache is not None and self._cache[0] == key:
+            return self._cache[1]
+        text = plot_text(
+            self.times, self.values, self.size.width, self.size.height, self.title, self.ylim,
+            self.get_component_rich_style("plot-view--series", partial=True),
+            self.get_component_rich_style("plot-view--axis", partial=True),
+            self.get_component_rich_style("plot-view--label", partial=True),
+            now=self.now, tz=self.tz,
+        )
+        self._cache = (key, text)
+        return text
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._cache = None
+
+
+def _fmt_field(name: str, value, gpu: Gpu, settings) -> str:
+    if value is None:
+        return fmt.NA
+    if name in ("memory_used", "memory_total"):
+        return f"{value / GIB:.2f} GiB ({value:,} B)"
+    if name == "temperature":
+        return f"{value} °C (warning {settings.temp_warning}, critical {settings.temp_critical})"
+    if name in ("power_draw", "power_limit"):
+        return f"{value:.1f} W"
+    if name.startswith("clock_"):
+        return f"{value} MHz"
+    if name in ("utilization_gpu", "utilization_memory", "fan_speed"):
+        return f"{value} %"
+    if name == "throttle_reasons":
+        return ", ".join(value) if value else "none"
+    if name == "pstate":
+        return f"P{value}"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+class GpuDetailScreen(Screen):
+    """Plots and every field of one GPU; ←/→ walk through the GPUs."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back", id="detail-back"),
+        Binding("q", "app.pop_screen", "Back", show=False, id="detail-back-q"),
+        Binding("left", "step(-1)", "Previous GPU", key_display="←", id="detail-previous"),
+        Binding("right", "step(1)", "Next GPU", key_display="→", id="detail-next"),
+        Binding("question_mark", "help", "Help", key_display="?", id="detail-help"),
+    ]
+
+    def __init__(self, gpu_index: int) -> None:
+        super().__init__()
+        self.gpu_index = gpu_index
+
+    def compose(self) -> ComposeResult:
+        yield StatusLine(id="status")
+        yield Static(id="detail-title")
+        with Horizontal(id="detail-body"):
+            with Grid(id="plots"):
+                yield PlotView("util", id="plot-util")
+                yield PlotView("memory", id="plot-memory")
+                yield PlotView("temperature", id="plot-temperature")
+                yield PlotView("power", id="plot-power")
+            with VerticalScroll(id="fields-scroll"):
+                yield Static(id="fields")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        app = self.app
+        self.update_poll_status(app.poll_status)  # type: ignore[attr-defined]
+        if app.snapshot is not None:  # type: ignore[attr-defined]
+            self.update_snapshot(app.snapshot)  # type: ignore[attr-defined]
+
+    def update_poll_status(self, status: PollStatus) -> None:
+        self.query_one(StatusLine).show(self.app.snapshot, status)  # type: ignore[attr-defined]
+
+    def action_step(self, step: int) -> None:
+        snap: Snapshot | None = self.app.snapshot  # type: ignore[attr-defined]
+        if snap is None or not snap.gpus:
+            return
+        indices = [g.index for g in snap.gpus]
+        pos = indices.index(self.gpu_index) if self.gpu_index in indices else 0
+        self.gpu_index = indices[(pos + step) % len(indices)]
+        self.update_snapshot(snap)
+
+    def action_help(self) -> None:
+        from gputui.ui.screens.help import HelpScreen
+
+        self.app.push_screen(HelpScreen())
+
+    def update_snapshot(self, snapshot: Snapshot) -> None:
+        app = self.app
+        self.query_one(StatusLine).show(snapshot, app.poll_status)  # type: ignore[attr-defined]
+        gpu = snapshot.gpu(self.gpu_index)
+        title = self.query_one("#detail-title", Static)
+        if gpu is None:
+            title.update(Text(f" GPU {self.gpu_index} is not in the latest poll.", style="bold"))
+            return
+        head = Text()
+        head.append(f" GPU {gpu.index} ", style="bold reverse")
+        head.append(f"  {gpu.name}", style="bold")
+        head.append(f"   {gpu.uuid}", style="dim")
+        if gpu.pci_bus_id:
+            head.append(f"   bus {gpu.pci_bus_id}", style="dim")
+        if gpu.lost:
+            head.append("   LOST: NVML no longer answers for this GPU", style="bold red")
+        title.update(head)
+        samples: tuple[GpuSample, ...] = app.gpu_history.get(gpu.index, ())  # type: ignore[attr-defined]
+        self._update_plots(gpu, samples, snapshot)
+        self.query_one("#fields", Static).update(self._fields(gpu, snapshot))
+
+    def _update_plots(self, gpu: Gpu, samples: tuple[GpuSample, ...], snapshot: Snapshot) -> None:
+        settings = self.app.settings  # type: ignore[attr-defined]
+        times = [s.t for s in samples]
+        now = snapshot.time.timestamp()
+        tz = snapshot.time.tzinfo
+        span = (times[-1] - times[0]) if len(times) > 1 else 0
+        minutes = f"last {fmt.duration(span)}" if span else "collecting"
+
+        def cur(value, unit: str) -> str:
+            return fmt.NA if value is None else f"{value:.0f}{unit}"
+
+        util = [None if s.lost else s.utilization for s in samples]
+        self.query_one("#plot-util", PlotView).show(
+            f"Utilization {cur(gpu.utilization_gpu, ' %')} · {minutes}", times, util, (0, 100), now, tz)
+        total = gpu.memory_total or max((s.memory_total or 0 for s in samples), default=0) or GIB
+        mem = [None if s.lost or s.memory_used is None else s.memory_used / GIB for s in samples]
+        used = None if gpu.memory_used is None else gpu.memory_used / GIB
+        self.query_one("#plot-memory", PlotView).show(
+            f"Memory {fmt.NA if used is None else f'{used:.1f}'} of {total / GIB:.0f} GiB", times, mem,
+            (0, total / GIB), now, tz)
+        temps = [None if s.lost else s.temperature for s in samples]
+        top = 10 * math.ceil(max([settings.temp_critical + 10] + [t + 5 for t in temps if t is not None]) / 10)
+        self.query_one("#plot-temperature", PlotView).show(
+            f"Temperature {cur(gpu.temperature, ' °C')} (warn {settings.temp_warning}, crit {settings.temp_critical})",
+            times, temps, (20, top), now, tz)
+        power = [None if s.lost else s.power_draw for s in samples]
+        limit = gpu.power_limit or max([p for p in power if p is not None] + [100.0])
+        self.query_one("#plot-power", PlotView).show(
+            f"Power {cur(gpu.power_draw, ' W')} of {limit:.0f} W", times, power, (0, 50 * math.ceil(limit / 50)),
+            now, tz)
+
+    def _fields(self, gpu: Gpu, snapshot: Snapshot) -> Table:
+        settings = self.app.settings  # type: ignore[attr-defined]
+        table = Table.grid(padding=(0, 1))
+        table.add_column(style="dim", no_wrap=True)
+        table.add_column()
+        for name, value in describe_fields(gpu):
+            if name == "processes":
+                continue
+            table.add_row(name.replace("_", " "), _fmt_field(name, value, gpu, settings))
+        table.add_row("free memory", _fmt_field("memory_used", gpu.memory_free, gpu, settings))
+        alerts = [a for a in snapshot.alerts if a.gpu == gpu.index]
+        table.add_row("", "")
+        table.add_row(Text("alerts", style="bold"), Text(str(len(alerts)) if alerts else "none"))
+        for a in alerts:
+            since = a.since.strftime("%H:%M:%S") if isinstance(a.since, datetime) else ""
+            table.add_row(Text(a.severity, style="bold red" if a.severity == "critical" else "bold yellow"),
+                          f"{a.message} (since {since})")
+        table.add_row("", "")
+        table.add_row(Text("processes", style="bold"), Text(str(len(gpu.processes))))
+        for p in sorted(gpu.processes, key=lambda p: -(p.gpu_memory or 0)):
+            who = f"{p.user or '?'}"
+            where = f" [{p.container.label}]" if p.container else ""
+            table.add_row(f"{p.pid}", f"{who} {fmt.size(p.gpu_memory)} SM {fmt.NA if p.sm_utilization is None else p.sm_utilization}%{where} {p.command or ''}")
+        return table

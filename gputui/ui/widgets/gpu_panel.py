@@ -1,0 +1,563 @@
+"""The GPU panel: one Line-API widget drawing every GPU, as cards or as compact rows.
+
+Why one widget and not a card widget per GPU: every GPU changes every tick (its
+graphs shift), and a stock widget per card re-measures and re-renders whole
+regions. Here each card is drawn into a few cached :class:`Strip` objects, keyed by
+exactly what it shows; a tick rebuilds only cards whose key changed and refreshes
+only their lines.
+
+Layout: cards (five lines each, as many columns as fit) when they fit the height
+the screen can spare; otherwise one line per GPU ("compact"); the panel scrolls
+when even that does not fit (16 GPUs on a small terminal). ``v`` cycles
+auto → cards → compact.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Mapping, Sequence
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from gputui.core.config import Settings
+from gputui.core.history import GpuSample
+from gputui.core.model import THERMAL_OR_POWER, Gpu, Snapshot
+from gputui.ui import format as fmt
+from gputui.ui.widgets.lines import LineBuilder, component_style, sparkline
+
+Mode = Literal["cards", "compact"]
+ModeChoice = Literal["auto", "cards", "compact"]
+
+CARD_HEIGHT = 5
+MIN_CARD_WIDTH = 54
+GAP = 1
+#: Samples kept per GPU for the sparklines (more than any card is wide).
+SPARK_SAMPLES = 256
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """What one card shows: the GPU plus its recent load, as plain values."""
+
+    gpu: Gpu
+    util: tuple[float | None, ...]
+    mem: tuple[float | None, ...]
+    alerts: int = 0
+    critical: bool = False
+
+
+def gpu_views(snapshot: Snapshot, history: Mapping[int, Sequence[GpuSample]]) -> tuple[GpuView, ...]:
+    """Join a snapshot with its recent history into what the panel draws."""
+    counts: dict[int, list[bool]] = {}
+    for alert in snapshot.alerts:
+        if alert.gpu is not None:
+            counts.setdefault(alert.gpu, []).append(alert.severity == "critical")
+    views = []
+    for g in snapshot.gpus:
+        samples = history.get(g.index, ())[-SPARK_SAMPLES:]
+        util = tuple(None if s.lost else s.utilization for s in samples)
+        mem = tuple(
+            None if s.lost or s.memory_used is None or not s.memory_total else 100.0 * s.memory_used / s.memory_total
+            for s in samples
+        )
+        if not samples:  # no history (yet): at least the current value
+            util, mem = (g.utilization_gpu,), (g.memory_percent,)
+        flags = counts.get(g.index, [])
+        views.append(GpuView(g, util, mem, len(flags), any(flags)))
+    return tuple(views)
+
+
+class GpuPanel(ScrollView, can_focus=True):
+    """All GPUs of the snapshot, drawn line by line."""
+
+    COMPONENT_CLASSES = {
+        "gpu-panel--border",
+        "gpu-panel--border-selected",
+        "gpu-panel--border-filtered",
+        "gpu-panel--border-lost",
+        "gpu-panel--title",
+        "gpu-panel--label",
+        "gpu-panel--value",
+        "gpu-panel--dim",
+        "gpu-panel--empty",
+        "gpu-panel--low",
+        "gpu-panel--mid",
+        "gpu-panel--high",
+        "gpu-panel--warning",
+        "gpu-panel--critical",
+        "gpu-panel--lost",
+        "gpu-panel--badge-warning",
+        "gpu-panel--badge-critical",
+        "gpu-panel--users",
+        "gpu-panel--compact-selected",
+    }
+
+    DEFAULT_CSS = """
+    GpuPanel {
+        height: auto;
+        overflow-x: hidden;
+        scrollbar-size-vertical: 1;
+        & > .gpu-panel--border { color: $foreground 35%; }
+        & > .gpu-panel--border-selected { color: $accent; text-style: bold; }
+        & > .gpu-panel--border-filtered { color: $primary; text-style: bold; }
+        & > .gpu-panel--border-lost { color: $error; }
+        & > .gpu-panel--title { color: $foreground; text-style: bold; }
+        & > .gpu-panel--label { color: $foreground 55%; }
+        & > .gpu-panel--value { color: $foreground; }
+        & > .gpu-panel--dim { color: $foreground 45%; }
+        & > .gpu-panel--empty { color: $foreground 18%; }
+        & > .gpu-panel--low { color: $success; }
+        & > .gpu-panel--mid { color: $warning; }
+        & > .gpu-panel--high { color: $error; }
+        & > .gpu-panel--warning { color: $warning; text-style: bold; }
+        & > .gpu-panel--critical { color: $error; text-style: bold reverse; }
+        & > .gpu-panel--lost { color: $error; text-style: bold; }
+        & > .gpu-panel--badge-warning { color: $background; background: $warning; text-style: bold; }
+        & > .gpu-panel--badge-critical { color: $background; background: $error; text-style: bold; }
+        & > .gpu-panel--users { color: $text-accent; }
+        & > .gpu-panel--compact-selected { background: $foreground 8%; }
+    }
+    """
+
+    BINDINGS = [
+        Binding("left", "move(-1, 0)", "Previous GPU", show=False),
+        Binding("right", "move(1, 0)", "Next GPU", show=False),
+        Binding("up", "move(0, -1)", "GPU above", show=False),
+        Binding("down", "move(0, 1)", "GPU below", show=False),
+    ]
+
+    class Selected(Message):
+        """A GPU card was selected (click or arrow keys)."""
+
+        def __init__(self, gpu_index: int) -> None:
+            super().__init__()
+            self.gpu_index = gpu_index
+
+    class Opened(Message):
+        """The user asked for a GPU's detail screen (click on the selected card)."""
+
+        def __init__(self, gpu_index: int) -> None:
+            super().__init__()
+            self.gpu_index = gpu_index
+
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.settings = Settings()
+        self.views: tuple[GpuView, ...] = ()
+        #: GPU index under the panel's cursor (the card Enter opens).
+        self.selected: int | None = None
+        #: GPU index the process table is filtered to, drawn with a distinct border.
+        self.filtered: int | None = None
+        self.mode_choice: ModeChoice = "auto"
+        self.mode: Mode = "cards"
+        self._available_height = 1000
+        self._cols = 1
+        self._card_width = 0
+        self._lines: list[Strip] = []
+        self._card_cache: dict[int, tuple[tuple, list[Strip]]] = {}
+        self._styles: dict[str, Style] = {}
+        #: Position of each GPU index in ``views``.
+        self._slot: dict[int, int] = {}
+
+    # -- styles ---------------------------------------------------------------
+    def _style(self, name: str) -> Style:
+        style = self._styles.get(name)
+        if style is None:
+            style = self._styles[name] = component_style(self, f"gpu-panel--{name}")
+        return style
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        # Called while the widget is being registered too, before its component
+        # styles exist: only drop caches here; lines are rebuilt when drawn.
+        self._styles.clear()
+        self._card_cache.clear()
+        self._stale = True
+        self.refresh()
+
+    _stale = True
+
+    def on_focus(self) -> None:
+        self._rebuild(force=True)
+
+    def on_blur(self) -> None:
+        self._rebuild(force=True)
+
+    # -- data -----------------------------------------------------------------
+    def update(self, snapshot: Snapshot, history: Mapping[int, Sequence[GpuSample]], settings: Settings) -> None:
+        """Show a new poll. Rebuilds only cards whose visible content changed."""
+        self.settings = settings
+        views = gpu_views(snapshot, history)
+        count_changed = len(views) != len(self.views)
+        self.views = views
+        self._slot = {v.gpu.index: i for i, v in enumerate(views)}
+        if self.selected not in self._slot:
+            self.selected = views[0].gpu.index if views else None
+        if count_changed:
+            self._relayout()
+        else:
+            self._rebuild()
+
+    def set_filtered(self, gpu_index: int | None) -> None:
+        if gpu_index != self.filtered:
+            self.filtered = gpu_index
+            self._rebuild()
+
+    def set_available_height(self, height: int) -> None:
+        """The screen tells the panel how many lines it may take; the panel picks its layout."""
+        if height != self._available_height:
+            self._available_height = max(1, height)
+            self._relayout()
+
+    def cycle_mode(self) -> ModeChoice:
+        order: list[ModeChoice] = ["auto", "cards", "compact"]
+        self.mode_choice = order[(order.index(self.mode_choice) + 1) % len(order)]
+        self._relayout()
+        return self.mode_choice
+
+    def on_resize(self, event: events.Resize) -> None:
+        if event.size.width != self._card_width_basis:
+            self._relayout()
+
+    _card_width_basis = -1
+
+    # -- layout ---------------------------------------------------------------
+    def _geometry(self, width: int) -> tuple[int, int]:
+        """(columns, card width) for card mode at this width."""
+        n = max(1, len(self.views))
+        cols = max(1, min(n, (width + GAP) // (MIN_CARD_WIDTH + GAP)))
+        # Balance the grid: 8 GPUs in 3 columns leave a ragged row; prefer 2 x 4.
+        rows = math.ceil(n / cols)
+        cols = math.ceil(n / rows)
+        return cols, max(20, (width - GAP * (cols - 1)) // cols)
+
+    def _relayout(self) -> None:
+        width = self.size.width or (self.app.size.width if self.is_attached else 80)
+        self._card_width_basis = width
+        n = len(self.views)
+        cols, card_width = self._geometry(width)
+        card_lines = math.ceil(n / cols) * CARD_HEIGHT if n else 1
+        if self.mode_choice == "cards" or (self.mode_choice == "auto" and card_lines <= self._available_height):
+            mode: Mode = "cards"
+            total = card_lines
+        else:
+            mode = "compact"
+            total = max(1, n)
+        self.mode, self._cols, self._card_width = mode, cols, card_width
+        height = max(1, min(total, self._available_height))
+        if self.styles.height is None or self.styles.height.value != height:
+            self.styles.height = height
+        self.virtual_size = Size(width, total)
+        self._card_cache.clear()
+        self._rebuild(force=True)
+
+    # -- drawing --------------------------------------------------------------
+    def _compute_lines(self, width: int) -> list[Strip]:
+        if not self.views:
+            return [LineBuilder().add("  waiting for the first poll…", self._style("dim")).strip(width).apply_style(self.rich_style)]
+        if self.mode == "cards":
+            return self._card_lines(width)
+        return [self._compact_line(v, width) for v in self.views]
+
+    def _rebuild(self, force: bool = False) -> None:
+        """Recompute the lines now and refresh only those that changed."""
+        if not self.is_mounted or self._stale:
+            self._stale = True
+            self.refresh()
+            return
+        width = self._width()
+        old = self._lines
+        lines = self._compute_lines(width)
+        self._lines = lines
+        if force or len(old) != len(lines):
+            self.refresh()
+            return
+        top = int(self.scroll_offset.y)
+        for y, (a, b) in enumerate(zip(old, lines)):
+            if a is not b:
+                self.refresh(Region(0, y - top, width, 1))
+
+    def _card_lines(self, width: int) -> list[Strip]:
+        cols, cw = self._cols, self._card_width
+        out: list[Strip] = []
+        base = self.rich_style
+        gap = Strip.blank(GAP, base)
+        for row_start in range(0, len(self.views), cols):
+            cards = [self._card(v, cw) for v in self.views[row_start:row_start + cols]]
+            for line in range(CARD_HEIGHT):
+                parts: list[Strip] = []
+                for i, card in enumerate(cards):
+                    if i:
+                        parts.append(gap)
+                    parts.append(card[line])
+                joined = parts[0] if len(parts) == 1 else Strip.join(parts)
+                out.append(joined.adjust_cell_length(width, base))
+        return out
+
+    def _card(self, view: GpuView, width: int) -> list[Strip]:
+        """The five lines of one card, cached by exactly what they show."""
+        g = view.gpu
+        spark_w = max(4, width - 2 - 5 - 1 - 5 - 2 - 15)
+        selected = g.index == self.selected and self.has_focus
+        key = (
+            width, selected, g.index == self.filtered, g.name, g.lost, g.utilization_gpu, g.memory_used,
+            g.memory_total, g.temperature, g.power_draw, g.power_limit, g.fan_speed, g.clock_sm, g.clock_memory,
+            g.pstate, g.throttle_reasons, view.util[-spark_w:], view.mem[-spark_w:], view.alerts, view.critical,
+            self._users(g), len(g.processes), self.settings.temp_warning, self.settings.temp_critical,
+        )
+        cached = self._card_cache.get(g.index)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        base = self.rich_style
+        lines = [line.apply_style(base) for line in self._draw_card(view, width, spark_w, selected)]
+        self._card_cache[g.index] = (key, lines)
+        return lines
+
+    def _users(self, g: Gpu) -> tuple[str, ...]:
+        by_user: dict[str, int] = {}
+        for p in g.processes:
+            name = p.user or "?"
+            by_user[name] = by_user.get(name, 0) + (p.gpu_memory or 0)
+        return tuple(sorted(by_user, key=lambda u: (-by_user[u], u)))
+
+    def _border_style(self, view: GpuView, selected: bool) -> Style:
+        if view.gpu.lost:
+            return self._style("border-lost")
+        if selected:
+            return self._style("border-selected")
+        if view.gpu.index == self.filtered:
+            return self._style("border-filtered")
+        return self._style("border")
+
+    def _badge(self, view: GpuView) -> tuple[str, Style] | None:
+        if not view.alerts:
+            return None
+        text = f" ⚠ {view.alerts} " if view.alerts > 1 else " ⚠ "
+        return text, self._style("badge-critical" if view.critical else "badge-warning")
+
+    def _temp_style(self, temp: int | None) -> Style:
+        if temp is None:
+            return self._style("dim")
+        if temp >= self.settings.temp_critical:
+            return self._style("critical")
+        if temp >= self.settings.temp_warning:
+            return self._style("warning")
+        return self._style("value")
+
+    def _draw_card(self, view: GpuView, width: int, spark_w: int, selected: bool) -> list[Strip]:
+        g = view.gpu
+        s = self._style
+        border = self._border_style(view, selected)
+        inner = width - 2
+
+        # Top border: ╭─ 0  A100-SXM4-80GB ──── alice, bob · 4 ─ ⚠ ─╮
+        top = LineBuilder().add("╭─", border)
+        top.add(f" {g.index} ", s("title") + Style(reverse=True) if selected else s("title"))
+        top.add(" ", border)
+        title = fmt.short_gpu_name(g.name)
+        right = LineBuilder()
+        users = self._users(g)
+        if g.lost:
+            right.add(" LOST ", s("lost") + Style(reverse=True))
+        elif g.processes:
+            shown = ", ".join(users[:2]) + (f" +{len(users) - 2}" if len(users) > 2 else "")
+            right.add(f" {shown} ", s("users"))
+            right.add(f"· {len(g.processes)} proc{'s' if len(g.processes) != 1 else ''} ", s("dim"))
+        else:
+            right.add(" idle ", s("dim"))
+        badge = self._badge(view)
+        if badge:
+            right.add("─", border).add(*badge)
+        right.add("─╮", border)
+        room = width - top.width - right.width - 2
+        top.add_fit(title, min(len(title), max(0, room)), s("title"))
+        top.add(" ", border)
+        fill = width - top.width - right.width
+        top.add("─" * max(0, fill), border)
+        top.extend(right.segments, right.width)
+
+        side = Segment("│", border)
+        lines = [top.strip(width)]
+        if g.lost:
+            body = [
+                LineBuilder().add(" ✖ NVML no longer answers for this GPU.", s("lost")),
+                LineBuilder().add(" It may have fallen off the bus: check `dmesg` for Xid errors.", s("dim")),
+                LineBuilder().add(f" {len(g.processes)} process(es) were on it at the last good read.", s("dim")),
+            ]
+        else:
+            body = [self._util_line(view, spark_w), self._mem_line(view, spark_w), self._info_line(g)]
+        for b in body:
+            line = LineBuilder().extend([side], 1)
+            line.extend(b.segments, b.width)
+            stripped = Strip(line.segments, line.width).adjust_cell_length(width - 1)
+            lines.append(Strip.join([stripped, Strip([side], 1)]))
+        lines.append(LineBuilder().add("╰" + "─" * max(0, inner) + "╯", border).strip(width))
+        return lines
+
+    def _spark(self, values: Sequence[float | None], width: int) -> list[Segment]:
+        s = self._style
+        return sparkline(values, width, s("empty"), s("low"), s("mid"), s("high"))
+
+    def _util_line(self, view: GpuView, spark_w: int) -> LineBuilder:
+        g, s = view.gpu, self._style
+        line = LineBuilder().add(" UTIL ", s("label"))
+        line.extend(self._spark(view.util, spark_w), spark_w)
+        line.add(" ")
+        line.add(fmt.percent(g.utilization_gpu), self._value_style(g.utilization_gpu))
+        line.add("  ")
+        line.add_fit(fmt.temperature(g.temperature), 5, self._temp_style(g.temperature), right=True)
+        line.add(" ")
+        line.add_fit(fmt.power_pair(g.power_draw, g.power_limit), 9, s("value"), right=True)
+        return line
+
+    def _mem_line(self, view: GpuView, spark_w: int) -> LineBuilder:
+        g, s = view.gpu, self._style
+        line = LineBuilder().add(" MEM  ", s("label"))
+        line.extend(self._spark(view.mem, spark_w), spark_w)
+        line.add(" ")
+        line.add(fmt.percent(g.memory_percent), self._value_style(g.memory_percent))
+        line.add("  ")
+        line.add_fit(fmt.size_pair(g.memory_used, g.memory_total), 15, s("value"), right=True)
+        return line
+
+    def _info_line(self, g: Gpu) -> LineBuilder:
+        s = self._style
+        line = LineBuilder()
+        line.add(" SM ", s("label")).add(fmt.mhz(g.clock_sm), s("value"))
+        line.add(f"/{fmt.mhz(g.clock_sm_max)} MHz", s("dim"))
+        line.add("  MEM ", s("label")).add(fmt.mhz(g.clock_memory), s("value")).add(" MHz", s("dim"))
+        line.add("  FAN ", s("label"))
+        line.add(fmt.NA if g.fan_speed is None else f"{g.fan_speed}%", s("dim") if g.fan_speed is None else s("value"))
+        line.add("  P", s("label")).add(fmt.NA if g.pstate is None else str(g.pstate), s("value"))
+        throttled = fmt.throttle_label(g.throttle_reasons)
+        if throttled:
+            hot = any(r in THERMAL_OR_POWER for r in g.throttle_reasons)
+            line.add("  ▼ " + throttled, s("warning") if hot else s("dim"))
+        return line
+
+    def _value_style(self, value: float | None) -> Style:
+        if value is None:
+            return self._style("dim")
+        return self._style("value")
+
+    def _compact_line(self, view: GpuView, width: int) -> Strip:
+        """One line per GPU: index, (name), util and memory graphs with numbers, temp, power, who."""
+        g, s = view.gpu, self._style
+        selected = g.index == self.selected and self.has_focus
+        base = s("compact-selected") if selected else Style()
+        line = LineBuilder()
+        idx_style = self._style("lost") if g.lost else (s("border-filtered") if g.index == self.filtered else s("title"))
+        line.add(f"{g.index:>2} ", idx_style + (Style(reverse=True) if selected else Style()))
+        if g.lost:
+            line.add("LOST  NVML no longer answers for this GPU (fallen off the bus?)", s("lost"))
+            return line.strip(width, base).apply_style(self.rich_style + base)
+        fixed = 3 + 4 + 1 + 5 + 4 + 1 + 5 + 1 + 15 + 6 + 9 + 2
+        name = fmt.short_gpu_name(g.name)
+        show_name = width - fixed - len(name) - 2 >= 24
+        if show_name:
+            line.add_fit(name, len(name) + 1, s("dim"))
+        room = width - fixed - (len(name) + 1 if show_name else 0) - 14
+        spark = max(0, min(40, room // 2))
+        if spark >= 4:
+            line.add("U ", s("label")).extend(self._spark(view.util, spark), spark)
+        else:
+            line.add("UTIL", s("label"))
+        line.add(fmt.percent(g.utilization_gpu) + " ", self._value_style(g.utilization_gpu))
+        if spark >= 4:
+            line.add(" M ", s("label")).extend(self._spark(view.mem, spark), spark)
+        else:
+            line.add(" MEM", s("label"))
+        line.add(fmt.percent(g.memory_percent), self._value_style(g.memory_percent))
+        line.add(" ")
+        line.add_fit(fmt.size_pair(g.memory_used, g.memory_total), 15, s("value"), right=True)
+        line.add(" ")
+        line.add_fit(fmt.temperature(g.temperature), 5, self._temp_style(g.temperature), right=True)
+        line.add(" ")
+        line.add_fit(fmt.power_pair(g.power_draw, g.power_limit), 9, s("value"), right=True)
+        badge = self._badge(view)
+        users = self._users(g)
+        rest = width - line.width - (len(badge[0]) + 1 if badge else 0)
+        if rest > 2:
+            who = " " + (", ".join(users) if users else "idle")
+            line.add_fit(who, rest, s("users") if users else s("dim"))
+        if badge:
+            line.pad_to(width - len(badge[0]))
+            line.add(*badge)
+        return line.strip(width, base).apply_style(self.rich_style + base)
+
+    def _width(self) -> int:
+        return self._card_width_basis if self._card_width_basis > 0 else (self.size.width or 80)
+
+    def render_line(self, y: int) -> Strip:
+        if self._stale:
+            self._stale = False
+            self._lines = self._compute_lines(self._width())
+        index = y + int(self.scroll_offset.y)
+        width = self.size.width
+        if 0 <= index < len(self._lines):
+            return self._lines[index].crop(0, width)
+        return Strip.blank(width)
+
+    # -- interaction ----------------------------------------------------------
+    def gpu_at(self, x: int, y: int) -> int | None:
+        """The GPU index drawn at a point of the panel (content coordinates)."""
+        y += int(self.scroll_offset.y)
+        if self.mode == "compact":
+            slot = y
+        else:
+            col = x // (self._card_width + GAP)
+            if col >= self._cols or x - col * (self._card_width + GAP) >= self._card_width:
+                return None
+            slot = (y // CARD_HEIGHT) * self._cols + col
+        if 0 <= slot < len(self.views):
+            return self.views[slot].gpu.index
+        return None
+
+    def select(self, gpu_index: int) -> None:
+        if gpu_index in self._slot and gpu_index != self.selected:
+            self.selected = gpu_index
+            self._rebuild()
+            self._scroll_to_selected()
+            self.post_message(self.Selected(gpu_index))
+
+    def _scroll_to_selected(self) -> None:
+        slot = self._slot.get(self.selected) if self.selected is not None else None
+        if slot is None:
+            return
+        if self.mode == "compact":
+            region = Region(0, slot, 1, 1)
+        else:
+            region = Region(0, (slot // self._cols) * CARD_HEIGHT, 1, CARD_HEIGHT)
+        self.scroll_to_region(region, animate=False)
+
+    def action_move(self, dx: int, dy: int) -> None:
+        if not self.views:
+            return
+        slot = self._slot.get(self.selected, 0) if self.selected is not None else 0
+        cols = self._cols if self.mode == "cards" else 1
+        if self.mode == "compact":
+            slot += dx + dy
+        else:
+            slot += dx + dy * cols
+        slot = max(0, min(len(self.views) - 1, slot))
+        self.select(self.views[slot].gpu.index)
+
+    def on_click(self, event: events.Click) -> None:
+        gpu = self.gpu_at(event.x, event.y)
+        if gpu is None:
+            return
+        event.stop()
+        if gpu == self.selected and self.has_focus:
+            self.post_message(self.Opened(gpu))
+        else:
+            self.focus()
+            self.select(gpu)
+            self._rebuild(force=True)

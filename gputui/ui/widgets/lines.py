@@ -1,0 +1,141 @@
+"""Building blocks for the Line-API widgets: a segment builder and a fixed-scale sparkline.
+
+The always-updating parts of the dashboard (GPU cards, process rows) are drawn
+line by line into cached :class:`Strip` objects instead of through stock widgets:
+a tick then costs what changed, not what is shown (see the rendering-cost table in
+the project notes). These helpers keep that drawing code short.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
+
+#: Eighth-blocks, index = level 0..8. Level 0 is drawn as the lowest bar in the
+#: "empty" style so the track stays visible and a 0 % GPU still shows a line.
+BARS = " ▁▂▃▄▅▆▇█"
+
+
+class LineBuilder:
+    """Accumulates styled text and produces a Strip of an exact cell width."""
+
+    __slots__ = ("segments", "width")
+
+    def __init__(self) -> None:
+        self.segments: list[Segment] = []
+        self.width = 0
+
+    def add(self, text: str, style: Style | None = None) -> "LineBuilder":
+        if text:
+            self.segments.append(Segment(text, style))
+            self.width += cell_len(text)
+        return self
+
+    def add_fit(self, text: str, width: int, style: Style | None = None, right: bool = False) -> "LineBuilder":
+        """Add ``text`` cut or padded to exactly ``width`` cells (CJK-safe)."""
+        if width <= 0:
+            return self
+        if cell_len(text) > width:
+            text = set_cell_size(text, width - 1) + "…" if width > 1 else set_cell_size(text, width)
+        elif right:
+            text = " " * (width - cell_len(text)) + text
+        else:
+            text = set_cell_size(text, width)
+        self.segments.append(Segment(text, style))
+        self.width += width
+        return self
+
+    def extend(self, segments: Sequence[Segment], width: int) -> "LineBuilder":
+        self.segments.extend(segments)
+        self.width += width
+        return self
+
+    def pad_to(self, width: int, style: Style | None = None) -> "LineBuilder":
+        if width > self.width:
+            self.add(" " * (width - self.width), style)
+        return self
+
+    def strip(self, width: int, style: Style | None = None) -> Strip:
+        return Strip(self.segments, self.width).adjust_cell_length(width, style)
+
+
+def level_style(value: float, low: Style, mid: Style, high: Style, thresholds: tuple[float, float] = (50, 80)) -> Style:
+    if value >= thresholds[1]:
+        return high
+    if value >= thresholds[0]:
+        return mid
+    return low
+
+
+def sparkline(
+    values: Sequence[float | None],
+    width: int,
+    empty: Style,
+    low: Style,
+    mid: Style,
+    high: Style,
+    thresholds: tuple[float, float] = (50, 80),
+) -> list[Segment]:
+    """The newest ``width`` values as bars on a fixed 0–100 scale, newest at the right.
+
+    Unlike Textual's ``Sparkline`` (which scales to the data's own min..max), a
+    flat 97–99 % line stays a flat full-height line here. Missing values (N/A)
+    are blanks; samples not yet collected are the empty track.
+    """
+    if width <= 0:
+        return []
+    vals = list(values[-width:])
+    out: list[Segment] = []
+    pad = width - len(vals)
+    run_text: list[str] = []
+    run_style: Style | None = None
+
+    def push(ch: str, style: Style) -> None:
+        nonlocal run_style
+        if style is not run_style and run_text:
+            out.append(Segment("".join(run_text), run_style))
+            run_text.clear()
+        run_style = style
+        run_text.append(ch)
+
+    for _ in range(pad):
+        push(BARS[1], empty)
+    for v in vals:
+        if v is None:
+            push(" ", empty)
+            continue
+        v = 0.0 if v < 0 else 100.0 if v > 100 else float(v)
+        level = int(v * 8 / 100 + 0.5)
+        if level == 0:
+            push(BARS[1], empty)
+        else:
+            push(BARS[level], level_style(v, low, mid, high, thresholds))
+    if run_text:
+        out.append(Segment("".join(run_text), run_style))
+    return out
+
+
+def component_style(widget, name: str) -> Style:
+    """A component class as a Rich style to draw over the widget's own background.
+
+    Textual's full component style blends alpha colours (``$foreground 35%``)
+    over the background, which we want; but it also carries a background colour
+    even where the CSS sets none, which would paint boxes over the widget's own
+    background. Keep the background only where the component declares one.
+    """
+    full = widget.get_component_rich_style(name)
+    declared = widget.get_component_styles(name).has_rule("background")
+    return Style(
+        color=full.color,
+        bgcolor=full.bgcolor if declared else None,
+        bold=full.bold,
+        dim=full.dim,
+        italic=full.italic,
+        underline=full.underline,
+        reverse=full.reverse,
+        strike=full.strike,
+    )

@@ -1,0 +1,566 @@
+"""The process table: a Line-API ScrollView of cached row strips, keyed by (GPU, PID).
+
+Why not DataTable: at 1 Hz a third of the rows change a cell or two, and
+``DataTable.update_cell`` re-renders whole regions (measured ~10x the cost of
+this widget). Here each row is one cached :class:`Strip` keyed by its formatted
+cells; a tick rebuilds only rows whose cells changed and refreshes only those
+lines when the order is unchanged.
+
+The cursor is a key, not a row number: it stays on the same process through
+every refresh, re-sort and filter. When its process exits, the cursor stays at
+the same row position. The scroll offset is left alone unless the cursor
+would leave the view.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Literal
+
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widget import Widget
+
+from gputui.core.model import Process, Snapshot
+from gputui.ui import format as fmt
+from gputui.ui.widgets.lines import LineBuilder, component_style
+
+Key = tuple[int, int]
+Align = Literal["left", "right"]
+
+
+@dataclass(frozen=True)
+class Column:
+    id: str
+    title: str
+    width: int
+    align: Align
+    #: Lower numbers are hidden first when the terminal is narrow.
+    priority: int
+    #: Sort direction a fresh sort on this column starts with (True = largest first).
+    descending: bool = False
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("gpu", "GPU", 4, "right", 10),
+    Column("pid", "PID", 7, "right", 10),
+    Column("user", "USER", 9, "left", 9),
+    Column("gpu_memory", "GPU MEM", 7, "right", 10, True),
+    Column("sm", "SM%", 4, "right", 8, True),
+    Column("cpu", "CPU%", 5, "right", 6, True),
+    Column("host_memory", "HOST MEM", 8, "right", 3, True),
+    Column("uptime", "UPTIME", 6, "right", 4, True),
+    Column("container", "CONTAINER", 15, "left", 7),
+    Column("command", "COMMAND", 0, "left", 11),
+)
+COLUMN_IDS = tuple(c.id for c in COLUMNS)
+MIN_COMMAND = 18
+#: Cells between the marker and the command: "● " (stale) or "? " (not visible).
+MARKER_WIDTH = 2
+
+
+def sort_value(p: Process, column: str, now_ts: float):
+    """A comparable value for a column; None sorts last whichever the direction."""
+    if column == "gpu":
+        return p.gpu_index
+    if column == "pid":
+        return p.pid
+    if column == "user":
+        return (p.user or "").lower() or None
+    if column == "gpu_memory":
+        return p.gpu_memory
+    if column == "sm":
+        return p.sm_utilization
+    if column == "cpu":
+        return p.cpu_percent
+    if column == "host_memory":
+        return p.host_memory
+    if column == "uptime":
+        return None if p.started is None else now_ts - p.started.timestamp()
+    if column == "container":
+        return p.container.label.lower() if p.container else None
+    if column == "command":
+        return (p.command or "").lower() or None
+    raise KeyError(column)
+
+
+def sort_processes(procs: list[Process], column: str, descending: bool, now_ts: float) -> list[Process]:
+    """Stable multi-key order: the column, then GPU, then memory (largest first), then PID."""
+    base = sorted(procs, key=lambda p: (p.gpu_index, -(p.gpu_memory or 0), p.pid))
+    present = [p for p in base if sort_value(p, column, now_ts) is not None]
+    missing = [p for p in base if sort_value(p, column, now_ts) is None]
+    present.sort(key=lambda p: sort_value(p, column, now_ts), reverse=descending)
+    return present + missing
+
+
+def matches(p: Process, text: str) -> bool:
+    """The filter box: case-insensitive substring of user, command, container, image or PID."""
+    if not text:
+        return True
+    needle = text.lower()
+    hay = [str(p.pid), p.user or "", p.command or ""]
+    if p.container is not None:
+        hay += [p.container.label, p.container.image or "", p.container.id[:12]]
+    return any(needle in h.lower() for h in hay)
+
+
+def process_cells(p: Process, snapshot_time) -> tuple[str, ...]:
+    """The formatted cells of a row, in COLUMNS order, plus the marker."""
+    if p.visible:
+        command = p.command or fmt.NA
+    else:
+        command = f"(not visible: {p.invisible_reason or 'unknown'})"
+    marker = "●" if p.stale else ("?" if not p.visible else "")
+    return (
+        str(p.gpu_index),
+        str(p.pid),
+        p.user or "?",
+        fmt.size(p.gpu_memory),
+        fmt.NA if p.sm_utilization is None else str(p.sm_utilization),
+        fmt.cpu(p.cpu_percent),
+        fmt.size(p.host_memory),
+        fmt.uptime(p.started, snapshot_time),
+        p.container.label if p.container else "-",
+        command,
+        marker,
+    )
+
+
+def visible_columns(width: int) -> tuple[tuple[Column, ...], int]:
+    """Columns that fit ``width``, dropping the least important first, and the command's width."""
+    cols = list(COLUMNS)
+
+    def command_width(cs: list[Column]) -> int:
+        fixed = sum(c.width + 1 for c in cs if c.id != "command")
+        return width - fixed - MARKER_WIDTH - 1
+
+    while command_width(cols) < MIN_COMMAND:
+        droppable = [c for c in cols if c.id not in ("command", "gpu", "pid", "gpu_memory")]
+        if not droppable:
+            break
+        cols.remove(min(droppable, key=lambda c: c.priority))
+    return tuple(cols), max(4, command_width(cols))
+
+
+class ProcessHeader(Widget):
+    """Column titles with the sort arrow, and a summary of what is shown."""
+
+    COMPONENT_CLASSES = {"process-header--title", "process-header--sorted", "process-header--summary"}
+    DEFAULT_CSS = """
+    ProcessHeader {
+        height: 1;
+        background: $panel;
+        & > .process-header--title { color: $foreground 70%; text-style: bold; }
+        & > .process-header--sorted { color: $accent; text-style: bold; }
+        & > .process-header--summary { color: $foreground 60%; }
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.sort_column = "gpu"
+        self.descending = False
+        self.summary = ""
+
+    def set_state(self, sort_column: str, descending: bool, summary: str) -> None:
+        if (sort_column, descending, summary) != (self.sort_column, self.descending, self.summary):
+            self.sort_column, self.descending, self.summary = sort_column, descending, summary
+            self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        title = component_style(self, "process-header--title")
+        sorted_style = component_style(self, "process-header--sorted")
+        summary_style = component_style(self, "process-header--summary")
+        cols, command_w = visible_columns(width)
+        line = LineBuilder()
+        for c in cols:
+            arrow = ("▼" if self.descending else "▲") if c.id == self.sort_column else ""
+            style = sorted_style if arrow else title
+            if c.id == "command":
+                line.add(" " * MARKER_WIDTH)
+                text = c.title + arrow
+                room = command_w - len(text) - 2
+                line.add(text, style)
+                if self.summary and room > 4:
+                    line.add(" ")
+                    line.add_fit(self.summary, room, summary_style, right=True)
+                    line.add(" ")
+            else:
+                line.add_fit(c.title + arrow, c.width, style, right=c.align == "right")
+                line.add(" ")
+        return line.strip(width).apply_style(self.rich_style)
+
+
+class ProcessTable(ScrollView, can_focus=True):
+    """GPU processes, one cached strip per row, cursor keyed by (GPU, PID)."""
+
+    COMPONENT_CLASSES = {
+        "process-table--cursor",
+        "process-table--cursor-blurred",
+        "process-table--dim",
+        "process-table--gpu",
+        "process-table--container",
+        "process-table--stale",
+        "process-table--hidden",
+        "process-table--program",
+        "process-table--user-0",
+        "process-table--user-1",
+        "process-table--user-2",
+        "process-table--user-3",
+        "process-table--user-4",
+        "process-table--user-5",
+        "process-table--empty",
+    }
+    DEFAULT_CSS = """
+    ProcessTable {
+        height: 1fr;
+        overflow-x: hidden;
+        scrollbar-size-vertical: 1;
+        & > .process-table--cursor {
+            background: $block-cursor-background;
+            color: $block-cursor-foreground;
+            text-style: $block-cursor-text-style;
+        }
+        & > .process-table--cursor-blurred { background: $foreground 12%; }
+        & > .process-table--dim { color: $foreground 50%; }
+        & > .process-table--gpu { color: $text-primary; text-style: bold; }
+        & > .process-table--container { color: $text-secondary; }
+        & > .process-table--stale { color: $warning; }
+        & > .process-table--hidden { color: $foreground 40%; text-style: italic; }
+        & > .process-table--program { text-style: bold; }
+        & > .process-table--user-0 { color: $text-accent; }
+        & > .process-table--user-1 { color: $text-success; }
+        & > .process-table--user-2 { color: $text-warning; }
+        & > .process-table--user-3 { color: $text-primary; }
+        & > .process-table--user-4 { color: $text-secondary; }
+        & > .process-table--user-5 { color: $foreground; }
+        & > .process-table--empty { color: $foreground 50%; text-style: italic; }
+    }
+    """
+
+    BINDINGS = [
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "cursor_to(0)", "First row", show=False),
+        Binding("end", "cursor_to(-1)", "Last row", show=False),
+    ]
+
+    class CursorMoved(Message):
+        """The highlighted process changed (or its row's content did)."""
+
+        def __init__(self, process: Process | None) -> None:
+            super().__init__()
+            self.process = process
+
+    class Opened(Message):
+        """Double click on a row: open its GPU."""
+
+        def __init__(self, process: Process) -> None:
+            super().__init__()
+            self.process = process
+
+    def __init__(self, header: ProcessHeader | None = None, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.header = header
+        self.snapshot: Snapshot | None = None
+        #: Every process of the snapshot, by key.
+        self._all: dict[Key, Process] = {}
+        self._cells: dict[Key, tuple[str, ...]] = {}
+        #: Shown rows, in order.
+        self.rows: list[Process] = []
+        self._row_of: dict[Key, int] = {}
+        self.cursor_key: Key | None = None
+        self._cursor_row = 0
+        self.sort_column = "gpu"
+        self.descending = False
+        self.gpu_only: int | None = None
+        self.text_filter = ""
+        self._strips: dict[Key, tuple[tuple, Strip]] = {}
+        self._styles: dict[str, Style] = {}
+        self._layout_width = -1
+        self._reported: tuple | None = None
+
+    # -- styles ---------------------------------------------------------------
+    def _style(self, name: str) -> Style:
+        style = self._styles.get(name)
+        if style is None:
+            style = self._styles[name] = component_style(self, f"process-table--{name}")
+        return style
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles.clear()
+        self._strips.clear()
+        self.refresh()
+
+    def on_focus(self) -> None:
+        self._refresh_row(self._cursor_row)
+
+    def on_blur(self) -> None:
+        self._refresh_row(self._cursor_row)
+
+    # -- state ----------------------------------------------------------------
+    @property
+    def cursor_process(self) -> Process | None:
+        if self.cursor_key is None:
+            return None
+        row = self._row_of.get(self.cursor_key)
+        return self.rows[row] if row is not None else None
+
+    @property
+    def total(self) -> int:
+        return len(self._all)
+
+    def update(self, snapshot: Snapshot) -> None:
+        """Show a new poll: diff rows by key, keep the cursor on its process."""
+        self.snapshot = snapshot
+        new_all: dict[Key, Process] = {}
+        changed: set[Key] = set()
+        for p in snapshot.processes:
+            new_all[p.key] = p
+            cells = process_cells(p, snapshot.time)
+            if self._cells.get(p.key) != cells:
+                self._cells[p.key] = cells
+                changed.add(p.key)
+        for gone in set(self._cells) - set(new_all):
+            del self._cells[gone]
+            self._strips.pop(gone, None)
+        self._all = new_all
+        self._reorder(changed)
+
+    def set_sort(self, column: str, descending: bool | None = None) -> None:
+        if column not in COLUMN_IDS:
+            raise ValueError(f"no column {column!r}")
+        if descending is None:
+            descending = next(c.descending for c in COLUMNS if c.id == column)
+        self.sort_column, self.descending = column, descending
+        self._reorder(set())
+
+    def cycle_sort(self, step: int = 1) -> str:
+        cols, _ = visible_columns(self.size.width or 120)
+        ids = [c.id for c in cols]
+        i = ids.index(self.sort_column) if self.sort_column in ids else -1
+        column = ids[(i + step) % len(ids)]
+        self.set_sort(column)
+        return column
+
+    def reverse_sort(self) -> None:
+        self.descending = not self.descending
+        self._reorder(set())
+
+    def set_gpu_only(self, gpu: int | None) -> None:
+        if gpu != self.gpu_only:
+            self.gpu_only = gpu
+            self._reorder(set())
+
+    def set_text_filter(self, text: str) -> None:
+        if text != self.text_filter:
+            self.text_filter = text
+            self._reorder(set())
+
+    def _reorder(self, changed: set[Key]) -> None:
+        now_ts = self.snapshot.time.timestamp() if self.snapshot else 0.0
+        shown = [
+            p for p in self._all.values()
+            if (self.gpu_only is None or p.gpu_index == self.gpu_only) and matches(p, self.text_filter)
+        ]
+        rows = sort_processes(shown, self.sort_column, self.descending, now_ts)
+        old_keys = [p.key for p in self.rows]
+        new_keys = [p.key for p in rows]
+        self.rows = rows
+        self._row_of = {k: i for i, k in enumerate(new_keys)}
+
+        # The cursor follows its process; if that process is gone, it keeps its row position.
+        old_cursor_row = self._cursor_row
+        if self.cursor_key in self._row_of:
+            self._cursor_row = self._row_of[self.cursor_key]  # type: ignore[index]
+        else:
+            self._cursor_row = max(0, min(self._cursor_row, len(rows) - 1))
+            self.cursor_key = rows[self._cursor_row].key if rows else None
+
+        width = self.size.width
+        self.virtual_size = Size(width, len(rows))
+        self._update_header()
+        if old_keys != new_keys:
+            self.refresh()
+            if self._cursor_row != old_cursor_row:
+                self._keep_cursor_visible()
+        else:
+            for key in changed:
+                row = self._row_of.get(key)
+                if row is not None:
+                    self._refresh_row(row)
+            if not rows:
+                self.refresh()
+        self._report_cursor()
+
+    def _update_header(self) -> None:
+        if self.header is None:
+            return
+        parts = []
+        if len(self.rows) != len(self._all):
+            parts.append(f"{len(self.rows)} of {len(self._all)}")
+        else:
+            parts.append(f"{len(self._all)} process{'es' if len(self._all) != 1 else ''}")
+        if self.gpu_only is not None:
+            parts.append(f"GPU {self.gpu_only} only")
+        if self.text_filter:
+            parts.append(f"filter “{self.text_filter}”")
+        self.header.set_state(self.sort_column, self.descending, " · ".join(parts))
+
+    def _report_cursor(self) -> None:
+        p = self.cursor_process
+        token = (p.key, self._cells.get(p.key), p.stale) if p else None
+        if token != self._reported:
+            self._reported = token
+            self.post_message(self.CursorMoved(p))
+
+    # -- cursor ---------------------------------------------------------------
+    def _refresh_row(self, row: int) -> None:
+        top = int(self.scroll_offset.y)
+        if top <= row < top + self.size.height:
+            self.refresh(Region(0, row - top, self.size.width, 1))
+
+    def move_cursor_to(self, row: int) -> None:
+        if not self.rows:
+            return
+        row = max(0, min(len(self.rows) - 1, row))
+        old = self._cursor_row
+        self._cursor_row = row
+        self.cursor_key = self.rows[row].key
+        self._refresh_row(old)
+        self._refresh_row(row)
+        self._keep_cursor_visible()
+        self._report_cursor()
+
+    def select_key(self, key: Key) -> bool:
+        row = self._row_of.get(key)
+        if row is None:
+            return False
+        self.move_cursor_to(row)
+        return True
+
+    def _keep_cursor_visible(self) -> None:
+        top = int(self.scroll_offset.y)
+        height = self.size.height
+        if height <= 0:
+            return
+        if self._cursor_row < top:
+            self.scroll_to(y=self._cursor_row, animate=False, immediate=True)
+        elif self._cursor_row >= top + height:
+            self.scroll_to(y=self._cursor_row - height + 1, animate=False, immediate=True)
+
+    def action_cursor(self, delta: int) -> None:
+        self.move_cursor_to(self._cursor_row + delta)
+
+    def action_page(self, direction: int) -> None:
+        self.move_cursor_to(self._cursor_row + direction * max(1, self.size.height - 1))
+
+    def action_cursor_to(self, row: int) -> None:
+        self.move_cursor_to(len(self.rows) - 1 if row < 0 else row)
+
+    def on_click(self, event: events.Click) -> None:
+        row = event.y + int(self.scroll_offset.y)
+        if 0 <= row < len(self.rows):
+            event.stop()
+            self.focus()
+            self.move_cursor_to(row)
+            if event.chain >= 2:
+                self.post_message(self.Opened(self.rows[row]))
+
+    # -- drawing --------------------------------------------------------------
+    def on_resize(self, event: events.Resize) -> None:
+        if event.size.width != self._layout_width:
+            self._layout_width = event.size.width
+            self._strips.clear()
+            self.virtual_size = Size(event.size.width, len(self.rows))
+            self.refresh()
+
+    def _user_style(self, user: str) -> Style:
+        return self._style(f"user-{zlib.crc32(user.encode()) % 6}")
+
+    def _row_strip(self, p: Process, cursor: bool, width: int) -> Strip:
+        cells = self._cells[p.key]
+        focused = self.has_focus
+        signature = (cells, cursor, cursor and focused, width)
+        cached = self._strips.get(p.key)
+        if cached is not None and cached[0] == signature:
+            return cached[1]
+        strip = self._draw_row(p, cells, width, cursor, focused)
+        self._strips[p.key] = (signature, strip)
+        return strip
+
+    def _draw_row(self, p: Process, cells: tuple[str, ...], width: int, cursor: bool, focused: bool) -> Strip:
+        base = self.rich_style
+        s = self._style
+        dim = s("dim")
+        cols, command_w = visible_columns(width)
+        line = LineBuilder()
+        for c in cols:
+            i = COLUMN_IDS.index(c.id)
+            text = cells[i]
+            if c.id == "command":
+                marker = cells[-1]
+                line.add_fit(marker, MARKER_WIDTH, s("stale") if marker == "●" else dim)
+                if not p.visible:
+                    line.add_fit(text, command_w, s("hidden"))
+                else:
+                    program, _, rest = text.partition(" ")
+                    if len(program) >= command_w:
+                        line.add_fit(text, command_w, base)
+                    else:
+                        line.add(program, s("program"))
+                        line.add_fit((" " + rest) if rest else "", command_w - len(program))
+                continue
+            if c.id == "gpu":
+                style = s("gpu")
+            elif c.id == "user":
+                style = self._user_style(text) if text != "?" else dim
+            elif c.id == "container":
+                style = s("container") if text != "-" else dim
+            elif text == fmt.NA:
+                style = dim
+            elif c.id in ("host_memory", "uptime"):
+                style = dim
+            else:
+                style = None
+            line.add_fit(text, c.width, style, right=c.align == "right")
+            line.add(" ")
+        strip = line.strip(width)
+        if cursor and focused:
+            # The focused cursor's colours win over the cells' own colours: one solid bar.
+            over = s("cursor")
+            return Strip([seg._replace(style=base + (seg.style or Style()) + over) for seg in strip], width)
+        if cursor:
+            return strip.apply_style(base + s("cursor-blurred"))
+        return strip.apply_style(base)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        row = y + int(self.scroll_offset.y)
+        if 0 <= row < len(self.rows):
+            return self._row_strip(self.rows[row], row == self._cursor_row, width)
+        if row == 0 and not self.rows:
+            return self._empty_line(width)
+        return Strip.blank(width, self.rich_style)
+
+    def _empty_line(self, width: int) -> Strip:
+        if self.snapshot is None:
+            text = "  waiting for the first poll…"
+        elif self._all and self.gpu_only is not None and not any(p.gpu_index == self.gpu_only for p in self._all.values()):
+            text = f"  Nobody is on GPU {self.gpu_only}. Press a to show all GPUs."
+        elif self._all:
+            text = f"  No process matches “{self.text_filter}”. Press Escape to clear the filter."
+        else:
+            text = "  No process is using a GPU."
+        return LineBuilder().add(text, self.rich_style + self._style("empty")).strip(width, self.rich_style)
+

@@ -1,0 +1,259 @@
+"""One-line bars: the status line at the top, the selection bar under the table,
+and the imbalance banner.
+
+They change at most once per poll and are one line each, so each renders a
+single strip and refreshes only when what it shows changed (no layout pass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from rich.style import Style
+from textual.strip import Strip
+from textual.widget import Widget
+
+from gputui.core.model import Imbalance, Process, Snapshot
+from gputui.ui import format as fmt
+from gputui.ui.widgets.lines import LineBuilder, component_style
+
+
+@dataclass(frozen=True)
+class PollStatus:
+    """How polling is going, as the status line shows it."""
+
+    interval: float
+    last_ok: datetime | None = None
+    #: One sentence while polls fail; None once a poll succeeds again.
+    error: str | None = None
+    #: Seconds the running poll has taken, once it is slow (None otherwise).
+    slow_for: float | None = None
+    paused: bool = False
+    read_only: bool = False
+    #: Whether container information was asked for (False with --no-docker).
+    containers_enabled: bool = True
+
+
+def snapshot_warnings(snapshot: Snapshot | None, status: PollStatus) -> list[str]:
+    """Everything the status line must warn about, most urgent first."""
+    out: list[str] = []
+    if status.error:
+        out.append(status.error)
+    if status.slow_for is not None:
+        out.append(f"Waiting for the GPU driver: this poll has taken {status.slow_for:.0f} s.")
+    if snapshot is not None:
+        out.extend(snapshot.warnings)
+        if status.containers_enabled and not snapshot.docker.available and snapshot.docker.error:
+            out.append(f"containers unavailable: {snapshot.docker.error}")
+    return out
+
+
+class StatusLine(Widget):
+    """Host, driver and CUDA versions, refresh period, last poll, and warnings."""
+
+    COMPONENT_CLASSES = {
+        "status-line--brand",
+        "status-line--text",
+        "status-line--dim",
+        "status-line--warning",
+        "status-line--error",
+        "status-line--paused",
+    }
+    DEFAULT_CSS = """
+    StatusLine {
+        height: 1;
+        background: $panel;
+        & > .status-line--brand { background: $primary; color: $background; text-style: bold; }
+        & > .status-line--text { color: $foreground; }
+        & > .status-line--dim { color: $foreground 55%; }
+        & > .status-line--warning { color: $warning; text-style: bold; }
+        & > .status-line--error { background: $error; color: $background; text-style: bold; }
+        & > .status-line--paused { background: $warning; color: $background; text-style: bold; }
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.snapshot: Snapshot | None = None
+        self.status = PollStatus(interval=1.0)
+        self._key: tuple | None = None
+        self._strip: Strip | None = None
+
+    def show(self, snapshot: Snapshot | None, status: PollStatus) -> None:
+        key = (
+            None if snapshot is None else (snapshot.host, snapshot.time, snapshot.driver_version,
+                                           snapshot.cuda_driver_version, len(snapshot.gpus), snapshot.warnings,
+                                           snapshot.docker),
+            status,
+        )
+        if key != self._key:
+            self._key = key
+            self.snapshot, self.status = snapshot, status
+            self._strip = None
+            self.refresh()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strip = None
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if self._strip is None or self._strip.cell_length != width:
+            self._strip = self._draw(width)
+        return self._strip
+
+    def _draw(self, width: int) -> Strip:
+        def st(name: str) -> Style:
+            return component_style(self, f"status-line--{name}")
+
+        snap, status = self.snapshot, self.status
+        left = LineBuilder().add(" gputui ", st("brand")).add(" ")
+        if snap is None:
+            left.add("reading the GPUs…", st("dim"))
+        else:
+            left.add(snap.host, st("text"))
+            left.add("  driver ", st("dim")).add(snap.driver_version or fmt.NA, st("text"))
+            left.add("  CUDA ", st("dim")).add(snap.cuda_driver_version or fmt.NA, st("text"))
+            left.add("  GPUs ", st("dim")).add(str(len(snap.gpus)), st("text"))
+        left.add("  every ", st("dim")).add(f"{status.interval:g}s", st("text"))
+        left.add("  at ", st("dim")).add(fmt.clock_time(status.last_ok), st("text"))
+        if status.read_only:
+            left.add("  read-only", st("dim"))
+
+        right = LineBuilder()
+        if status.paused:
+            right.add(" ⏸ PAUSED (p resumes) ", st("paused")).add(" ")
+        warnings = snapshot_warnings(snap, status)
+        if warnings:
+            text = warnings[0] + (f" (+{len(warnings) - 1} more)" if len(warnings) > 1 else "")
+            style = st("error") if status.error and warnings[0] == status.error else st("warning")
+            room = max(0, width - right.width - 1)
+            # Warnings win over details: the left part is cut first.
+            room = min(room, max(room - left.width, width * 2 // 3))
+            right.add_fit(f" ⚠ {text} ", min(room, len(text) + 4), style).add(" ")
+        out = LineBuilder()
+        keep = max(0, width - right.width)
+        if left.width > keep:
+            cut = Strip(left.segments, left.width).crop(0, keep)
+            out.extend(list(cut), cut.cell_length)
+        else:
+            out.extend(left.segments, left.width)
+        out.pad_to(width - right.width)
+        out.extend(right.segments, right.width)
+        return out.strip(width).apply_style(self.rich_style)
+
+
+class SelectionBar(Widget):
+    """The highlighted process in full: command, container, and why it looks stale."""
+
+    COMPONENT_CLASSES = {"selection-bar--key", "selection-bar--text", "selection-bar--stale", "selection-bar--dim"}
+    DEFAULT_CSS = """
+    SelectionBar {
+        height: 1;
+        background: $panel;
+        & > .selection-bar--key { color: $accent; text-style: bold; }
+        & > .selection-bar--text { color: $foreground; }
+        & > .selection-bar--stale { color: $warning; text-style: bold; }
+        & > .selection-bar--dim { color: $foreground 55%; }
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.process: Process | None = None
+        self._strip: Strip | None = None
+
+    def show(self, process: Process | None) -> None:
+        if process != self.process:
+            self.process = process
+            self._strip = None
+            self.refresh()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strip = None
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if self._strip is None or self._strip.cell_length != width:
+            self._strip = self._draw(width)
+        return self._strip
+
+    def _draw(self, width: int) -> Strip:
+        def st(name: str) -> Style:
+            return component_style(self, f"selection-bar--{name}")
+
+        p = self.process
+        line = LineBuilder().add(" ")
+        if p is None:
+            line.add("No process selected.", st("dim"))
+        else:
+            line.add(f"PID {p.pid}", st("key")).add(f" on GPU {p.gpu_index}", st("dim"))
+            if p.container is not None:
+                line.add("  container ", st("dim")).add(p.container.label, st("text"))
+                if p.container.image:
+                    line.add(f" ({p.container.image})", st("dim"))
+            if p.stale:
+                line.add("  ● ", st("stale")).add("; ".join(f.message for f in p.stale), st("stale"))
+            elif not p.visible:
+                reason = {"other-namespace": "its PID is in another PID namespace",
+                          "vanished": "it exited while being read"}.get(p.invisible_reason or "", "it cannot be read")
+                line.add(f"  ? not visible: {reason}", st("dim"))
+            if p.command:
+                line.add("  $ ", st("dim")).add(p.command, st("text"))
+        return line.strip(width).apply_style(self.rich_style)
+
+
+class ImbalanceBanner(Widget):
+    """Shown only while the imbalance judge flags the machine: what is wrong and one move."""
+
+    COMPONENT_CLASSES = {"imbalance-banner--label", "imbalance-banner--text", "imbalance-banner--move"}
+    DEFAULT_CSS = """
+    ImbalanceBanner {
+        height: auto;
+        max-height: 2;
+        display: none;
+        background: $warning 15%;
+        &.-flagged { display: block; }
+        & > .imbalance-banner--label { background: $warning; color: $background; text-style: bold; }
+        & > .imbalance-banner--text { color: $foreground; }
+        & > .imbalance-banner--move { color: $warning; text-style: bold; }
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.imbalance = Imbalance()
+
+    def show(self, imbalance: Imbalance) -> None:
+        if imbalance == self.imbalance:
+            return
+        was = self.imbalance.flagged
+        self.imbalance = imbalance
+        if imbalance.flagged != was:
+            self.set_class(imbalance.flagged, "-flagged")
+        # The banner's height follows whether a suggestion line is shown.
+        self.refresh(layout=True)
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return 2 if self.imbalance.suggestion is not None else 1
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+
+        def st(name: str) -> Style:
+            return component_style(self, f"imbalance-banner--{name}")
+
+        imb = self.imbalance
+        line = LineBuilder()
+        if y == 0:
+            line.add(" IMBALANCED ", st("label")).add(" ")
+            line.add(imb.message or ", ".join(imb.kinds) or "the GPUs are unevenly loaded", st("text"))
+        elif imb.suggestion is not None:
+            sug = imb.suggestion
+            what = sug.container and f"container {sug.container}" or (sug.pid and f"PID {sug.pid}") or "a job"
+            line.add("  → ", st("move")).add(f"move {what} from GPU {sug.from_gpu} to GPU {sug.to_gpu}", st("move"))
+            line.add(f": {sug.reason}", st("text"))
+            line.add("  (m opens migrate)", st("text") + Style(dim=True))
+        return line.strip(width).apply_style(self.rich_style)
