@@ -3,6 +3,7 @@ the installed gputui (real nvidia-ml-py, real /proc) must name each kind."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -146,3 +147,22 @@ def test_a_process_computing_on_the_gpu_is_not_idle(fake_nvml, spawned):
     spawned.append(worker)
     fake_nvml.write(_one_gpu_with(process(worker.pid, used_memory=6 * GiB, sm=40)))
     assert _stale(fake_nvml.snapshot("--window", "2"), worker.pid) == []
+
+
+@pytest.mark.docker
+def test_a_paused_containers_process_is_stale(fake_nvml, docker_cleanup):
+    d = docker_cleanup
+    c = d.run("gputui-stale-paused")
+    c.reload()
+    pid = c.attrs["State"]["Pid"]
+    fake_nvml.write(_one_gpu_with(process(pid, used_memory=4 * GiB, sm=0)))
+    running = fake_nvml.run_gputui("snapshot", "--json", env_extra={"DOCKER_HOST": d.host})
+    assert running.returncode == 0, running.stderr
+    assert _stale(json.loads(running.stdout), pid) == []
+    c.pause()
+    paused = fake_nvml.run_gputui("snapshot", "--json", env_extra={"DOCKER_HOST": d.host})
+    assert paused.returncode == 0, paused.stderr
+    stale = _stale(json.loads(paused.stdout), pid)
+    finding = next(s for s in stale if s["kind"] == "exited-container")
+    assert finding["message"].startswith("Its container gputui-stale-paused is paused")
+    c.unpause()
