@@ -7,8 +7,9 @@ Cost is the point of the design: a poll at 16 GPUs x 1000 processes must stay
 well under 50 ms, so on Linux it reads ``/proc`` directly instead of going
 through psutil objects:
 
-- every poll, one read of ``/proc/PID/stat`` gives state, parent, process
-  group, session, CPU ticks, start time and RSS (the same counters psutil uses);
+- every poll, ``/proc/PID/stat`` gives state, parent, process group, session,
+  CPU ticks and start time, and ``/proc/PID/statm`` the RSS (the same counters
+  psutil uses);
 - once per process identity ``(pid, start time)`` — re-read only if the
   process exec()s something else (its ``comm`` changes) — ``/proc/PID/status``
   (real uid, innermost namespace PID), ``/proc/PID/cmdline`` and
@@ -197,9 +198,14 @@ class HostProcessSource:
             ppid, pgrp, session = int(f[1]), int(f[2]), int(f[3])
             ticks = int(f[11]) + int(f[12])
             starttime = int(f[19])
-            rss = int(f[21]) * self._page
         except (ValueError, IndexError):
             return self._invisible(pid)
+        # RSS from statm, not stat: since Linux 6.2 stat's rss is a per-CPU approximation
+        # (off by up to a batch per CPU), statm's is the exact sum that psutil, top and ps show.
+        try:
+            rss = int(_read(f"{base}/statm").split()[1]) * self._page
+        except (OSError, ValueError, IndexError):
+            rss = int(f[21]) * self._page if len(f) > 21 else None
 
         st = self._static.get(pid)
         if st is None or st.starttime != starttime or st.comm != comm:
