@@ -181,7 +181,8 @@ class DemoMachine:
         for i in range(self.n_gpus):
             plist = by_gpu.get(i, [])
             sms = [self._sm(p, t) for p in plist]
-            util = min(100, sum(sms) + (2 if plist else 0))
+            # NVML utilization is "share of time a kernel ran": jobs sharing a card saturate it short of 100.
+            util = min(98, round(sum(sms) * 0.95) + (2 if plist else 0))
             used = sum(p.memory for p in plist) + (600 * MIB if plist else 4 * MIB)
             temp = int(31 + 0.55 * util + 2 * self._wave(t, 100 + i, 90))
             power_limit = 400.0
