@@ -55,11 +55,12 @@ def docker_host(environ: Mapping[str, str] | None = None) -> str:
     host = env.get("DOCKER_HOST")
     if host:
         return host
-    if not os.path.exists(DEFAULT_SOCKET):
+    default = DEFAULT_SOCKET
+    if not os.path.exists(default):
         runtime_dir = env.get("XDG_RUNTIME_DIR")
         if runtime_dir and os.path.exists(os.path.join(runtime_dir, "docker.sock")):
             return f"unix://{os.path.join(runtime_dir, 'docker.sock')}"
-    return f"unix://{DEFAULT_SOCKET}"
+    return f"unix://{default}"
 
 
 def _socket_path(host: str) -> str | None:
@@ -77,7 +78,9 @@ def _precheck(host: str, environ: Mapping[str, str]) -> str | None:
         return None
     if os.path.exists(path):
         return None
-    if not environ.get("DOCKER_HOST") and not (shutil.which("dockerd") or shutil.which("docker")):
+    search = environ.get("PATH")
+    if not environ.get("DOCKER_HOST") and not (shutil.which("dockerd", path=search) or
+                                               shutil.which("docker", path=search)):
         return "Docker is not installed"
     where = f"{path} (DOCKER_HOST)" if environ.get("DOCKER_HOST") else path
     return f"the Docker daemon is not running (no socket at {where})"
