@@ -147,7 +147,7 @@ class GpuTuiApp(App[int]):
         self._timer = None
         self._polling = True
         self._poll_started = time.monotonic()
-        slow_after = max(3.0, 3 * self.settings.interval)
+        slow_after = max(2.0, 3 * self.settings.interval)
         self._slow_timer = self.set_timer(slow_after, self._poll_is_slow)
         self._poll_worker()
 

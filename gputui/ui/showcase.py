@@ -53,3 +53,17 @@ def frozen_demo_app(warm_seconds: int = 600, step: float = 1.0, settings: Settin
         clock.now += step
     clock.now = FROZEN_EPOCH
     return app
+
+
+async def wait_for_polls(pilot, count: int = 1, timeout: float = 10.0) -> None:
+    """Let a running app (``app.run_test()``) finish ``count`` polls in all, then settle.
+
+    Raises TimeoutError with the count reached, so a test failing here says why.
+    """
+    app = pilot.app
+    deadline = time.monotonic() + timeout
+    while app.polls_done < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the app finished {app.polls_done} of {count} polls in {timeout} s")
+        await pilot.pause(0.02)
+    await pilot.pause()

@@ -51,12 +51,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("gpu", "GPU", 4, "right", 10),
     Column("pid", "PID", 7, "right", 10),
     Column("user", "USER", 9, "left", 9),
-    Column("gpu_memory", "GPU MEM", 7, "right", 10, True),
+    Column("gpu_memory", "GPU MEM", 8, "right", 10, True),
     Column("sm", "SM%", 4, "right", 8, True),
     Column("cpu", "CPU%", 5, "right", 6, True),
-    Column("host_memory", "HOST MEM", 8, "right", 3, True),
-    Column("uptime", "UPTIME", 6, "right", 4, True),
-    Column("container", "CONTAINER", 15, "left", 7),
+    Column("host_memory", "HOST MEM", 9, "right", 3, True),
+    Column("uptime", "UPTIME", 7, "right", 4, True),
+    Column("container", "CONTAINER", 16, "left", 7),
     Column("command", "COMMAND", 0, "left", 11),
 )
 COLUMN_IDS = tuple(c.id for c in COLUMNS)

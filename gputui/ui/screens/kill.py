@@ -1,0 +1,266 @@
+"""The kill dialog: exactly what will be signalled, a y/N confirmation, then the kill in a thread worker.
+
+Opened with ``k`` on the highlighted process, or with a list of processes (the
+stale ones in view). It plans with the same code as ``gputui kill``
+(:func:`gputui.actions.kill.plan_kill`): the targets are the (pid, start time)
+pairs of the snapshot the user is looking at, every guard runs, refusals are
+shown with their one sentence, and a container's main process is stopped
+through Docker, with the reason. Planning (it reads /proc and asks Docker) and
+the kill (it waits for processes to exit) run in thread workers; the result is
+a notification and a fresh poll, and the dialog closes.
+
+Keys: ``y`` kill, ``t`` / ``i`` / ``x`` choose SIGTERM / SIGINT / SIGKILL, ``e``
+escalate to SIGKILL after the timeout, ``n`` or ``escape`` cancel.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Static
+from textual.worker import get_current_worker
+
+from gputui.actions.kill import (
+    KillBackend,
+    KillError,
+    KillPlan,
+    KillReport,
+    audit_refusals,
+    backend_for,
+    check_audit_writable,
+    confirmation_lines,
+    execute_kill,
+    plan_kill,
+)
+from gputui.core.model import Process, Snapshot
+
+#: Seconds to wait for a process to exit before reporting it (or escalating).
+TIMEOUT = 10.0
+
+
+class KillScreen(ModalScreen["KillReport | None"]):
+    """Confirm and run a kill. Dismisses with the report (None when cancelled)."""
+
+    DEFAULT_CSS = """
+    KillScreen {
+        align: center middle;
+        background: $background 60%;
+    }
+    KillScreen > #kill-dialog {
+        width: 110;
+        max-width: 100%;
+        height: auto;
+        max-height: 100%;
+        border: thick $error;
+        background: $surface;
+        padding: 0 1;
+    }
+    KillScreen #kill-title { text-style: bold; color: $error; }
+    KillScreen #kill-plan-box { height: auto; max-height: 20; margin: 1 0; }
+    KillScreen #kill-options { color: $foreground 90%; }
+    KillScreen #kill-progress { height: auto; color: $warning; }
+    KillScreen #kill-hint { color: $foreground 60%; margin-top: 1; }
+    """
+
+    BINDINGS = [
+        Binding("y", "confirm", "Kill", id="kill-confirm"),
+        Binding("t", "signal('TERM')", "SIGTERM", id="kill-term"),
+        Binding("i", "signal('INT')", "SIGINT", id="kill-int"),
+        Binding("x", "signal('KILL')", "SIGKILL", id="kill-kill"),
+        Binding("e", "toggle_escalate", "Escalate", id="kill-escalate"),
+        Binding("escape", "cancel", "Cancel", id="kill-cancel"),
+        Binding("n", "cancel", "Cancel", show=False, id="kill-no"),
+    ]
+
+    class PlanReady(Message, bubble=False):
+        def __init__(self, plan: KillPlan, generation: int) -> None:
+            super().__init__()
+            self.plan = plan
+            self.generation = generation
+
+    class Progress(Message, bubble=False):
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    class Finished(Message, bubble=False):
+        def __init__(self, report: KillReport | None, error: str | None = None) -> None:
+            super().__init__()
+            self.report = report
+            self.error = error
+
+    def __init__(self, snapshot: Snapshot | None, process: Process | None = None, force: bool = False, *,
+                 processes: Sequence[Process] | None = None, timeout: float = TIMEOUT) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+        chosen = list(processes) if processes is not None else ([process] if process is not None else [])
+        #: PIDs in the order shown (a process on several GPUs appears once)
+        self.pids: list[int] = list(dict.fromkeys(p.pid for p in chosen))
+        self.signal = "KILL" if force else "TERM"
+        self.escalate = False
+        self.timeout = timeout
+        #: "planning", "ready", "running", "done"
+        self.state = "planning"
+        self.plan: KillPlan | None = None
+        self.report: KillReport | None = None
+        self._generation = 0
+        self._backend: KillBackend | None = None
+
+    # -- layout ---------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        with Vertical(id="kill-dialog"):
+            yield Static(self._title(), id="kill-title")
+            with VerticalScroll(id="kill-plan-box"):
+                yield Static("Checking the processes…", id="kill-plan")
+            yield Static("", id="kill-options")
+            yield Static("", id="kill-progress")
+            yield Static("y kill · t/i/x SIGTERM/SIGINT/SIGKILL · e escalate · n/escape cancel", id="kill-hint")
+
+    def _title(self) -> str:
+        if len(self.pids) == 1:
+            return f"Kill PID {self.pids[0]}"
+        return f"Kill {len(self.pids)} processes"
+
+    def on_mount(self) -> None:
+        self._show_options()
+        if not self.pids:
+            self.query_one("#kill-plan", Static).update("Nothing to kill: no process is selected.")
+            self.state = "done"
+            return
+        self._replan()
+
+    # -- planning ---------------------------------------------------------------------------
+    def _replan(self) -> None:
+        self._generation += 1
+        self.state = "planning"
+        self.refresh_bindings()
+        self._plan_worker(self._generation, self.signal, self.escalate)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="kill-plan", description="check kill targets")
+    def _plan_worker(self, generation: int, signal: str, escalate: bool) -> None:
+        worker = get_current_worker()
+        app = self.app
+        if self._backend is None:
+            self._backend = backend_for(app.machine)  # type: ignore[attr-defined]
+        snapshot = self.snapshot or app.snapshot  # type: ignore[attr-defined]
+        read_only = bool(app.settings.read_only)  # type: ignore[attr-defined]
+        plan = plan_kill(snapshot, self.pids, self._backend, signal=signal, timeout=self.timeout,
+                         escalate=escalate, read_only=read_only)
+        if not worker.is_cancelled:
+            self.post_message(self.PlanReady(plan, generation))
+
+    @on(PlanReady)
+    def _plan_ready(self, message: PlanReady) -> None:
+        if message.generation != self._generation or self.state in ("running", "done"):
+            return
+        self.plan = message.plan
+        self.state = "ready"
+        lines = confirmation_lines(message.plan)
+        if message.plan.targets:
+            lines.append("")
+            lines.append("Press y to kill, n or escape to cancel.")
+        else:
+            lines.append("")
+            lines.append("Nothing can be killed.")
+        self.query_one("#kill-plan", Static).update("\n".join(lines))
+        self._show_options()
+        self.refresh_bindings()
+
+    def _show_options(self) -> None:
+        esc = "on: SIGKILL whatever is left after" if self.escalate else "off (e to turn on)"
+        text = f"Signal: SIG{self.signal}   wait {self.timeout:g} s   escalate: {esc}"
+        self.query_one("#kill-options", Static).update(text)
+
+    # -- actions ---------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "confirm":
+            return True if self.state == "ready" and self.plan is not None and self.plan.targets else None
+        if action in ("signal", "toggle_escalate"):
+            return True if self.state in ("planning", "ready") and self.pids else None
+        if action == "cancel":
+            return True if self.state != "running" else None
+        return True
+
+    def action_signal(self, name: str) -> None:
+        if self.signal != name:
+            self.signal = name
+            self._show_options()
+            self._replan()
+
+    def action_toggle_escalate(self) -> None:
+        self.escalate = not self.escalate
+        self._show_options()
+        self._replan()
+
+    def action_cancel(self) -> None:
+        if self.state == "running":
+            return
+        if self.state == "ready" and self.plan is not None and self.plan.targets:
+            refusals = [r for r in self.plan.refusals]
+            # The user saw the refusals and declined the rest: both go to the audit log.
+            self._audit_declined(self.plan, refusals)
+        self.dismiss(self.report)
+
+    @work(thread=True, exit_on_error=False, group="kill-audit", description="record a declined kill")
+    def _audit_declined(self, plan: KillPlan, refusals: Iterable) -> None:
+        from gputui.actions.kill import Refusal
+
+        audit_refusals([*refusals, *(Refusal(t.pid, f"PID {t.pid}: the user declined the confirmation.")
+                                     for t in plan.targets)])
+
+    def action_confirm(self) -> None:
+        if self.state != "ready" or self.plan is None or not self.plan.targets:
+            return
+        self.state = "running"
+        self.refresh_bindings()
+        self.query_one("#kill-progress", Static).update("Killing…")
+        self._kill_worker(self.plan)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="kill-run", description="kill processes")
+    def _kill_worker(self, plan: KillPlan) -> None:
+        app = self.app
+        snapshot = self.snapshot or app.snapshot  # type: ignore[attr-defined]
+        try:
+            check_audit_writable()
+            assert self._backend is not None
+            report = execute_kill(plan, self._backend, snapshot,
+                                  progress=lambda text: self.post_message(self.Progress(text)))
+        except KillError as exc:
+            self.post_message(self.Finished(None, str(exc)))
+            return
+        except Exception as exc:  # never a traceback in the dashboard: one sentence
+            self.post_message(self.Finished(None, f"The kill failed: {exc}."))
+            return
+        self.post_message(self.Finished(report))
+
+    @on(Progress)
+    def _progress(self, message: Progress) -> None:
+        self.query_one("#kill-progress", Static).update(message.text)
+
+    @on(Finished)
+    def _finished(self, message: Finished) -> None:
+        self.state = "done"
+        self.report = message.report
+        if message.report is None:
+            self.app.notify(message.error or "The kill failed.", title="Kill", severity="error", timeout=8)
+        else:
+            report = message.report
+            severity = "information" if report.ok else "warning"
+            body = "\n".join([report.summary(), *report.lines()])
+            self.app.notify(body, title="Kill", severity=severity, timeout=8)
+        request = getattr(self.app, "request_poll", None)
+        if callable(request):
+            request()
+        self.dismiss(self.report)
+
+    def on_unmount(self) -> None:
+        backend, self._backend = self._backend, None
+        close = getattr(backend, "close", None)
+        if callable(close):
+            close()

@@ -1,0 +1,91 @@
+"""The imbalance banner you can act on: focus it (Tab or a click) and press ``m``.
+
+It draws what :class:`~gputui.ui.widgets.status.ImbalanceBanner` draws — the
+judge's message and its one suggested move — and adds the action: ``m`` (or
+Enter) opens the migrate dialog for the suggested container with the suggested
+target already chosen. The dialog still shows the plan and asks before
+anything happens. A suggestion that names a bare process (no container) cannot
+be migrated by gputui; ``m`` then says how to move it by hand.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.strip import Strip
+
+from gputui.ui.widgets.lines import LineBuilder, component_style
+from gputui.ui.widgets.status import ImbalanceBanner
+
+
+class SuggestionBanner(ImbalanceBanner):
+    """The imbalance banner, focusable, with ``m`` = migrate as suggested."""
+
+    can_focus = True
+
+    BINDINGS = [
+        Binding("m", "migrate_suggestion", "Migrate as suggested", id="banner-migrate"),
+        Binding("enter", "migrate_suggestion", "Migrate as suggested", show=False, id="banner-migrate-enter"),
+    ]
+
+    DEFAULT_CSS = """
+    SuggestionBanner:focus {
+        background: $warning 35%;
+    }
+    """
+
+    def on_focus(self) -> None:
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self.refresh()
+
+    def on_click(self, event: events.Click) -> None:
+        self.focus()
+
+    def render_line(self, y: int) -> Strip:
+        if y != 1 or self.imbalance.suggestion is None:
+            return super().render_line(y)
+        width = self.size.width
+
+        def st(name: str) -> Style:
+            return component_style(self, f"imbalance-banner--{name}")
+
+        sug = self.imbalance.suggestion
+        what = f"container {sug.container}" if sug.container else f"PID {sug.pid}" if sug.pid else "a job"
+        line = LineBuilder()
+        line.add("  → ", st("move")).add(f"move {what} from GPU {sug.from_gpu} to GPU {sug.to_gpu}", st("move"))
+        hint = "m: migrate as suggested" if self.has_focus else "tab here, then m: migrate"
+        if sug.container is None:
+            hint = "m: how to move it" if self.has_focus else "tab here, then m: how to move it"
+        line.add(f"  [{hint}]", st("move") + Style(dim=not self.has_focus))
+        line.add(f"  {sug.reason}", st("text"))
+        return line.strip(width).apply_style(self.rich_style)
+
+    def action_migrate_suggestion(self) -> None:
+        imb = self.imbalance
+        sug = imb.suggestion
+        if not imb.flagged or sug is None:
+            self.notify("The imbalance judge suggests no move right now.", severity="information")
+            return
+        if sug.container is None:
+            self.notify(f"PID {sug.pid} runs outside any container, so gputui cannot move it: restart it with "
+                        f"CUDA_VISIBLE_DEVICES={sug.to_gpu}.", severity="information", timeout=8)
+            return
+        settings = getattr(self.app, "settings", None)
+        if settings is not None and settings.read_only:
+            self.notify("gputui is read-only (--read-only or read_only in the config): migrate is off.",
+                        severity="warning")
+            return
+        try:
+            module = importlib.import_module("gputui.ui.screens.migrate")
+        except ModuleNotFoundError as exc:
+            if exc.name != "gputui.ui.screens.migrate":
+                raise
+            self.notify("Migrate is not available in this version of gputui.", severity="warning")
+            return
+        snapshot = getattr(self.app, "snapshot", None)
+        self.app.push_screen(module.MigrateScreen(snapshot, container=sug.container, target=sug.to_gpu))
