@@ -266,8 +266,13 @@ class HostBackend:
 
     def __init__(self, machine: "Machine", docker_client: Callable[[], Any] | None = None,
                  docker_timeout: float = 10.0) -> None:
+        from gputui.core.processes import HostProcessSource
+
         self.machine = machine
         self.euid = os.geteuid()
+        # Its own process source: the poller's is not shared across threads (the dashboard kills from a worker
+        # while polls go on). It computes start times exactly as the poller's does.
+        self._processes = HostProcessSource()
         self._docker_client = docker_client
         self._docker_timeout = docker_timeout
         self._client: Any = None
@@ -292,8 +297,7 @@ class HostBackend:
             return False
 
     def facts(self, pid: int) -> ProcessFacts:
-        # The same source as the listing, so start times compare exactly.
-        got = self.machine.processes.facts([pid]).get(pid)
+        got = self._processes.facts([pid]).get(pid)
         return got or ProcessFacts(pid=pid, visible=False, invisible_reason="vanished")
 
     def is_container_init(self, pid: int) -> bool:
