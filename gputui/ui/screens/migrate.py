@@ -213,6 +213,7 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
             self._fill_targets()
             self._show_plan_text(Text("Reading the container…", style="dim"))
             self._request_plan()
+        self.query_one("#migrate-result").display = False
         self._show_progress()
         self._show_hint()
         self.query_one("#migrate-targets").focus()
@@ -503,6 +504,7 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         self.state = "done"
         widget = self.query_one("#migrate-result", Static)
         widget.update(message.result.message)
+        widget.display = True
         widget.set_class(message.result.ok, "-ok")
         widget.set_class(not message.result.ok, "-failed")
         self._show_progress()
