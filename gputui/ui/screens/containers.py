@@ -1,0 +1,337 @@
+"""The containers view (key ``c``): each container's GPU grant against what it really uses.
+
+One row per container that has a GPU grant or a GPU process: its grant, the GPUs
+its processes actually run on, their GPU memory summed, and its findings. The
+pane below follows the highlighted row: a strip of every GPU with the
+container's used GPUs filled and its granted-but-unused GPUs underlined, the
+findings as whole sentences, and the processes on those GPUs with the
+container's own rows marked, so "it was given GPU 7 but sits on GPU 0 next to
+three others" is visible at a glance. Enter goes back to the dashboard with the
+process table filtered to that container.
+
+Highlighting uses reverse/bold/underline/dim rather than colours, so it reads in
+every theme and in monochrome terminals. Follows every poll while open and keeps
+the highlighted container across polls (by id).
+"""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from gputui.core.model import Container, Snapshot
+from gputui.ui import format as fmt
+from gputui.ui.widgets.status import PollStatus, StatusLine
+
+#: How each grant form is named in the table.
+VIA = {
+    "device_request": "--gpus",
+    "nvidia_runtime_env": "nvidia runtime",
+    "cdi": "CDI",
+    "devices": "device node",
+    "none": "-",
+}
+USED_STYLE = "bold reverse"
+GRANTED_STYLE = "bold underline"
+OTHER_STYLE = "dim"
+FINDING_STYLE = "bold"
+
+
+def indices(items: tuple[int, ...] | list[int]) -> str:
+    """(0, 1, 2, 5) -> "0-2,5"; () -> "-"."""
+    values = sorted(set(items))
+    if not values:
+        return "-"
+    parts: list[str] = []
+    start = prev = values[0]
+    for v in values[1:] + [None]:  # type: ignore[list-item]
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        parts.append(f"{start}-{prev}" if prev - start >= 2 else
+                     ",".join(str(x) for x in range(start, prev + 1)))
+        if v is not None:
+            start = prev = v
+    return ",".join(parts)
+
+
+def grant_cell(c: Container, n_gpus: int) -> str:
+    """What the container was granted, as GPU indices: "all (8)", "2,3", "none", or "unknown"."""
+    if c.runtime != "docker" or (c.grant_source == "none" and not c.granted_gpus and c.image is None):
+        return "unknown"
+    if c.gpus == "all":
+        return f"all ({n_gpus})"
+    return indices(c.granted_gpus) if c.granted_gpus else "none"
+
+
+def via_cell(c: Container) -> str:
+    if c.runtime != "docker":
+        return c.runtime
+    return VIA.get(c.grant_source, c.grant_source)
+
+
+def gpu_strip(c: Container, snapshot: Snapshot) -> Text:
+    """Every GPU of the snapshot; the container's used GPUs filled, granted-only underlined, others dim."""
+    used, granted = set(c.used_gpus), set(c.granted_gpus)
+    text = Text("GPUs ")
+    for g in snapshot.gpus:
+        style = USED_STYLE if g.index in used else GRANTED_STYLE if g.index in granted else OTHER_STYLE
+        text.append(f" {g.index} ", style=style)
+        text.append(" ")
+    text.append("   ")
+    text.append(" n ", style=USED_STYLE)
+    text.append(" its processes run here  ")
+    text.append(" n ", style=GRANTED_STYLE)
+    text.append(" granted, unused  ")
+    text.append(" n ", style=OTHER_STYLE)
+    text.append(" other")
+    return text
+
+
+def detail(c: Container, snapshot: Snapshot) -> Table:
+    """Identity, grant, findings and the processes on its GPUs (its own marked)."""
+    out = Table.grid(padding=(0, 1), expand=True)
+    out.add_column(no_wrap=True, style="bold")
+    out.add_column(ratio=1)
+    out.add_row("Container", Text.assemble((c.name, "bold"), f"  {c.id[:12]}  {c.state}"))
+    if c.image:
+        out.add_row("Image", c.image)
+    if c.compose_project:
+        out.add_row("Compose", f"project {c.compose_project}, service {c.compose_service or '-'}")
+    if c.restart_policy:
+        out.add_row("Restart", c.restart_policy)
+    n = len(snapshot.gpus)
+    grant = grant_cell(c, n)
+    if grant == "unknown":
+        grant_text = ("unknown: Docker is unavailable" if c.runtime == "docker" else
+                      f"unknown: gputui reads grants from Docker, and this is a {c.runtime} container")
+    elif grant == "none":
+        grant_text = "none"
+    else:
+        what = (f"all {n} GPUs" if c.gpus == "all" else
+                f"GPU{'s' if len(c.granted_gpus) > 1 else ''} {grant}")
+        grant_text = f"{what} via {VIA.get(c.grant_source, c.grant_source)}"
+    out.add_row("Grant", grant_text)
+    out.add_row("CUDA_VISIBLE_DEVICES", c.cuda_visible_devices if c.cuda_visible_devices is not None else "not set")
+    uses = (f"GPU {indices(c.used_gpus)}, {fmt.size(c.gpu_memory)} in {len(c.pids)} "
+            f"process{'es' if len(c.pids) != 1 else ''}" if c.pids else "nothing on any GPU now")
+    out.add_row("Uses", uses)
+    if c.findings:
+        findings = Text()
+        for i, f in enumerate(c.findings):
+            if i:
+                findings.append("\n")
+            findings.append(f"{f.kind}: ", style=FINDING_STYLE)
+            findings.append(f.message)
+        out.add_row("Findings", findings)
+    else:
+        out.add_row("Findings", Text("none", style="dim"))
+    out.add_row("", "")
+    out.add_row("Processes", processes_table(c, snapshot))
+    return out
+
+
+def processes_table(c: Container, snapshot: Snapshot) -> Table | Text:
+    """GPU processes on the GPUs the container holds or uses; its own rows marked and bold."""
+    gpus = set(c.used_gpus) | set(c.granted_gpus)
+    procs = [p for p in snapshot.processes if p.gpu_index in gpus]
+    if not procs:
+        return Text("no process on its GPUs", style="dim")
+    t = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold", expand=True)
+    t.add_column("", no_wrap=True)
+    t.add_column("GPU", justify="right", no_wrap=True)
+    t.add_column("PID", justify="right", no_wrap=True)
+    t.add_column("USER", no_wrap=True)
+    t.add_column("GPU MEM", justify="right", no_wrap=True)
+    t.add_column("CONTAINER", no_wrap=True)
+    t.add_column("COMMAND", ratio=1, no_wrap=True, overflow="ellipsis")
+    own = set(c.pids)
+    for p in sorted(procs, key=lambda p: (p.container is None or p.container.id != c.id, p.gpu_index, p.pid)):
+        mine = p.container is not None and p.container.id == c.id and p.pid in own
+        style = "bold" if mine else "dim"
+        t.add_row("▶" if mine else "", str(p.gpu_index), str(p.pid), p.user or fmt.NA, fmt.size(p.gpu_memory),
+                  p.container.label if p.container else "-", p.command or fmt.NA, style=style)
+    return t
+
+
+class ContainersScreen(Screen[None]):
+    """Containers with GPUs: grant, use, memory, findings; the highlighted one's GPUs and processes below."""
+
+    DEFAULT_CSS = """
+    ContainersScreen {
+        layout: vertical;
+        background: $background;
+    }
+    #containers-title {
+        height: 1;
+        background: $boost;
+        color: $foreground;
+        padding: 0 1;
+    }
+    #containers-table {
+        height: auto;
+        max-height: 45%;
+    }
+    #container-gpus {
+        height: 1;
+        padding: 0 1;
+        margin-top: 1;
+    }
+    #container-detail-scroll {
+        height: 1fr;
+        padding: 0 1;
+    }
+    """
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back", id="containers-back"),
+        Binding("q", "app.pop_screen", "Back", show=False, id="containers-back-q"),
+        Binding("c", "app.pop_screen", "Back", show=False, id="containers-back-c"),
+        # priority: Enter acts here before the table's own "select row" (a click only highlights).
+        Binding("enter", "show_processes", "Its processes", key_display="⏎", id="containers-processes",
+                priority=True, tooltip="Back to the dashboard, process table filtered to this container"),
+    ]
+
+    COLUMNS = ("NAME", "STATE", "GRANT", "VIA", "USES", "GPU MEM", "PIDS", "FINDINGS")
+
+    def __init__(self, snapshot: Snapshot | None = None) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+        #: id of the highlighted container, kept across polls
+        self.selected_id: str | None = None
+        #: the GPU strip last shown (what the highlight looks like), for tests and screenshots
+        self.strip: Text | None = None
+        self._order: list[str] = []
+
+    def compose(self) -> ComposeResult:
+        yield StatusLine(id="status")
+        yield Static(id="containers-title")
+        table: DataTable = DataTable(id="containers-table", cursor_type="row", zebra_stripes=True)
+        yield table
+        yield Static(id="container-gpus")
+        with VerticalScroll(id="container-detail-scroll"):
+            yield Static(id="container-detail")
+        yield Footer()
+
+    @property
+    def table(self) -> DataTable:
+        return self.query_one("#containers-table", DataTable)
+
+    def on_mount(self) -> None:
+        for title in self.COLUMNS:
+            self.table.add_column(title, key=title)
+        app = self.app
+        self.update_poll_status(app.poll_status)  # type: ignore[attr-defined]
+        snapshot = getattr(app, "snapshot", None) or self.snapshot
+        if snapshot is not None:
+            self.update_snapshot(snapshot)
+        self.table.focus()
+
+    # -- the app's protocol -------------------------------------------------------------
+    def update_poll_status(self, status: PollStatus) -> None:
+        self.query_one(StatusLine).show(getattr(self.app, "snapshot", None) or self.snapshot, status)
+
+    def update_snapshot(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.query_one(StatusLine).show(snapshot, self.app.poll_status)  # type: ignore[attr-defined]
+        self._show_title(snapshot)
+        self._fill_table(snapshot)
+        self._show_selected()
+
+    # -- drawing ------------------------------------------------------------------------
+    def _show_title(self, snapshot: Snapshot) -> None:
+        title = Text()
+        n = len(snapshot.containers)
+        flagged = sum(1 for c in snapshot.containers if c.findings)
+        title.append("Containers", style="bold")
+        title.append(f"  {n} with a GPU grant or a GPU process")
+        if flagged:
+            title.append(f", {flagged} with findings", style=FINDING_STYLE)
+        if not snapshot.docker.available:
+            reason = (snapshot.docker.error or "unknown reason").rstrip(".")
+            title.append(f"   Docker unavailable: {reason}", style="bold")
+        self.query_one("#containers-title", Static).update(title)
+
+    def _fill_table(self, snapshot: Snapshot) -> None:
+        table = self.table
+        keep = self.selected_id
+        n_gpus = len(snapshot.gpus)
+        table.clear()
+        self._order = []
+        for c in snapshot.containers:
+            kinds = Text(", ".join(f.kind for f in c.findings) or "-",
+                         style=FINDING_STYLE if c.findings else "dim")
+            table.add_row(
+                c.name, c.state, grant_cell(c, n_gpus), via_cell(c), indices(c.used_gpus),
+                fmt.size(c.gpu_memory) if c.pids else "-", str(len(c.pids)), kinds, key=c.id,
+            )
+            self._order.append(c.id)
+        if not self._order:
+            self.selected_id = None
+            return
+        row = self._order.index(keep) if keep in self._order else min(table.cursor_row, len(self._order) - 1)
+        table.move_cursor(row=max(0, row), animate=False)
+        self.selected_id = self._order[max(0, row)]
+
+    def _show_selected(self) -> None:
+        snapshot = self.snapshot
+        strip_widget = self.query_one("#container-gpus", Static)
+        body = self.query_one("#container-detail", Static)
+        if snapshot is None:
+            return
+        c = snapshot.container(self.selected_id) if self.selected_id else None
+        if c is None:
+            self.strip = None
+            strip_widget.update("")
+            if snapshot.docker.available or snapshot.containers:
+                body.update(Text("No container has a GPU grant or a GPU process.", style="dim"))
+            else:
+                reason = (snapshot.docker.error or "unknown reason").rstrip(".")
+                body.update(Text(f"Containers unavailable: {reason}.", style="bold"))
+            return
+        self.strip = gpu_strip(c, snapshot)
+        strip_widget.update(self.strip)
+        body.update(detail(c, snapshot))
+
+    # -- events and actions -----------------------------------------------------------------
+    @on(DataTable.RowHighlighted, "#containers-table")
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        key = event.row_key.value if event.row_key is not None else None
+        if key is not None and key != self.selected_id:
+            self.selected_id = key
+            self._show_selected()
+
+    def select(self, name_or_id: str) -> bool:
+        """Highlight a container by name or id (the command palette and tests use it)."""
+        if self.snapshot is None:
+            return False
+        c = self.snapshot.container(name_or_id)
+        if c is None or c.id not in self._order:
+            return False
+        self.table.move_cursor(row=self._order.index(c.id), animate=False)
+        self.selected_id = c.id
+        self._show_selected()
+        return True
+
+    def action_show_processes(self) -> None:
+        """Back to the dashboard with its process filter set to the highlighted container."""
+        c = self.snapshot.container(self.selected_id) if self.snapshot and self.selected_id else None
+        self.app.pop_screen()
+        if c is None:
+            return
+        dashboard = self.app.screen
+        field = getattr(dashboard, "filter_input", None)
+        table = getattr(dashboard, "table", None)
+        open_filter = getattr(dashboard, "action_filter", None)
+        if field is None or table is None or open_filter is None:
+            return
+        open_filter()
+        field.value = c.name
+        table.set_text_filter(c.name)
+        table.focus()
