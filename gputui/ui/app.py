@@ -63,6 +63,7 @@ from textual.worker import get_current_worker
 
 from gputui.core.config import Settings
 from gputui.core.history import GpuSample
+from gputui.core.judges.alerts import AlertRecorder
 from gputui.core.model import Gpu, Snapshot
 from gputui.core.poller import Poller
 from gputui.ui.messages import PollFailed, PollFinished
@@ -104,6 +105,9 @@ class GpuTuiApp(App[int]):
             read_only=settings.read_only,
             containers_enabled=machine.containers is not None,
         )
+        #: Alert events of this session (the alerts screen lists them); appended to
+        #: $XDG_STATE_HOME/gputui/alerts.jsonl, except for the simulated demo server.
+        self.alert_recorder = AlertRecorder(path=False if machine.demo is not None else None)
         #: Polls completed (success or failure); tests wait on it.
         self.polls_done = 0
         self._polling = False
@@ -162,6 +166,10 @@ class GpuTuiApp(App[int]):
                 snapshot = self.poller.poll()
                 history = self.poller.history
                 gpu_history = {i: history.gpu(i) for i in history.gpu_indices()}
+            # Alert events and their log line are written here, off the event loop.
+            events = self.alert_recorder.record(snapshot)
+            if self.settings.bell and any(e.rings for e in events) and not worker.is_cancelled:
+                self.call_from_thread(self.bell)
         except Exception as exc:  # any source failure becomes a status-line sentence
             if not worker.is_cancelled:
                 self.post_message(PollFailed(describe_error(exc), time.monotonic() - started))

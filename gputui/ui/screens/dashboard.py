@@ -19,6 +19,7 @@ from textual.widgets import Footer, Input
 from gputui.core.model import Process, Snapshot
 from gputui.ui.widgets.gpu_panel import GpuPanel
 from gputui.ui.widgets.process_table import COLUMNS, ProcessHeader, ProcessTable
+from gputui.ui.widgets.banner import SuggestionBanner
 from gputui.ui.widgets.status import ImbalanceBanner, PollStatus, SelectionBar, StatusLine
 
 #: Lines taken by the one-line bars around the panel and the table (status,
@@ -65,7 +66,7 @@ class DashboardScreen(Screen):
         header = ProcessHeader(id="proc-header")
         yield StatusLine(id="status")
         yield GpuPanel(id="gpus")
-        yield ImbalanceBanner(id="imbalance")
+        yield SuggestionBanner(id="imbalance")
         yield header
         yield ProcessTable(header, id="procs")
         yield SelectionBar(id="selection")

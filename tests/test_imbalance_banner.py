@@ -1,0 +1,131 @@
+"""Pilot tests of the imbalance banner: it shows the judge's message and move, comes and goes
+with the hysteresis, and ``m`` on it opens the migrate dialog pre-filled."""
+
+from __future__ import annotations
+
+import time
+
+from gputui.core.config import GIB, Settings
+from gputui.core.demo import FROZEN_EPOCH
+from gputui.core.machine import Machine, open_machine
+from gputui.core.model import Gpu, GpuReading
+from gputui.ui.app import make_app
+from gputui.ui.showcase import ManualClock, wait_for_polls
+from gputui.ui.widgets.banner import SuggestionBanner
+
+
+async def wait_for(pilot, condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the app")
+        await pilot.pause(0.05)
+
+
+def banner_lines(app) -> list[str]:
+    b = app.screen.query_one(SuggestionBanner)
+    return [b.render_line(y).text for y in range(b.size.height)]
+
+
+def demo(settings: Settings | None = None):
+    machine = open_machine(demo=True, demo_clock=lambda: FROZEN_EPOCH)
+    return make_app(machine, settings or Settings(), live=False)
+
+
+async def test_demo_banner_shows_the_message_and_the_suggested_move():
+    app = demo()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for_polls(pilot)
+        banner = app.screen.query_one(SuggestionBanner)
+        assert banner.display and banner.size.height == 2
+        first, second = banner_lines(app)
+        assert first.startswith(" IMBALANCED  GPU 0 at ")
+        assert "piled on GPU 0" in first
+        assert second.startswith("  → move container bert-finetune from GPU 0 to GPU 6")
+        assert "tab here, then m" in second
+
+
+async def test_m_on_the_banner_opens_migrate_pre_filled():
+    from gputui.ui.screens.migrate import MigrateScreen
+
+    app = demo()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for_polls(pilot)
+        # From the process table, shift+tab reaches the banner (it sits right above it).
+        await pilot.press("shift+tab")
+        banner = app.screen.query_one(SuggestionBanner)
+        assert app.focused is banner
+        assert "m: migrate as suggested" in banner_lines(app)[1]
+        await pilot.press("m")
+        await wait_for(pilot, lambda: isinstance(app.screen, MigrateScreen))
+        dialog = app.screen
+        assert dialog.container_name == "bert-finetune"
+        assert dialog.target == 6
+        await wait_for(pilot, lambda: dialog.plan is not None)
+        assert dialog.plan.to_gpu == 6
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, MigrateScreen))
+
+
+async def test_clicking_the_banner_focuses_it_and_read_only_refuses():
+    from gputui.ui.screens.migrate import MigrateScreen
+
+    app = demo(Settings(read_only=True))
+    async with app.run_test(size=(160, 48), notifications=True) as pilot:
+        await wait_for_polls(pilot)
+        await pilot.click(SuggestionBanner)
+        assert isinstance(app.focused, SuggestionBanner)
+        await pilot.press("m")
+        await pilot.pause()
+        assert not isinstance(app.screen, MigrateScreen)
+        assert any("read-only" in n.message for n in app._notifications)
+
+
+class Scripted:
+    """Two GPUs whose utilization the test sets; no processes."""
+
+    def __init__(self) -> None:
+        self.util = (95, 3)
+
+    def read(self) -> GpuReading:
+        gpus = tuple(Gpu(index=i, uuid=f"GPU-{i:08d}-0000-0000-0000-000000000000", name="Scripted GPU",
+                         utilization_gpu=u, memory_used=10 * GIB, memory_total=80 * GIB, temperature=40)
+                     for i, u in enumerate(self.util))
+        return GpuReading("550", "12.4", gpus, {})
+
+    def facts(self, pids):
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+async def test_the_banner_comes_with_the_flag_and_leaves_only_after_the_hysteresis():
+    src = Scripted()
+    clock = ManualClock(FROZEN_EPOCH)
+    settings = Settings(imbalance_window=10.0, imbalance_hold=5.0)
+    app = make_app(Machine(gpu=src, processes=src, containers=None), settings, clock=clock, live=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for_polls(pilot)
+        banner = app.screen.query_one(SuggestionBanner)
+        assert banner.display
+        assert banner_lines(app) == [banner.render_line(0).text]  # one line: no move with no jobs
+        assert banner_lines(app)[0].startswith(" IMBALANCED  GPU 0 at 95% while GPU 1 is at 3% in one sample.")
+
+        async def poll(seconds: int) -> list[bool]:
+            shown = []
+            for _ in range(seconds):
+                clock.now += 1
+                done = app.polls_done
+                app.request_poll()
+                await wait_for_polls(pilot, done + 1)
+                shown.append(banner.display)
+            return shown
+
+        assert all(await poll(10))
+        src.util = (20, 15)
+        shown = await poll(30)
+        gone = shown.index(False)
+        # The 10 s mean of GPU 0 needs a few seconds to fall below 70%, then the hold (5 s).
+        assert gone >= 5
+        assert not any(shown[gone:])
