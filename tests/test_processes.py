@@ -284,3 +284,13 @@ def test_orphaned_when_the_shell_exits_later(fake_proc: FakeProc) -> None:
     fake_proc.add(601, ppid=1, pgrp=601, session=600)
     clock.t += 1
     assert source.facts([601])[601].orphaned is True
+
+
+def test_host_memory_follows_the_process(fake_proc: FakeProc) -> None:
+    clock = Clock()
+    source = HostProcessSource(proc=str(fake_proc.root), clock=clock)
+    fake_proc.add(70, rss_pages=100)
+    assert source.facts([70])[70].host_memory == 100 * PAGE
+    clock.t += 1
+    fake_proc.add(70, rss_pages=300)
+    assert source.facts([70])[70].host_memory == 300 * PAGE

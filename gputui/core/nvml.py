@@ -40,7 +40,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
@@ -146,30 +146,34 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-@dataclass
 class _Device:
-    """What the source keeps about one GPU between polls."""
+    """What the source keeps about one GPU between polls (a plain slotted class: cheap to import)."""
 
-    index: int
-    handle: Any = None
-    name: str | None = None
-    uuid: str | None = None
-    pci_bus_id: str | None = None
-    minor_number: int | None = None
-    clock_sm_max: int | None = None
-    clock_memory_max: int | None = None
-    static_done: bool = False
-    #: fields this GPU cannot answer (NOT_SUPPORTED, no permission, ...): not asked again
-    unsupported: set[str] = field(default_factory=set)
-    #: consecutive failed polls per field, and the last error text
-    failures: dict[str, int] = field(default_factory=dict)
-    last_error: dict[str, str] = field(default_factory=dict)
-    #: slow fields: name -> (value, monotonic time read)
-    slow: dict[str, tuple[Any, float]] = field(default_factory=dict)
-    #: newest process-utilization sample timestamp seen (µs, the driver's clock)
-    util_seen: int = 0
-    #: reusable ctypes buffers for the process and sample lists
-    buffers: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("index", "handle", "name", "uuid", "pci_bus_id", "minor_number", "clock_sm_max",
+                 "clock_memory_max", "static_done", "unsupported", "failures", "last_error", "slow", "util_seen",
+                 "buffers")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.handle: Any = None
+        self.name: str | None = None
+        self.uuid: str | None = None
+        self.pci_bus_id: str | None = None
+        self.minor_number: int | None = None
+        self.clock_sm_max: int | None = None
+        self.clock_memory_max: int | None = None
+        self.static_done = False
+        #: fields this GPU cannot answer (NOT_SUPPORTED, no permission, ...): not asked again
+        self.unsupported: set[str] = set()
+        #: consecutive failed polls per field, and the last error text
+        self.failures: dict[str, int] = {}
+        self.last_error: dict[str, str] = {}
+        #: slow fields: name -> (value, monotonic time read)
+        self.slow: dict[str, tuple[Any, float]] = {}
+        #: newest process-utilization sample timestamp seen (µs, the driver's clock)
+        self.util_seen = 0
+        #: reusable ctypes buffers for the process and sample lists
+        self.buffers: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,6 @@ from __future__ import annotations
 import os
 import pwd
 import time
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from gputui.core.model import ProcessFacts
@@ -74,6 +73,8 @@ SUBREAPERS = frozenset({"systemd", "init", "tini", "docker-init", "dumb-init", "
 ORPHAN_RECHECK = 5.0
 #: Below this many seconds between two reads, CPU % keeps its last value (tick resolution).
 MIN_CPU_INTERVAL = 0.1
+#: statm (exact RSS) is re-read at least this often (s) even when stat's approximate RSS did not move.
+RSS_REFRESH = 5.0
 #: Cache entries of PIDs not asked about for this long are dropped.
 CACHE_TTL = 60.0
 
@@ -83,27 +84,39 @@ _STATUS = {
 }
 
 
-@dataclass
 class _Static:
-    """Facts that do not change during one process identity (pid, start time)."""
+    """Facts that do not change during one process identity (pid, start time), plus its running state.
 
-    starttime: int
-    comm: bytes
-    create_time: float
-    uid: int | None
-    user: str | None
-    command: str | None
-    cgroup: str | None
-    ns_init: bool
-    #: in a foreign PID namespace: does it hold /dev/nvidia* open (None: not checked / unknown)
-    gpu_fd: bool | None = None
-    orphan_ppid: int = -1
-    orphaned: bool = False
-    orphan_at: float = 0.0
-    cpu_ticks: int | None = None
-    cpu_at: float = 0.0
-    cpu_percent: float | None = None
-    seen: float = 0.0
+    A plain slotted class rather than a dataclass: one is made per process, and it is cheap to import.
+    """
+
+    __slots__ = ("starttime", "comm", "create_time", "uid", "user", "command", "cgroup", "ns_init", "gpu_fd",
+                 "orphan_ppid", "orphaned", "orphan_at", "cpu_ticks", "cpu_at", "cpu_percent", "seen", "rss",
+                 "rss_approx", "rss_at", "last")
+
+    def __init__(self, starttime: int, comm: bytes, create_time: float | None, uid: int | None, user: str | None,
+                 command: str | None, cgroup: str | None, ns_init: bool) -> None:
+        self.starttime = starttime
+        self.comm = comm
+        self.create_time = create_time
+        self.uid = uid
+        self.user = user
+        self.command = command
+        self.cgroup = cgroup
+        self.ns_init = ns_init
+        #: in a foreign PID namespace: does it hold /dev/nvidia* open (None: not checked / unknown)
+        self.gpu_fd: bool | None = None
+        self.orphan_ppid = -1
+        self.orphaned = False
+        self.orphan_at = 0.0
+        self.cpu_ticks: int | None = None
+        self.cpu_at = 0.0
+        self.cpu_percent: float | None = None
+        self.seen = 0.0
+        self.rss: int | None = None
+        self.rss_approx = -1
+        self.rss_at = 0.0
+        self.last: tuple[tuple, ProcessFacts] | None = None
 
 
 def _pid_ns_inode(path: str) -> int | None:
@@ -143,8 +156,26 @@ def _hidepid(proc: str) -> bool:
 
 
 def _read(path: str) -> bytes:
-    with open(path, "rb", buffering=0) as f:
-        return f.read()
+    """A whole /proc file (raw os calls: a third cheaper than open() for 1000 small files a poll)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def _read_small(path: str) -> bytes:
+    """A one-line /proc file (stat, statm): one read, no end-of-file probe."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
 
 
 class HostProcessSource:
@@ -186,7 +217,7 @@ class HostProcessSource:
     def _fact(self, pid: int, now: float, parents: dict[int, bool]) -> ProcessFacts:
         base = f"{self._proc}/{pid}"
         try:
-            raw = _read(f"{base}/stat")
+            raw = _read_small(f"{base}/stat")
         except OSError:
             return self._invisible(pid)
         try:
@@ -198,14 +229,9 @@ class HostProcessSource:
             ppid, pgrp, session = int(f[1]), int(f[2]), int(f[3])
             ticks = int(f[11]) + int(f[12])
             starttime = int(f[19])
+            approx_rss = int(f[21])
         except (ValueError, IndexError):
             return self._invisible(pid)
-        # RSS from statm, not stat: since Linux 6.2 stat's rss is a per-CPU approximation
-        # (off by up to a batch per CPU), statm's is the exact sum that psutil, top and ps show.
-        try:
-            rss = int(_read(f"{base}/statm").split()[1]) * self._page
-        except (OSError, ValueError, IndexError):
-            rss = int(f[21]) * self._page if len(f) > 21 else None
 
         st = self._static.get(pid)
         if st is None or st.starttime != starttime or st.comm != comm:
@@ -214,6 +240,17 @@ class HostProcessSource:
                 return self._invisible(pid)
             self._static[pid] = st
         st.seen = now
+
+        # RSS from statm, not stat: since Linux 6.2 stat's rss is a per-CPU approximation (off by up
+        # to a batch per CPU), statm's is the exact figure psutil, top and ps show. statm is re-read
+        # only when stat's figure moved or RSS_REFRESH passed: an unchanged process costs one file.
+        if st.rss is None or approx_rss != st.rss_approx or now - st.rss_at >= RSS_REFRESH:
+            try:
+                st.rss = int(_read_small(f"{base}/statm").split()[1]) * self._page
+            except (OSError, ValueError, IndexError):
+                st.rss = approx_rss * self._page
+            st.rss_approx, st.rss_at = approx_rss, now
+        rss = st.rss
 
         if not self.host_pids and self._check_fds:
             if st.gpu_fd is None:
@@ -235,7 +272,11 @@ class HostProcessSource:
             st.orphaned = self._orphaned(pid, ppid, pgrp, session, st, parents)
             st.orphan_ppid, st.orphan_at = ppid, now
 
-        return ProcessFacts(
+        # Unchanged since the last poll (an idle holder): the same frozen object will do.
+        key = (ppid, state, rss, st.cpu_percent, st.orphaned)
+        if st.last is not None and st.last[0] == key:
+            return st.last[1]
+        fact = ProcessFacts(
             pid=pid,
             visible=True,
             user=st.user,
@@ -249,6 +290,8 @@ class HostProcessSource:
             cgroup=st.cgroup,
             orphaned=st.orphaned,
         )
+        st.last = (key, fact)
+        return fact
 
     def _invisible(self, pid: int) -> ProcessFacts:
         self._static.pop(pid, None)

@@ -127,7 +127,13 @@ typedef struct {
     X(nvmlDeviceGetRetiredPages)                              \
     X(nvmlDeviceGetRetiredPages_v2)                           \
     X(nvmlDeviceGetRetiredPagesPendingStatus)                 \
-    X(nvmlDeviceGetRemappedRows)
+    X(nvmlDeviceGetRemappedRows)                              \
+    X(nvmlDeviceGetComputeMode)                               \
+    X(nvmlDeviceGetDisplayActive)                             \
+    X(nvmlDeviceGetEncoderUtilization)                        \
+    X(nvmlDeviceGetDecoderUtilization)                        \
+    X(nvmlDeviceGetDriverModel)                               \
+    X(nvmlDeviceGetDriverModel_v2)
 
 enum {
 #define X(name) F_##name,
@@ -173,7 +179,11 @@ static unsigned long long call_counts[F_COUNT];
     X(driver_version)          \
     X(cuda_driver_version)     \
     X(nvml_version)            \
-    X(device_count)
+    X(device_count)            \
+    X(compute_mode)            \
+    X(display_active)          \
+    X(encoder_utilization)     \
+    X(decoder_utilization)
 
 enum {
 #define X(name) E_##name,
@@ -216,6 +226,10 @@ static const char *const field_names[E_COUNT] = {
     X(remapped_uncorrectable)    \
     X(remapped_pending)          \
     X(remapped_failure)          \
+    X(compute_mode)              \
+    X(display_active)            \
+    X(encoder_utilization)       \
+    X(decoder_utilization)       \
     X(lost)
 
 enum {
@@ -954,4 +968,56 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corr, 
     *pending = (unsigned)g->v[V_remapped_pending];
     *failure = (unsigned)g->v[V_remapped_failure];
     return end(NVML_SUCCESS);
+}
+
+/* ---- what other monitors (nvitop) also ask, so benchmarks compare like with like ---- */
+
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, int *mode) {
+    COUNT(nvmlDeviceGetComputeMode);
+    DEVICE_BEGIN(E_compute_mode);
+    if (!mode) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *mode = (int)g->v[V_compute_mode];
+    return end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, int *active) {
+    COUNT(nvmlDeviceGetDisplayActive);
+    DEVICE_BEGIN(E_display_active);
+    if (!active) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *active = (int)g->v[V_display_active];
+    return end(NVML_SUCCESS);
+}
+
+static nvmlReturn_t codec(nvmlDevice_t device, int field, int value, unsigned int *util, unsigned int *period) {
+    DEVICE_BEGIN(field);
+    if (!util || !period) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *util = (unsigned)g->v[value];
+    *period = 167000;
+    return end(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t d, unsigned int *u, unsigned int *p) {
+    COUNT(nvmlDeviceGetEncoderUtilization);
+    return codec(d, E_encoder_utilization, V_encoder_utilization, u, p);
+}
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t d, unsigned int *u, unsigned int *p) {
+    COUNT(nvmlDeviceGetDecoderUtilization);
+    return codec(d, E_decoder_utilization, V_decoder_utilization, u, p);
+}
+
+/* Windows only (WDDM/TCC): NOT_SUPPORTED on Linux, as the real driver answers. */
+static nvmlReturn_t driver_model(nvmlDevice_t device, int *current_model, int *pending) {
+    fake_gpu *g = NULL;
+    int rc = begin_device(device, -1, &g);
+    if (rc != NVML_SUCCESS) return rc;
+    (void)current_model;
+    (void)pending;
+    return end(NVML_ERROR_NOT_SUPPORTED);
+}
+nvmlReturn_t nvmlDeviceGetDriverModel(nvmlDevice_t d, int *c, int *p) {
+    COUNT(nvmlDeviceGetDriverModel);
+    return driver_model(d, c, p);
+}
+nvmlReturn_t nvmlDeviceGetDriverModel_v2(nvmlDevice_t d, int *c, int *p) {
+    COUNT(nvmlDeviceGetDriverModel_v2);
+    return driver_model(d, c, p);
 }

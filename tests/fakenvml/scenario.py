@@ -27,7 +27,9 @@ exists: ``name``, ``uuid``, ``pci_bus_id``, ``minor_number``, ``memory_total``,
 ``persistence_mode`` (bool), ``retired_pages_sbe``, ``retired_pages_dbe``,
 ``retired_pages_pending``, ``remapped_rows_correctable``,
 ``remapped_rows_uncorrectable``, ``remapped_rows_pending``,
-``remapped_rows_failure``, ``lost`` (bool: every query on the GPU answers
+``remapped_rows_failure``, ``compute_mode``, ``display_active``,
+``encoder_utilization``, ``decoder_utilization`` (asked by other monitors such as
+nvitop, so benchmarks compare like with like), ``lost`` (bool: every query on the GPU answers
 GPU_IS_LOST), ``processes`` (list of ``{"pid", "used_memory", "sm", "type",
 "mem_util"}``; ``used_memory`` None = NVML's "not available", ``sm`` None = no
 utilization sample, ``type`` "compute", "graphics" or "compute+graphics"),
@@ -90,7 +92,8 @@ _GPU_FIELDS = frozenset({
     "name", "uuid", "pci_bus_id", "minor_number", "memory", "utilization", "temperature", "power_draw",
     "power_limit", "fan_speed", "clock_sm", "clock_memory", "clock_sm_max", "clock_memory_max", "pstate",
     "throttle_reasons", "ecc_errors", "ecc_mode", "persistence_mode", "compute_processes", "graphics_processes",
-    "process_utilization", "retired_pages", "remapped_rows",
+    "process_utilization", "retired_pages", "remapped_rows", "compute_mode", "display_active",
+    "encoder_utilization", "decoder_utilization",
 })
 _SYSTEM_FIELDS = frozenset({"driver_version", "cuda_driver_version", "nvml_version", "device_count"})
 
@@ -123,6 +126,10 @@ _VALUES: dict[str, tuple[str, float]] = {
     "remapped_rows_uncorrectable": ("remapped_uncorrectable", 1),
     "remapped_rows_pending": ("remapped_pending", 1),
     "remapped_rows_failure": ("remapped_failure", 1),
+    "compute_mode": ("compute_mode", 1),
+    "display_active": ("display_active", 1),
+    "encoder_utilization": ("encoder_utilization", 1),
+    "decoder_utilization": ("decoder_utilization", 1),
     "lost": ("lost", 1),
 }
 
@@ -183,6 +190,10 @@ def gpu(index: int, **overrides: Any) -> dict[str, Any]:
         "remapped_rows_uncorrectable": 0,
         "remapped_rows_pending": 0,
         "remapped_rows_failure": 0,
+        "compute_mode": 0,
+        "display_active": 0,
+        "encoder_utilization": 0,
+        "decoder_utilization": 0,
         "lost": False,
         "processes": procs,
         "unsupported": [],
