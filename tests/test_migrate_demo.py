@@ -94,7 +94,7 @@ def test_cli_demo_migrate_says_it_is_a_simulation():
     assert code == 0, err
     assert "demo: this acts on the simulated server only" in out
     assert "bert-finetune moved from all GPUs to GPU 6 on the simulated server" in out
-    assert "[ok] 8/8 remove the old container" in out
+    assert "[ok] 8/8 remove the old container (keeping its volumes) (simulated)" in out
 
 
 def test_cli_dry_run_prints_plan_and_diff_and_changes_nothing():

