@@ -64,11 +64,17 @@ def test_real_process_facts_agree_with_psutil(child) -> None:
 def test_cpu_percent_measures_a_busy_process(child) -> None:
     busy = child("python3", "-c", "while True: pass")
     idle = child("sleep", "60")
+    time.sleep(0.3)
     source = HostProcessSource()
+    ps = psutil.Process(busy.pid)
     source.facts([busy.pid, idle.pid])
-    time.sleep(0.6)
+    c0, w0 = sum(ps.cpu_times()[:2]), time.monotonic()
+    time.sleep(0.8)
+    c1, w1 = sum(ps.cpu_times()[:2]), time.monotonic()
     facts = source.facts([busy.pid, idle.pid])
-    assert facts[busy.pid].cpu_percent is not None and facts[busy.pid].cpu_percent > 30.0
+    expected = 100.0 * (c1 - c0) / (w1 - w0)  # what it really used, however loaded this machine is
+    assert expected > 0
+    assert facts[busy.pid].cpu_percent == pytest.approx(expected, abs=max(8.0, 0.25 * expected))
     assert facts[idle.pid].cpu_percent == 0.0
 
 
