@@ -203,3 +203,23 @@ def test_cli_bad_signal_is_usage():
     res = _gputui("--demo", "kill", "5388", "--signal", "HUP", "--yes")
     assert res.returncode == 2
     assert "--signal must be TERM, INT or KILL" in res.stderr
+
+
+@pytest.mark.parametrize("answer, code, said", [("y", 0, "exited after SIGTERM"), ("n", 1, "Nothing was killed.")])
+def test_cli_asks_on_a_terminal(answer, code, said):
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        proc = subprocess.Popen([sys.executable, "-m", "gputui", "--demo", "kill", "5388"], stdin=slave,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        os.write(master, f"{answer}\n".encode())
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert proc.returncode == code, err
+    assert "Proceed? [y/N] " in out
+    assert said in out
+    assert _audit()[-1]["result"] == ("ok" if answer == "y" else "refused")

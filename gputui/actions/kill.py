@@ -29,7 +29,7 @@ import os
 import select
 import signal as _signal
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from gputui.core.model import ContainerRecord, ContainerRef, Finding, GpuReading, ProcessFacts, Snapshot

@@ -125,7 +125,6 @@ def _nvml_facts(machine, snapshot: Snapshot) -> C.NvmlFacts:
     """Join the snapshot's GPU values (ECC, throttling, lost) with the NVML source's health facts."""
     info = machine.gpu.library_info()
     health = {d.index: d for d in info.devices}
-    shown = {g.index for g in snapshot.gpus}
     gpus = []
     for g in snapshot.gpus:
         h = health.get(g.index)
@@ -145,7 +144,6 @@ def _nvml_facts(machine, snapshot: Snapshot) -> C.NvmlFacts:
             throttle_reasons=g.throttle_reasons, temperature=g.temperature, power_draw=g.power_draw,
             power_limit=g.power_limit,
         ))
-    del shown
     return C.NvmlFacts(
         ok=True, library_path=info.library_path, driver_version=info.driver_version,
         cuda_driver_version=info.cuda_driver_version, nvml_version=info.nvml_version,
@@ -178,7 +176,7 @@ def _gather_demo(ctx, docker_on: bool) -> C.DoctorFacts:
     findings, why = probes.container_findings(snap) if docker_on else (None, "--no-docker was given")
     return C.DoctorFacts(
         nvml=nvml,
-        devices=C.DeviceFacts((), user=probes._user(), demo=True),
+        devices=C.DeviceFacts((), user=probes.current_user(), demo=True),
         container_env=C.ContainerEnvFacts(in_container=False, demo=True),
         docker=C.DockerFacts(checked=docker_on, demo=True),
         container_findings=findings, containers_error=why, demo=True, host=snap.host,

@@ -19,22 +19,10 @@ import socket
 import stat
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
-from gputui.core.checks import (
-    ContainerEnvFacts,
-    ContainerFinding,
-    DeviceFacts,
-    DeviceNode,
-    DockerFacts,
-    DoctorFacts,
-    GpuHealth,
-    NvmlFacts,
-)
+from gputui.core.checks import ContainerEnvFacts, ContainerFinding, DeviceFacts, DeviceNode, DockerFacts
 from gputui.core.model import Snapshot
-
-if TYPE_CHECKING:
-    from gputui.core.machine import Machine
 
 #: Inode numbers of the initial (host) namespaces: fixed by the kernel (PROC_PID_INIT_INO, PROC_CGROUP_INIT_INO).
 INIT_PID_NS = 0xEFFFFFFC
@@ -50,7 +38,8 @@ _NVIDIA_VENDOR = "0x10de"
 # -- who am I ------------------------------------------------------------------------
 
 
-def _user() -> str:
+def current_user() -> str:
+    """The name of the effective user (what permission messages talk about)."""
     try:
         return pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
@@ -119,7 +108,7 @@ def probe_devices(minors: list[int] | None, dev: str = "/dev") -> DeviceFacts:
             str(path), exists=True, is_char_device=stat.S_ISCHR(st.st_mode),
             usable=os.access(path, os.R_OK | os.W_OK), owner=owner, group=group if group_grants else None,
         ))
-    user = _user()
+    user = current_user()
     return DeviceFacts(tuple(nodes), user=user, groups=_groups_now(), listed_groups=_groups_listed(user))
 
 
@@ -277,13 +266,13 @@ def _cdi_specs(dirs: tuple[str, ...]) -> tuple[str, ...]:
 def probe_docker(timeout: float = 5.0, environ: Mapping[str, str] | None = None, proc: str = "/proc",
                  cdi_dirs: tuple[str, ...] = CDI_DIRS) -> DockerFacts:
     """The socket, the daemon and its NVIDIA set-up, as this user can see them."""
-    from gputui.core.docker_source import _socket_path, describe_error, docker_client, docker_host
+    from gputui.core.docker_source import describe_error, docker_client, docker_host
     from gputui.core.sources import SourceUnavailable
 
     env = dict(os.environ if environ is None else environ)
     host = docker_host(env)
-    path = _socket_path(host)
-    user = _user()
+    path = host[len("unix://"):] if host.startswith("unix://") else host if host.startswith("/") else None
+    user = current_user()
     base: dict[str, Any] = {"endpoint": host, "socket_path": path, "user": user}
     if path is not None:
         try:
