@@ -210,3 +210,17 @@ def test_hold_setting_is_respected(hold):
     feed.run(30, lambda t: two(temp=60))
     snap = feed.step(two(temp=88))
     assert (of(snap, "temperature") is not None) is (hold == 0.0)
+
+
+def test_flapping_from_the_first_sample_raises_once_and_does_not_flicker():
+    # The dashboard's first seconds: a one-sample verdict raises, but clearing needs the full hold.
+    feed = Feed()
+    rec = AlertRecorder(path=False)
+    events = []
+    for i in range(40):
+        events += rec.record(feed.step(two(throttle=("sw_power_cap",) if i % 2 == 0 else ())))
+    assert [e.event for e in events] == ["raised"]
+    events = []
+    for s in feed.run(15, lambda t: two()):
+        events += rec.record(s)
+    assert [e.event for e in events] == ["cleared"]

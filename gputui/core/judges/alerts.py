@@ -20,8 +20,11 @@ imbalance       the imbalance judge flags (it has its own hysteresis)     warnin
 
 Each condition goes through a :class:`~gputui.core.judges.hysteresis.Latch`:
 it must hold ``alert_hold`` seconds (10) to raise and fail as long to clear, so
-a DCGM-style alert that fires on every daily spike does not happen here. A lost
-GPU raises at once (there is nothing to wait for) and clears only after the hold.
+a DCGM-style alert that fires on every daily spike does not happen here. While
+the observation is shorter than the hold (a one-shot), what is seen raises at
+once; clearing always takes the full hold. A lost GPU raises at once (there is
+nothing to wait for) and clears only after the hold. The imbalance alert mirrors
+the imbalance judge, whose own hysteresis already applies.
 
 :class:`AlertJudge` is pure apart from its latches. Turning the alerts of
 successive snapshots into events — the session's alert history shown by the
@@ -81,7 +84,8 @@ class AlertJudge:
         self._memory: dict[int, float] = {}
 
     def _step(self, key: tuple[int | None, str], now: float, strict: bool, relaxed: bool, hold: float) -> Latch:
-        latch = advance(self._latches.get(key, Latch()), now, strict, relaxed, hold)
+        """Raise after ``hold`` (0 while the observation is shorter than the hold), clear after the full hold."""
+        latch = advance(self._latches.get(key, Latch()), now, strict, relaxed, hold, self.settings.alert_hold)
         if latch == Latch():
             self._latches.pop(key, None)
         else:
@@ -106,8 +110,7 @@ class AlertJudge:
             i = g.index
             # -- lost: raise at once, clear after the hold ------------------------------
             lost_key = (i, "lost")
-            was_lost = self._latches.get(lost_key, Latch()).active
-            latch = self._step(lost_key, now, g.lost, g.lost, hold if was_lost else 0.0)
+            latch = self._step(lost_key, now, g.lost, g.lost, 0.0)
             if latch.active:
                 msg = (f"GPU {i} ({g.uuid}) is lost: it fell off the bus or stopped answering NVML."
                        if g.lost else f"GPU {i} ({g.uuid}) was lost and answers again.")
@@ -168,7 +171,8 @@ class AlertJudge:
 
         # -- imbalance (already hysteretic: mirror it) ------------------------------------
         imb = snapshot.imbalance
-        latch = self._step((None, "imbalance"), now, imb.flagged, imb.flagged, 0.0)
+        latch = advance(self._latches.get((None, "imbalance"), Latch()), now, imb.flagged, imb.flagged, 0.0)
+        self._latches[(None, "imbalance")] = latch
         if latch.active and imb.message:
             alerts.append(Alert(self._imbalance_gpu(history, snapshot), "imbalance", "warning", imb.message,
                                 at(latch.since)))

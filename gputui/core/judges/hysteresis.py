@@ -19,6 +19,12 @@ to tell "sustained" from "momentary" by time, so the time rule is off and the
 verdict is whatever the whole observation shows; the judges make that verdict
 robust by judging windowed means rather than single samples. Callers get that by
 passing ``hold=effective_hold(hold, span)``.
+
+Judges of instantaneous values (the alerts) relax only the raising side: a
+first sample can raise (a one-shot must report what it saw), but clearing always
+takes the full hold, so a condition that flaps during the first seconds of the
+dashboard raises once and stays up instead of flickering — and the alert log
+gets one line, not one per flap.
 """
 
 from __future__ import annotations
@@ -41,8 +47,14 @@ def effective_hold(hold: float, span: float) -> float:
     return hold if span >= hold else 0.0
 
 
-def advance(latch: Latch, now: float, strict: bool, relaxed: bool, hold: float) -> Latch:
-    """The latch after one more observation at time ``now``."""
+def advance(latch: Latch, now: float, strict: bool, relaxed: bool, hold: float,
+            clear_hold: float | None = None) -> Latch:
+    """The latch after one more observation at time ``now``.
+
+    ``hold`` is how long the strict condition must last to raise; ``clear_hold``
+    (default ``hold``) how long the relaxed one must fail to clear.
+    """
+    clear_after = hold if clear_hold is None else clear_hold
     if not latch.active:
         if not strict:
             return Latch()
@@ -53,6 +65,6 @@ def advance(latch: Latch, now: float, strict: bool, relaxed: bool, hold: float) 
     if relaxed:
         return Latch(active=True, pending_since=None, since=latch.since)
     start = latch.pending_since if latch.pending_since is not None else now
-    if now - start >= hold:
+    if now - start >= clear_after:
         return Latch()
     return Latch(active=True, pending_since=start, since=latch.since)
