@@ -103,23 +103,3 @@ def test_resolve_confirms_an_id_from_a_cgroup_path(docker_cleanup):
     assert inv.containers[0].gpus == (UUIDS[3],)
     unknown = src.resolve("ab" * 32)
     assert inv.available and unknown.containers == ()
-
-
-def test_daemon_stopped_then_restarted_recovers_by_itself(docker_cleanup):
-    d = docker_cleanup
-    d.run("survivor", gpus="device=1", restart_policy={"Name": "always"})
-    src = DockerSource(timeout=2, environ=d.env())
-    assert "survivor" in records(src)
-    d.stop()
-    down = src.inventory(UUIDS, MINORS)
-    assert down.available is False
-    assert down.error.startswith("the Docker daemon is not running")
-    d.start()
-    deadline = time.monotonic() + 30
-    while True:
-        inv = src.inventory(UUIDS, MINORS)
-        if inv.available and any(r.name == "survivor" for r in inv.containers):
-            break
-        assert time.monotonic() < deadline, inv.error
-        time.sleep(0.2)
-    assert src.stats.connects >= 2
