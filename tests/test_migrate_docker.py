@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -264,6 +263,35 @@ def test_a_crash_between_steps_is_reported_and_recover_finishes_or_undoes_it(sub
     assert names(d) == {name}
     assert pending_journals() == []
     assert last_audit()["result"] == ("undone" if outcome == "undo" else "finished")
+
+
+def test_if_the_original_vanishes_mid_way_recover_recreates_it_from_the_journal(subject, isolated_xdg):
+    d, make = subject
+    original = make("mig-gone").attrs
+
+    class DeleteOld(MigrationHooks):
+        def before(self, step, run):
+            if step == "start":  # somebody removes the backup (not its volumes) behind gputui's back
+                d.client.api.remove_container(run.plan.container_id, force=True)
+                raise RuntimeError("injected failure at start")
+
+    engine = DockerMigrationEngine(d.client, hooks=DeleteOld(), poll_interval=0.1)
+    result = engine.execute(engine.plan("mig-gone", "2", host_snapshot()), timeout=0.5)
+    assert not result.ok and result.result == "failed"
+    assert result.message.endswith("run 'gputui migrate --recover'.")
+    assert "putting the original back also failed" in result.message
+    assert len(pending_journals()) == 1 and last_audit()["result"] == "failed"
+    assert "mig-gone" not in names(d)
+
+    rec = subprocess.run([sys.executable, "-m", "gputui", "migrate", "--recover", "--yes"],
+                         env=_env(d, isolated_xdg), capture_output=True, text=True, timeout=120)
+    assert rec.returncode == 0, rec.stdout + rec.stderr
+    back = d.client.api.inspect_container("mig-gone")
+    assert back["State"]["Running"]
+    assert back["HostConfig"]["DeviceRequests"] == original["HostConfig"]["DeviceRequests"]
+    assert comparable(back) == comparable(original)
+    assert files(d, "mig-gone") == ("named-mig-gone", "anon-mig-gone")
+    assert pending_journals() == [] and names(d) == {"mig-gone"}
 
 
 def test_networks_keep_their_aliases_and_all_gpus_becomes_the_target(docker_cleanup):

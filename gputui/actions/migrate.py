@@ -1297,10 +1297,15 @@ class DockerMigrationEngine:
         try:
             old = self._safe_inspect(orig_id) if orig_id else None
             new = self._safe_inspect(d["new_id"]) if d.get("new_id") else None
-            if new is None:
+            if new is None and not d.get("new_id") and d.get("step") == "rename":
+                # Created, but the process died before journaling its id: the container under the
+                # name is ours only if it is the body we posted (same image and labels).
                 holder = self._safe_inspect(name)
-                if holder is not None and holder.get("Id") != orig_id:
-                    new = holder  # created, but the process died before journaling its id
+                body = d.get("body") or {}
+                if holder is not None and holder.get("Id") != orig_id and \
+                        (holder.get("Config") or {}).get("Image") == body.get("Image") and \
+                        ((holder.get("Config") or {}).get("Labels") or {}) == (body.get("Labels") or {}):
+                    new = holder
             new_running = bool(new and (new.get("State") or {}).get("Running"))
             if d.get("verified") and new is not None and (new_running or not d.get("was_running", True)):
                 if old is not None:
