@@ -259,3 +259,10 @@ def test_json_document_shape_on_the_demo(capsys):
     assert by["nvml"]["message"].startswith("Demo:")
     assert by["containers-env"]["status"] == "warn" and "eval-server" in by["containers-env"]["message"]
     assert by["containers-unpinned"]["status"] == "warn" and "bert-finetune" in by["containers-unpinned"]["message"]
+
+
+def test_docker_29_2_registers_the_nvidia_driver_through_the_cdi_hook():
+    facts = replace(DOCKER, hook_path=None, cdi_hook_path="/usr/bin/nvidia-cdi-hook")
+    assert _by_name(C.check_docker(replace(facts, server_version="29.2.0")))["docker-gpus"].status == "pass"
+    # older daemons do not know the CDI hook: --gpus still needs the runtime hook
+    assert _by_name(C.check_docker(replace(facts, server_version="28.5.2")))["docker-gpus"].status == "fail"

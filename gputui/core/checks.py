@@ -14,6 +14,7 @@ the fix. A warning never fails the run: ``doctor`` exits 1 only on a failure.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -160,6 +161,8 @@ class DockerFacts:
     hook_searched: str = "dockerd's PATH"
     #: The hook file changed after dockerd started (dockerd looks it up at start).
     hook_newer_than_daemon: bool = False
+    #: nvidia-cdi-hook on dockerd's PATH: Docker 29.2+ registers its NVIDIA driver with it too.
+    cdi_hook_path: str | None = None
     dockerd_pid: int | None = None
     demo: bool = False
 
@@ -460,7 +463,12 @@ def check_docker(d: DockerFacts) -> list[Check]:
         out.append(_fail("nvidia-runtime", f"Docker has no NVIDIA support: {summary}.", _TOOLKIT_FIX))
 
     # --gpus
-    if d.hook_path and d.hook_newer_than_daemon:
+    if not d.hook_path and d.cdi_hook_path and _version_at_least(d.server_version, (29, 2)):
+        out.append(_pass(
+            "docker-gpus",
+            f"`docker run --gpus` can work: Docker {d.server_version} finds {d.cdi_hook_path} on its PATH and "
+            "registers its NVIDIA device driver through CDI."))
+    elif d.hook_path and d.hook_newer_than_daemon:
         out.append(_warn(
             "docker-gpus",
             f"{d.hook_path} changed after dockerd started; dockerd looks the hook up only at start, so if it was "
@@ -483,6 +491,12 @@ def check_docker(d: DockerFacts) -> list[Check]:
             f"dockerd finds no nvidia-container-runtime-hook (looked in {d.hook_searched}){also}.",
             _TOOLKIT_FIX + " dockerd must find the hook on its PATH when it starts."))
     return out
+
+
+def _version_at_least(version: str | None, wanted: tuple[int, int]) -> bool:
+    """'29.2.1' >= (29, 2); an unparsable version is not assumed to be new."""
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= wanted
 
 
 # -- containers --------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ INIT_CGROUP_NS = 0xEFFFFFFB
 #: systemd's default PATH for services, used when dockerd's own environment cannot be read.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HOOK = "nvidia-container-runtime-hook"
+CDI_HOOK = "nvidia-cdi-hook"
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 _NVIDIA_VENDOR = "0x10de"
 
@@ -317,6 +318,7 @@ def probe_docker(timeout: float = 5.0, environ: Mapping[str, str] | None = None,
         searched = ("the default PATH (dockerd's environment cannot be read)" if pid is not None
                     else "the default PATH (dockerd's process was not found)")
     hook = _which(HOOK, dpath)
+    cdi_hook = _which(CDI_HOOK, dpath)
     newer = False
     if hook is not None and pid is not None:
         started = _start_time(pid)
@@ -336,6 +338,7 @@ def probe_docker(timeout: float = 5.0, environ: Mapping[str, str] | None = None,
         hook_path=hook,
         hook_searched=searched,
         hook_newer_than_daemon=newer,
+        cdi_hook_path=cdi_hook,
         dockerd_pid=pid,
         **base,
     )
