@@ -34,6 +34,8 @@ Nothing here kills anything: findings are facts for a person to act on.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.text import duration, gib
@@ -52,47 +54,54 @@ GONE_STATES = {
 GHOST_SETTLE = 3.0
 
 
-def _tolerance(history: History, key: tuple) -> float:
-    """One sampling step: the observation may start up to one poll after the window does."""
-    samples = history.process(key)
-    if len(samples) < 2:
-        return 0.0
-    return max(b.t - a.t for a, b in zip(samples, samples[1:]))
-
-
 def idle_finding(p: Process, history: History, settings: Settings) -> Finding | None:
     """``idle-holder`` when every sample across ``idle_window`` shows the process idle with memory held."""
-    if p.gpu_memory is None or p.gpu_memory < settings.idle_holder_memory:
+    threshold = settings.idle_holder_memory
+    if p.gpu_memory is None or p.gpu_memory < threshold:
         return None
-    key = (p.gpu_index, p.pid, p.create_time)
-    everything = history.process(key)
-    samples = history.process(key, settings.idle_window)
+    # Cheap exits on the newest reading before any window is read (this runs for every process, every poll).
+    if (p.sm_utilization is not None and p.sm_utilization > 0) or (
+            p.cpu_percent is not None and p.cpu_percent > settings.idle_cpu):
+        return None
+    samples = history.process((p.gpu_index, p.pid, p.create_time))
     if not samples:
         return None
-    observed = samples[-1].t - samples[0].t
-    buffer_full = len(everything) >= history.capacity
-    if observed + _tolerance(history, key) < settings.idle_window and not buffer_full:
+    now = samples[-1].t
+    first = bisect_left(samples, now - settings.idle_window, key=lambda s: s.t)
+    observed = now - samples[first].t
+    # One sampling step of slack: the window's edge falls between two polls.
+    if first > 0:
+        step = samples[first].t - samples[first - 1].t
+    else:
+        step = samples[-1].t - samples[-2].t if len(samples) > 1 else 0.0
+    covered = observed + step >= settings.idle_window or len(samples) >= history.capacity
+    if not covered:
         return None
-    gpu_util = {s.t: s.utilization for s in history.gpu(p.gpu_index, settings.idle_window)}
+    gpu_util: dict[float, int | None] | None = None
     peak_cpu: float | None = None
-    for s in samples:
-        if s.gpu_memory is None or s.gpu_memory < settings.idle_holder_memory:
+    for i in range(len(samples) - 1, first - 1, -1):
+        s = samples[i]
+        if s.gpu_memory is None or s.gpu_memory < threshold:
             return None
         sm = s.sm_utilization
         if sm is None:
             # No per-process figure: an idle GPU means every process on it is idle.
+            if gpu_util is None:
+                gpu_util = {g.t: g.utilization for g in history.gpu(p.gpu_index, settings.idle_window)}
             sm = gpu_util.get(s.t)
         if sm is None or sm > 0:
             return None
-        if s.cpu_percent is None:
+        cpu = s.cpu_percent
+        if cpu is None:
             continue  # the first read of a process has no CPU figure yet
-        if s.cpu_percent > settings.idle_cpu:
+        if cpu > settings.idle_cpu:
             return None
-        peak_cpu = max(peak_cpu or 0.0, s.cpu_percent)
+        if peak_cpu is None or cpu > peak_cpu:
+            peak_cpu = cpu
     if peak_cpu is None:
         return None  # never saw its CPU: cannot vouch that it is idle
-    cpu = "0% CPU" if peak_cpu == 0 else f"at most {peak_cpu:.1f}% CPU"
-    return Finding("idle-holder", f"Holds {gib(p.gpu_memory)} of GPU memory with 0% SM and {cpu} "
+    cpu_text = "0% CPU" if peak_cpu == 0 else f"at most {peak_cpu:.1f}% CPU"
+    return Finding("idle-holder", f"Holds {gib(p.gpu_memory)} of GPU memory with 0% SM and {cpu_text} "
                                   f"throughout the {duration(observed)} observed.")
 
 
