@@ -1,0 +1,346 @@
+"""gputui's benchmarks, in one command: ``.venv/bin/python benchmarks/run.py``.
+
+Against the fake NVIDIA driver (tests/fakenvml) at 8 GPUs x 64 processes and
+16 GPUs x 1000 processes — the processes are real ``sleep`` children, so the
+/proc and psutil work is real — it measures, side by side in one run:
+
+- wall and CPU time of ``gputui snapshot --json`` (with and without Docker)
+  and of ``nvitop --once`` (from its own venv, benchmarks/.venv, created on
+  first use; nvitop is not a gputui dependency), median of ``--runs`` runs,
+  interleaved so that machine noise hits all of them alike;
+- the core poll time per tick (Poller.poll() with NvmlSource and
+  HostProcessSource), and the two sources on their own;
+- NVML calls per GPU per poll, from the fake driver's counters.
+
+Results go to benchmarks/results/<time>.json and results/latest.json, and a
+table is printed. Targets (issue 2): snapshot at 8 x 64 in at most 0.8x the
+wall time of ``nvitop --once``; a poll tick at 16 x 1000 within 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+VENV = BENCH / ".venv"
+RESULTS = BENCH / "results"
+NVITOP_REQUIREMENT = "nvitop>=1.4,<2"
+
+CONFIGS = {"8x64": (8, 64), "16x1000": (16, 1000)}
+SNAPSHOT_RATIO_TARGET = 0.8  # snapshot --json wall / nvitop --once wall, at 8 x 64
+TICK_TARGET_MS = 50.0  # poll tick at 16 x 1000
+
+GiB, MiB = 1024**3, 1024**2
+
+
+def _ensure_project_python() -> None:
+    """Re-run under the project's venv if this interpreter cannot import gputui."""
+    try:
+        import gputui  # noqa: F401
+    except ImportError:
+        venv_python = REPO / ".venv" / "bin" / "python"
+        if venv_python.exists() and Path(sys.executable).resolve() != venv_python.resolve():
+            os.execv(str(venv_python), [str(venv_python), *sys.argv])
+        sys.exit("benchmarks: gputui is not importable; run with the project's venv: .venv/bin/python benchmarks/run.py")
+
+
+def nvitop_executable(install: bool) -> Path | None:
+    """benchmarks/.venv/bin/nvitop, creating that venv with pip on first use."""
+    exe = VENV / "bin" / "nvitop"
+    if exe.exists() or not install:
+        return exe if exe.exists() else None
+    print(f"benchmarks: installing {NVITOP_REQUIREMENT} into {VENV} (once) ...", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    res = subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet", NVITOP_REQUIREMENT])
+    if res.returncode != 0 or not exe.exists():
+        print("benchmarks: could not install nvitop; its column will be empty.", file=sys.stderr)
+        return None
+    return exe
+
+
+def _version(python: Path, dist: str) -> str | None:
+    res = subprocess.run([str(python), "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"],
+                         capture_output=True, text=True)
+    return res.stdout.strip() or None
+
+
+# -- real processes ----------------------------------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent() -> None:
+    _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no sleeper outlives an interrupted benchmark
+
+
+class Sleepers:
+    """N real processes to present as GPU processes; all killed and reaped on exit."""
+
+    def __init__(self, n: int) -> None:
+        self.procs: list[subprocess.Popen] = []
+        try:
+            for i in range(n):
+                self.procs.append(subprocess.Popen(["sleep", str(100000 + i)], preexec_fn=_die_with_parent,
+                                                   stdin=subprocess.DEVNULL))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+        for p in self.procs:
+            p.wait()
+        self.procs.clear()
+
+    def __enter__(self) -> "Sleepers":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def machine_scenario(gpus: int, pids: list[int]) -> dict[str, Any]:
+    """GPUs sharing the processes round-robin; most have an SM sample, a few are graphics."""
+    from tests.fakenvml.scenario import gpu, process, scenario
+
+    per_gpu: list[list[dict]] = [[] for _ in range(gpus)]
+    for i, pid in enumerate(pids):
+        per_gpu[i % gpus].append(process(
+            pid, used_memory=256 * MiB * (1 + i % 4), sm=None if i % 4 == 3 else (i * 37) % 100,
+            type="graphics" if i % 50 == 49 else "compute",
+        ))
+    return scenario([gpu(g, utilization_gpu=(g * 29) % 100, temperature=40 + g, processes=per_gpu[g])
+                     for g in range(gpus)])
+
+
+# -- one-shot commands ------------------------------------------------------------------------------
+
+
+def _run_once(cmd: list[str], env: dict[str, str]) -> tuple[float, float, subprocess.CompletedProcess]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, res
+
+
+#: The pipeline `snapshot --json --no-docker` runs, without the CLI around it (argument parsing,
+#: subcommand modules): the difference to the CLI's time is what the CLI's imports cost.
+CORE_ONCE = """
+import json, sys
+from gputui.core.machine import open_machine
+from gputui.core.config import Settings
+m = open_machine(docker=False)
+p = m.poller(Settings())
+sys.stdout.write(json.dumps(p.poll().to_json(), indent=2) + "\\n")
+p.close(); m.close()
+"""
+
+
+def one_shots(commands: dict[str, list[str]], env: dict[str, str], runs: int,
+              check: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Median wall/CPU per command, runs interleaved; the first (warm-up) run is not counted."""
+    walls: dict[str, list[float]] = {k: [] for k in commands}
+    cpus: dict[str, list[float]] = {k: [] for k in commands}
+    notes: dict[str, str] = {}
+    for r in range(runs + 1):
+        for name, cmd in commands.items():
+            wall, cpu, res = _run_once(cmd, env)
+            if res.returncode != 0:
+                raise RuntimeError(f"{name} exited {res.returncode}: {res.stderr.strip()[-2000:]}")
+            if r == 0:
+                notes[name] = check[name](res.stdout) if name in check else ""
+                continue
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+    return {
+        name: {
+            "wall_median_ms": 1000 * statistics.median(walls[name]),
+            "wall_min_ms": 1000 * min(walls[name]),
+            "cpu_median_ms": 1000 * statistics.median(cpus[name]),
+            "runs": runs,
+            "check": notes.get(name, ""),
+        }
+        for name in commands
+    }
+
+
+def _check_snapshot(expected_rows: int):
+    def check(stdout: str) -> str:
+        snap = json.loads(stdout)
+        rows = sum(len(g["processes"]) for g in snap["gpus"])
+        visible = sum(1 for g in snap["gpus"] for p in g["processes"] if p["visible"] and p["user"])
+        if rows != expected_rows or visible != expected_rows:
+            raise RuntimeError(f"snapshot showed {rows} process rows ({visible} with an owner), "
+                               f"expected {expected_rows}")
+        return f"{rows} rows, all with owners"
+    return check
+
+
+def _check_nvitop(stdout: str) -> str:
+    if "No Such Process" in stdout:
+        raise RuntimeError("nvitop could not see the processes")
+    return "ok"
+
+
+# -- the whole run ----------------------------------------------------------------------------------
+
+
+def bench_config(label: str, gpus: int, nprocs: int, runs: int, ticks: int, nvitop: Path | None,
+                 workdir: Path) -> dict[str, Any]:
+    from tests.fakenvml.scenario import FakeNvml
+
+    fake = FakeNvml(workdir / label)
+    with Sleepers(nprocs) as sleepers:
+        fake.write(machine_scenario(gpus, sleepers.pids))
+        env = fake.env()
+        env.update(COLUMNS="200", LINES="80")
+        # An installed package has its bytecode compiled (pip does it; nvitop's venv has it):
+        # let the warm-up run write gputui's, instead of compiling every module on every run.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+
+        print(f"  {label}: poll ticks ...", flush=True)
+        worker = subprocess.run([sys.executable, str(BENCH / "poll_worker.py"), "--ticks", str(ticks)], env=env,
+                                capture_output=True, text=True, timeout=600)
+        if worker.returncode != 0:
+            raise RuntimeError(f"poll worker failed: {worker.stderr.strip()[-2000:]}")
+        poll = json.loads(worker.stdout)
+
+        gputui = [sys.executable, "-m", "gputui", "snapshot", "--json"]
+        commands = {"snapshot_no_docker": gputui + ["--no-docker"], "snapshot": gputui,
+                    "core_once": [sys.executable, "-c", CORE_ONCE]}
+        check = {name: _check_snapshot(nprocs) for name in commands}
+        if nvitop is not None:
+            commands["nvitop_once"] = [str(nvitop), "--once"]
+            check["nvitop_once"] = _check_nvitop
+        print(f"  {label}: one-shot commands x {runs} ...", flush=True)
+        shots = one_shots(commands, env, runs, check)
+
+        # NVML calls of one `snapshot --json` process and of one `nvitop --once`
+        calls: dict[str, float | None] = {}
+        for name in ("snapshot_no_docker", "nvitop_once"):
+            if name not in commands:
+                continue
+            fake.clear_calls()
+            subprocess.run(commands[name], env=env, capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
+            counted = fake.calls()
+            calls[name] = sum(counted.values()) / gpus if counted else None
+    return {"gpus": gpus, "processes": nprocs, "poll": poll, "one_shot": shots, "nvml_calls_per_gpu_per_run": calls}
+
+
+def print_table(results: dict[str, Any]) -> None:
+    print()
+    print(f"gputui benchmarks — {results['time']} — {results['machine']} — load average before: "
+          f"{results['load_before']}")
+    print("(ms; one-shot columns: median of runs, CPU = user+sys of the process; poll columns: one tick "
+          "of Poller.poll(), and the NVML and /proc sources alone)")
+    print()
+    hdr = ("config", "snapshot --json", "snapshot (docker)", "core, no CLI", "nvitop --once", "ratio", "poll tick",
+           "poll tick", "nvml read", "/proc facts", "NVML calls")
+    sub = ("", "wall / cpu ms", "wall / cpu ms", "wall / cpu ms", "wall / cpu ms", "snap/nvitop", "wall med / p90",
+           "cpu median", "cpu median", "cpu median", "/GPU/poll")
+    rows = [hdr, sub]
+    for label, r in results["configs"].items():
+        s = r["one_shot"]
+
+        def cell(name: str) -> str:
+            if name not in s:
+                return "n/a"
+            return f"{s[name]['wall_median_ms']:.0f} / {s[name]['cpu_median_ms']:.0f}"
+
+        ratio = (f"{s['snapshot_no_docker']['wall_median_ms'] / s['nvitop_once']['wall_median_ms']:.2f}"
+                 if "nvitop_once" in s else "n/a")
+        p = r["poll"]
+        rows.append((
+            label, cell("snapshot_no_docker"), cell("snapshot"), cell("core_once"), cell("nvitop_once"), ratio,
+            f"{p['poll_tick']['median_ms']:.1f} / {p['poll_tick']['p90_ms']:.1f}",
+            f"{p['poll_tick']['cpu_median_ms']:.1f}",
+            f"{p['nvml_read']['cpu_median_ms']:.1f}", f"{p['process_facts']['cpu_median_ms']:.1f}",
+            f"{p['nvml_calls_per_gpu_per_poll']:.1f}",
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(hdr))]
+    for k, row in enumerate(rows):
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+        if k == 1:
+            print("  ".join("-" * w for w in widths))
+    print()
+    for line in results["verdicts"]:
+        print(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _ensure_project_python()
+    sys.path.insert(0, str(REPO))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=7, help="runs of each one-shot command (median reported)")
+    ap.add_argument("--ticks", type=int, default=30, help="poll ticks timed per configuration")
+    ap.add_argument("--config", choices=sorted(CONFIGS), action="append", help="only these configurations")
+    ap.add_argument("--no-nvitop", action="store_true", help="do not install or run nvitop")
+    args = ap.parse_args(argv)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanups
+    nvitop = None if args.no_nvitop else nvitop_executable(install=True)
+    results: dict[str, Any] = {
+        "time": datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds"),
+        "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, Linux {platform.release()}, "
+                   f"Python {platform.python_version()}",
+        "nvitop_version": _version(VENV / "bin" / "python", "nvitop") if nvitop else None,
+        "nvidia_ml_py_version": _version(Path(sys.executable), "nvidia-ml-py"),
+        "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "configs": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="gputui-bench-") as tmp:
+        for label in args.config or list(CONFIGS):
+            gpus, nprocs = CONFIGS[label]
+            print(f"benchmarks: {label} ({gpus} GPUs x {nprocs} processes)", flush=True)
+            results["configs"][label] = bench_config(label, gpus, nprocs, args.runs, args.ticks, nvitop, Path(tmp))
+
+    verdicts = []
+    small = results["configs"].get("8x64")
+    if small and "nvitop_once" in small["one_shot"]:
+        ratio = small["one_shot"]["snapshot_no_docker"]["wall_median_ms"] / small["one_shot"]["nvitop_once"][
+            "wall_median_ms"]
+        verdicts.append(f"{'PASS' if ratio <= SNAPSHOT_RATIO_TARGET else 'FAIL'}: snapshot --json at 8x64 takes "
+                        f"{ratio:.2f}x nvitop --once's wall time (target <= {SNAPSHOT_RATIO_TARGET}x)")
+    big = results["configs"].get("16x1000")
+    if big:
+        tick = big["poll"]["poll_tick"]["median_ms"]
+        verdicts.append(f"{'PASS' if tick <= TICK_TARGET_MS else 'FAIL'}: poll tick at 16x1000 is {tick:.1f} ms "
+                        f"median (target <= {TICK_TARGET_MS:.0f} ms)")
+    results["verdicts"] = verdicts
+
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    text = json.dumps(results, indent=2)
+    (RESULTS / f"{stamp}.json").write_text(text)
+    (RESULTS / "latest.json").write_text(text)
+    print_table(results)
+    print(f"\nresults: {RESULTS / (stamp + '.json')}")
+    return 0 if all(v.startswith("PASS") for v in verdicts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
