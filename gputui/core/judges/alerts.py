@@ -48,7 +48,7 @@ from typing import Literal
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.hysteresis import Latch, advance, effective_hold
-from gputui.core.judges.imbalance import memory_condition, utilization_condition
+from gputui.core.judges.imbalance import contrast, memory_condition, utilization_condition
 from gputui.core.judges.placement import gpu_loads
 from gputui.core.judges.text import gib, join_and
 from gputui.core.model import THERMAL_OR_POWER, Alert, Gpu, Severity, Snapshot
@@ -174,24 +174,29 @@ class AlertJudge:
         latch = advance(self._latches.get((None, "imbalance"), Latch()), now, imb.flagged, imb.flagged, 0.0)
         self._latches[(None, "imbalance")] = latch
         if latch.active and imb.message:
-            alerts.append(Alert(self._imbalance_gpu(history, snapshot), "imbalance", "warning", imb.message,
-                                at(latch.since)))
+            gpu, message = self._imbalance_summary(history, snapshot)
+            alerts.append(Alert(gpu, "imbalance", "warning", message, at(latch.since)))
 
         alerts.sort(key=lambda a: (_SEVERITY_ORDER[a.severity], a.gpu is None, a.gpu or 0, a.kind))
         return tuple(alerts)
 
-    def _imbalance_gpu(self, history: History, snapshot: Snapshot) -> int | None:
-        """The hot GPU of the imbalance, for the badge on its card."""
-        if snapshot.imbalance.suggestion is not None:
-            return snapshot.imbalance.suggestion.from_gpu
+    def _imbalance_summary(self, history: History, snapshot: Snapshot) -> tuple[int | None, str]:
+        """(hot GPU, a short sentence) for the imbalance alert: the contrast without the causes and
+        the move, which the imbalance banner and the ``imbalance`` JSON object carry in full."""
         s = self.settings
+        imb = snapshot.imbalance
         loads = gpu_loads(history, snapshot.gpus, s.imbalance_window)
-        for kind in snapshot.imbalance.kinds:
+        observed = min(s.imbalance_window, history.span)
+        conds = []
+        for kind in imb.kinds:
             find = utilization_condition if kind == "utilization" else memory_condition
             cond = find(loads, s, s.imbalance_margin)
             if cond is not None:
-                return cond.hot
-        return None
+                conds.append(cond)
+        gpu = imb.suggestion.from_gpu if imb.suggestion is not None else conds[0].hot if conds else None
+        if not conds:
+            return gpu, imb.message or "The GPUs are unevenly loaded."
+        return gpu, "Unevenly loaded: " + "; ".join(contrast(c, observed) for c in conds) + "."
 
 
 # -- events, the session's history, the bell and the log --------------------------------------

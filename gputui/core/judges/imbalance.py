@@ -101,7 +101,8 @@ def memory_condition(loads: dict[int, GpuLoad], settings: Settings, relax: float
 # -- wording --------------------------------------------------------------------------------
 
 
-def _contrast(cond: Condition, observed: float) -> str:
+def contrast(cond: Condition, observed: float) -> str:
+    """"GPU 0 at 95% while GPUs 1-7 average 9% over 60 s": the hot GPU against the others."""
     if cond.kind == "utilization":
         head = f"GPU {cond.hot} at {cond.hot_value:.0f}%"
         if len(cond.others) == 1:
@@ -195,7 +196,7 @@ def describe(conditions: list[Condition], snapshot: Snapshot, observed: float) -
     sentences: list[str] = []
     explained: set[int] = set()
     for cond in conditions:
-        text = _contrast(cond, observed)
+        text = contrast(cond, observed)
         details: list[str] = []
         if cond.hot not in explained:
             explained.add(cond.hot)
