@@ -102,7 +102,7 @@ def memory_condition(loads: dict[int, GpuLoad], settings: Settings, relax: float
 
 
 def contrast(cond: Condition, observed: float) -> str:
-    """"GPU 0 at 95% while GPUs 1-7 average 9% over 60 s": the hot GPU against the others."""
+    """The hot GPU against the others: "GPU 0 at 95% while GPUs 1-7 average 9% over 60 s"."""
     if cond.kind == "utilization":
         head = f"GPU {cond.hot} at {cond.hot_value:.0f}%"
         if len(cond.others) == 1:
