@@ -57,7 +57,7 @@ class GpuLoad:
         return self.util + (self.memory or 0.0)
 
     def describe(self) -> str:
-        """"11% busy, 3% memory used"."""
+        """How it reads in a reason: "11% busy, 3% memory used"."""
         parts = [f"{self.util:.0f}% busy" if self.util is not None else "utilization N/A"]
         if self.memory is not None:
             parts.append(f"{self.memory:.0f}% memory used")

@@ -17,7 +17,7 @@ def pct(value: float | None) -> str:
 
 
 def duration(seconds: float) -> str:
-    """"45 s", "10 min", "2 h 5 min": how long something was observed."""
+    """How long something was observed: "45 s", "10 min", "2 h 5 min"."""
     s = max(0.0, seconds)
     if s < 10:
         return f"{s:.1f} s".replace(".0 s", " s")
@@ -30,7 +30,7 @@ def duration(seconds: float) -> str:
 
 
 def over(observed: float) -> str:
-    """"over 60 s", or "in one sample" when there is only one."""
+    """The observation: "over 60 s", or "in one sample" when there is only one."""
     return f"over {duration(observed)}" if observed > 0 else "in one sample"
 
 
@@ -52,7 +52,7 @@ def index_ranges(indices: Iterable[int]) -> str:
 
 
 def gpus_phrase(indices: Iterable[int]) -> str:
-    """"GPU 3" or "GPUs 1-3, 5"."""
+    """A GPU list in words: "GPU 3" or "GPUs 1-3, 5"."""
     items = sorted(set(indices))
     return f"GPU {items[0]}" if len(items) == 1 else f"GPUs {index_ranges(items)}"
 
