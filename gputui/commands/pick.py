@@ -74,8 +74,10 @@ def add_parser(sub, common):
     p = sub.add_parser(
         "pick",
         help="print the best GPU(s) for a new job (index, UUID, CUDA_VISIBLE_DEVICES or docker --gpus)",
-        description="Sample the GPUs briefly and print the least loaded ones that meet the constraints. "
-                    "GPUs granted to running containers count as taken; lost GPUs are never picked. "
+        description="Sample the GPUs briefly and print the least loaded ones (mean utilization plus memory "
+                    "used, over the sample) that meet the constraints, best first. GPUs granted to running "
+                    "containers count as taken; lost GPUs are never picked. Indices are NVML's (PCI bus order): "
+                    "set CUDA_DEVICE_ORDER=PCI_BUS_ID for CUDA to agree, or use --format uuid. "
                     "Exit 1 with one sentence when nothing qualifies.",
     )
     common(p)
