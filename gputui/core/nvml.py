@@ -318,7 +318,7 @@ class NvmlSource:
                     raise _Lost
                 # No handle for another reason: identity only, every value N/A (the error is reported).
                 return replace(self._lost_gpu(dev), lost=False), ()
-        if not dev.static_done:
+        elif not dev.static_done:  # a static query that failed before: ask again until it answers
             self._read_static(dev)
         h = dev.handle
         util = self._q(dev, "utilization", nv.nvmlDeviceGetUtilizationRates, h)
@@ -434,10 +434,11 @@ class NvmlSource:
         nv = self._nv
         try:
             dev.handle = nv.nvmlDeviceGetHandleByIndex(dev.index)
-        except nv.NVMLError as exc:
+        except Exception as exc:
             dev.handle = None
-            dev.last_error["handle"] = "lost" if getattr(exc, "value", None) == _GPU_IS_LOST else str(exc)
-            if getattr(exc, "value", None) != _GPU_IS_LOST:
+            code = getattr(exc, "value", None) if isinstance(exc, nv.NVMLError) else None
+            dev.last_error["handle"] = "lost" if code == _GPU_IS_LOST else (str(exc) or type(exc).__name__)
+            if code != _GPU_IS_LOST:
                 dev.failures["handle"] = dev.failures.get("handle", 0) + 1
             return
         dev.failures.pop("handle", None)
@@ -482,23 +483,30 @@ class NvmlSource:
 
     def _variant_call(self, dev: _Device, family: str, candidates: tuple[str, ...],
                       call: Callable[[str], Any]) -> Any:
-        """Probe ``candidates`` (newest first) once per source; keep the first that the driver has.
+        """Probe ``candidates`` (newest first) once per source; keep the first that answers.
 
-        ``call(variant)`` raises NVMLError; FUNCTION_NOT_FOUND or ARGUMENT_VERSION_MISMATCH moves to
-        the next candidate for good. Returns the value or None (recorded under ``family``).
+        ``call(variant)`` raises NVMLError. While probing, a function the driver lacks
+        (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH) or that says NOT_SUPPORTED moves on to
+        the next candidate; the first that answers is kept for every GPU from then on (one
+        struct version for the whole machine keeps figures comparable). Returns the value or
+        None (recorded under ``family``).
         """
         if family in dev.unsupported or family in self._absent:
             return None
         chosen = self._variant.get(family)
         order = (chosen,) if chosen is not None else candidates
         nv = self._nv
+        refused: tuple[int, BaseException] | None = None
         for variant in order:
             try:
                 value = call(variant)
             except nv.NVMLError as exc:
                 code = getattr(exc, "value", _UNKNOWN)
-                if code in (_FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH) and chosen is None:
+                if chosen is None and code in (_FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH):
                     self._missing.add(variant)
+                    continue
+                if chosen is None and code == _NOT_SUPPORTED:
+                    refused = (code, exc)
                     continue
                 self._failed(dev, family, code, exc)
                 return None
@@ -508,8 +516,10 @@ class NvmlSource:
             self._variant[family] = variant
             self._succeeded(dev, family)
             return value
-        # no candidate exists in this driver
-        self._absent.add(family)
+        if refused is not None:  # the versions this driver has all say NOT_SUPPORTED for this GPU
+            self._failed(dev, family, *refused)
+            return None
+        self._absent.add(family)  # the driver has none of them
         return None
 
     def _memory(self, dev: _Device) -> tuple[int, int] | None:
