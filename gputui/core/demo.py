@@ -133,11 +133,11 @@ class DemoMachine:
         P = SimProcess
         for p in (
             P(4101, 0, "alice", 1001, "python -m torch.distributed.run --nproc_per_node=1 train_llama.py --bf16",
-              34 * GIB, 54, 5, cpu=98, host_memory=22 * GIB, age=5 * 3600 + 1200, container=cid["llama-train"]),
+              34 * GIB, 56, 4, cpu=98, host_memory=22 * GIB, age=5 * 3600 + 1200, container=cid["llama-train"]),
             P(4201, 0, "bob", 1002, "python finetune.py --model bert-large --epochs 20",
-              18 * GIB, 31, 8, cpu=85, host_memory=9 * GIB, age=2 * 3600 + 300, container=cid["bert-finetune"]),
+              18 * GIB, 32, 4, cpu=85, host_memory=9 * GIB, age=2 * 3600 + 300, container=cid["bert-finetune"]),
             P(5120, 0, "bob", 1002, "python train.py --config configs/resnet152.yaml",
-              9 * GIB, 7, 3, cpu=64, host_memory=6 * GIB, age=40 * 60, ppid=5100),
+              9 * GIB, 8, 2, cpu=64, host_memory=6 * GIB, age=40 * 60, ppid=5100),
             P(5388, 0, "carol", 1003, "python -c from torch.utils.data import DataLoader  # worker 3",
               3 * GIB, 0, 0, cpu=0.0, host_memory=2 * GIB, age=9 * 3600, ppid=1, orphaned=True,
               status="sleeping"),
