@@ -12,7 +12,7 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, TextIO
 
@@ -70,7 +70,24 @@ def _common(p: argparse.ArgumentParser, top: bool) -> None:
     p.add_argument("--config", metavar="PATH", default=d, help=f"config file (default {config_path()})")
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: Subcommands implemented in gputui.commands, with their one-line help. Their modules
+#: are imported only when chosen (or for --help): a one-shot command pays for nothing else.
+SUBCOMMANDS = {
+    "pick": "print the best GPUs for a new job",
+    "migrate": "recreate a container on another GPU, with rollback",
+    "kill": "stop GPU processes safely",
+    "doctor": "walk the troubleshooting checklist",
+}
+
+
+def _chosen_command(argv: list[str] | None) -> str | None:
+    for token in sys.argv[1:] if argv is None else argv:
+        if token in SUBCOMMANDS or token == "snapshot":
+            return token
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="gputui",
         description="Who is on which GPU, in which container, what is imbalanced, and what to do about it.",
@@ -94,10 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
     snap.add_argument("--window", dest="observe", type=_seconds, metavar="SECONDS", default=0.0,
                       help="observe for this long before judging (imbalance, idle holders)")
 
-    from gputui.commands import doctor, kill, migrate, pick
+    import importlib
 
-    for module in (pick, migrate, kill, doctor):
-        module.add_parser(sub, lambda p: _common(p, top=False))
+    chosen = _chosen_command(argv)
+    wants_help = any(t in ("-h", "--help") for t in (sys.argv[1:] if argv is None else argv))
+    for name, summary in SUBCOMMANDS.items():
+        if name == chosen or wants_help:
+            module = importlib.import_module(f"gputui.commands.{name}")
+            module.add_parser(sub, lambda p: _common(p, top=False))
+        else:
+            sub.add_parser(name, help=summary)
     return parser
 
 
@@ -162,10 +185,12 @@ def _poll_once(ctx: Context, observe: float = 0.0):
 
     machine = ctx.open_machine()
     try:
-        first = machine.gpu.read()
-        gfilter = ctx.gpu_filter(first.gpus)
-        poller = machine.poller(ctx.settings, gpu_filter=gfilter, container_wait=min(3.0, ctx.settings.docker_timeout))
+        poller = machine.poller(ctx.settings, container_wait=min(3.0, ctx.settings.docker_timeout))
         snap = poller.poll()
+        # --gpu is checked against the GPUs this poll found; later polls apply it themselves.
+        poller.gpu_filter = ctx.gpu_filter(snap.gpus)
+        if poller.gpu_filter is not None:
+            snap = replace(snap, gpus=tuple(g for g in snap.gpus if poller.gpu_filter(g)))
         if observe > 0:
             end = time.monotonic() + observe
             step = min(1.0, max(0.25, observe / 10))
@@ -221,8 +246,8 @@ def load_context(args: argparse.Namespace) -> Context:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     try:
+        parser = build_parser(argv)
         args = parser.parse_args(argv)
         ctx = load_context(args)
         command = args.command
@@ -232,10 +257,9 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_dashboard(ctx)
         if command == "snapshot":
             return cmd_snapshot(ctx)
-        from gputui.commands import doctor, kill, migrate, pick
+        import importlib
 
-        modules = {"pick": pick, "migrate": migrate, "kill": kill, "doctor": doctor}
-        return modules[command].run(ctx)
+        return importlib.import_module(f"gputui.commands.{command}").run(ctx)
     except UsageError as exc:
         print(f"gputui: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -9,6 +9,7 @@ refresh: a poll takes whatever inventory is newest.
 
 from __future__ import annotations
 
+import functools
 import socket
 import threading
 import time
@@ -140,6 +141,8 @@ class Poller:
         self._imbalance = ImbalanceJudge(self.settings)
         self._alerts = AlertJudge(self.settings)
         self.polls = 0
+        #: start time -> aware datetime; a process's start never changes, so convert it once
+        self._started_cache: dict[float, datetime] = {}
 
     def close(self) -> None:
         if self.watcher is not None:
@@ -197,12 +200,7 @@ class Poller:
         self.history.add(snap, records.keys())
         containers = build_containers(tuple(records.values()), all_gpus, self.history, self.settings, now)
         by_id = {c.id: c for c in containers}
-        judged_gpus = tuple(
-            replace(g, processes=tuple(
-                replace(p, stale=judge_stale(p, self.history, self.settings, by_id, records)) for p in g.processes
-            ))
-            for g in all_gpus
-        )
+        judged_gpus = tuple(self._judge_stale(g, by_id, records) for g in all_gpus)
         snap = replace(snap, gpus=judged_gpus, containers=containers, window=self.history.span)
         imbalance = self._imbalance.update(self.history, snap)
         snap = replace(snap, imbalance=imbalance)
@@ -211,6 +209,30 @@ class Poller:
             snap = replace(snap, gpus=tuple(g for g in snap.gpus if self.gpu_filter(g)))
         self.polls += 1
         return snap
+
+    def _judge_stale(self, g: Gpu, by_id: dict, records: dict[str, ContainerRecord]) -> Gpu:
+        """The GPU with its processes' stale findings; most processes have none, so
+        only those with findings are rebuilt."""
+        changed = False
+        procs = []
+        for p in g.processes:
+            stale = judge_stale(p, self.history, self.settings, by_id, records)
+            if stale:
+                p = replace(p, stale=stale)
+                changed = True
+            procs.append(p)
+        return replace(g, processes=tuple(procs)) if changed else g
+
+    def _started(self, create_time: float | None) -> datetime | None:
+        if create_time is None:
+            return None
+        started = self._started_cache.get(create_time)
+        if started is None:
+            if len(self._started_cache) > 20_000:
+                self._started_cache.clear()
+            started = datetime.fromtimestamp(create_time, tz=timezone.utc).astimezone()
+            self._started_cache[create_time] = started
+        return started
 
     def _process(
         self,
@@ -221,11 +243,7 @@ class Poller:
         docker_available: bool,
     ) -> Process:
         fact = fact or ProcessFacts(pid=raw.pid, visible=False, invisible_reason="vanished")
-        started = (
-            datetime.fromtimestamp(fact.create_time, tz=timezone.utc).astimezone()
-            if fact.create_time is not None
-            else None
-        )
+        started = self._started(fact.create_time)
         return Process(
             pid=raw.pid,
             gpu_index=gpu_index,
@@ -248,11 +266,18 @@ class Poller:
         )
 
 
+@functools.lru_cache(maxsize=8192)
+def _parse_cgroup_cached(text: str):
+    """parse_cgroup per distinct cgroup text: thousands of processes share few cgroups,
+    and a process's cgroup rarely changes, so a poll parses each text once."""
+    return cgroups.parse_cgroup(text)
+
+
 def attribute(fact: ProcessFacts, records: dict[str, ContainerRecord], docker_available: bool) -> ContainerRef | None:
     """The container a process runs in, from its cgroup, confirmed against the inventory."""
     if fact.cgroup is None:
         return None
-    match = cgroups.name_pod(cgroups.parse_cgroup(fact.cgroup))  # pod names where the kubelet tells them
+    match = cgroups.name_pod(_parse_cgroup_cached(fact.cgroup))  # pod names where the kubelet tells them  # pod names where the kubelet tells them
     if match is None:
         return None
     record = records.get(match.id)
