@@ -56,3 +56,13 @@ def test_parse_size(text, value):
 def test_parse_size_rejects_nonsense():
     with pytest.raises(ValueError):
         parse_size("lots")
+
+
+def test_readme_example_config_is_valid(tmp_path):
+    """The config shown in the README loads as is, and equals the defaults it documents."""
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    block = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+    settings = load_settings(write(tmp_path, block))
+    assert settings == Settings()
