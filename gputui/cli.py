@@ -80,14 +80,16 @@ SUBCOMMANDS = {
 }
 
 
-def _chosen_command(argv: list[str] | None) -> str | None:
-    for token in sys.argv[1:] if argv is None else argv:
+def _chosen_command(argv: list[str]) -> str | None:
+    for token in argv:
         if token in SUBCOMMANDS or token == "snapshot":
             return token
     return None
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The full parser; given the command line about to be parsed, only the chosen
+    subcommand's module is imported."""
     parser = _Parser(
         prog="gputui",
         description="Who is on which GPU, in which container, what is imbalanced, and what to do about it.",
@@ -113,10 +115,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     import importlib
 
-    chosen = _chosen_command(argv)
-    wants_help = any(t in ("-h", "--help") for t in (sys.argv[1:] if argv is None else argv))
+    chosen = _chosen_command(argv) if argv is not None else None
+    load_all = argv is None or any(t in ("-h", "--help") for t in argv)
     for name, summary in SUBCOMMANDS.items():
-        if name == chosen or wants_help:
+        if name == chosen or load_all:
             module = importlib.import_module(f"gputui.commands.{name}")
             module.add_parser(sub, lambda p: _common(p, top=False))
         else:
@@ -163,6 +165,24 @@ class Context:
         return lambda g: g.index in indices
 
 
+    def start_polling(self, machine, container_wait: float | None = None):
+        """A poller for ``machine`` with --gpu applied, its first snapshot (filtered), and
+        every GPU that poll saw. --gpu is validated against the machine's real GPUs
+        without a second NVML read. Raises UsageError for a GPU that is not there."""
+        wait = min(3.0, self.settings.docker_timeout) if container_wait is None else container_wait
+        poller = machine.poller(self.settings, container_wait=wait)
+        snap = poller.poll()
+        all_gpus = snap.gpus
+        try:
+            poller.gpu_filter = self.gpu_filter(all_gpus)
+        except UsageError:
+            poller.close()
+            raise
+        if poller.gpu_filter is not None:
+            snap = replace(snap, gpus=tuple(g for g in all_gpus if poller.gpu_filter(g)))
+        return poller, snap, all_gpus
+
+
 def parse_gpu_list(values: list[str] | None) -> list[str]:
     out: list[str] = []
     for value in values or []:
@@ -185,12 +205,7 @@ def _poll_once(ctx: Context, observe: float = 0.0):
 
     machine = ctx.open_machine()
     try:
-        poller = machine.poller(ctx.settings, container_wait=min(3.0, ctx.settings.docker_timeout))
-        snap = poller.poll()
-        # --gpu is checked against the GPUs this poll found; later polls apply it themselves.
-        poller.gpu_filter = ctx.gpu_filter(snap.gpus)
-        if poller.gpu_filter is not None:
-            snap = replace(snap, gpus=tuple(g for g in snap.gpus if poller.gpu_filter(g)))
+        poller, snap, _ = ctx.start_polling(machine)
         if observe > 0:
             end = time.monotonic() + observe
             step = min(1.0, max(0.25, observe / 10))
@@ -246,6 +261,7 @@ def load_context(args: argparse.Namespace) -> Context:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
         parser = build_parser(argv)
         args = parser.parse_args(argv)

@@ -80,15 +80,9 @@ def gather(ctx) -> C.DoctorFacts:
                                kernel_module_version=probes.kernel_module_version(),
                                bindings_version=probes.bindings_version())
         else:
-            first = machine.gpu.read()
-            gfilter = ctx.gpu_filter(first.gpus)
-            poller = machine.poller(ctx.settings, gpu_filter=gfilter,
-                                    container_wait=min(3.0, ctx.settings.docker_timeout))
-            try:
-                snapshot = poller.poll()
-            finally:
-                if poller.watcher is not None:
-                    poller.watcher.stop()
+            poller, snapshot, _ = ctx.start_polling(machine)
+            if poller.watcher is not None:  # NVML stays open for what follows; the machine closes below
+                poller.watcher.stop()
             nvml = _nvml_facts(machine, snapshot)
     finally:
         if machine is not None:
@@ -156,13 +150,9 @@ def _gather_demo(ctx, docker_on: bool) -> C.DoctorFacts:
     """Facts of the simulated server: the checks that make sense run against it, the rest say it is the demo."""
     machine = ctx.open_machine(docker=docker_on)
     try:
-        first = machine.gpu.read()
-        poller = machine.poller(ctx.settings, gpu_filter=ctx.gpu_filter(first.gpus), container_wait=2.0)
-        try:
-            snap = poller.poll()
-        finally:
-            if poller.watcher is not None:
-                poller.watcher.stop()
+        poller, snap, _ = ctx.start_polling(machine, container_wait=2.0)
+        if poller.watcher is not None:  # NVML stays open for what follows; the machine closes below
+            poller.watcher.stop()
     finally:
         machine.close()
     gpus = tuple(C.GpuHealth(

@@ -90,15 +90,9 @@ def run(ctx) -> int:
     machine = ctx.open_machine()
     backend = None
     try:
-        first = machine.gpu.read()
-        gfilter = ctx.gpu_filter(first.gpus)
-        poller = machine.poller(ctx.settings, gpu_filter=gfilter,
-                                container_wait=min(3.0, ctx.settings.docker_timeout))
-        try:
-            before = poller.poll()
-        finally:
-            if poller.watcher is not None:
-                poller.watcher.stop()
+        poller, before, _ = ctx.start_polling(machine)
+        if poller.watcher is not None:  # NVML stays open for what follows; the machine closes below
+            poller.watcher.stop()
         backend = backend_for(machine, docker_timeout=max(ctx.settings.docker_timeout, 10.0))
         plan = plan_kill(before, args.pids, backend, signal=args.signal, timeout=args.timeout,
                          escalate=args.escalate, force=args.force, read_only=False)

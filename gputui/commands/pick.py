@@ -97,12 +97,8 @@ def run(ctx) -> int:
     args = ctx.args
     machine = ctx.open_machine()
     try:
-        first = machine.gpu.read()
-        gfilter = ctx.gpu_filter(first.gpus)
-        poller = machine.poller(ctx.settings, gpu_filter=gfilter,
-                                container_wait=min(3.0, ctx.settings.docker_timeout))
+        poller, snap, all_gpus = ctx.start_polling(machine)
         try:
-            snap = poller.poll()
             start = time.monotonic()
             end = start + args.sample
             step = max(0.25, min(1.0, args.sample / 4))
@@ -116,7 +112,7 @@ def run(ctx) -> int:
         machine.close()
 
     loads = gpu_loads(history, snap.gpus, None)
-    result = pick(loads, reservations(snap, first.gpus), count=args.count, min_free=args.min_free,
+    result = pick(loads, reservations(snap, all_gpus), count=args.count, min_free=args.min_free,
                   max_util=args.max_util, observed=history.span)
     if not result.ok:
         print(f"gputui: {result.problem}", file=ctx.stderr)
