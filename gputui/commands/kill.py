@@ -14,7 +14,6 @@ machine could not be read.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from gputui.actions.kill import (
     READ_ONLY,
@@ -30,6 +29,7 @@ from gputui.actions.kill import (
     signal_name,
 )
 from gputui.cli import EXIT_NO, EXIT_OK, UsageError, _seconds
+from gputui.commands.prompt import ask, interactive
 
 
 def _pid(text: str) -> int:
@@ -108,9 +108,9 @@ def run(ctx) -> int:
             print(line, file=out)
         out.flush()
         if not args.yes:
-            if not _interactive():
+            if not interactive():
                 raise UsageError("Refusing to kill without confirmation: stdin is not a terminal; add --yes.")
-            answer = _ask("Proceed? [y/N] ", out)
+            answer = ask("Proceed? [y/N] ", out)
             if answer not in ("y", "yes"):
                 audit_refusals(Refusal(t.pid, f"PID {t.pid}: the user declined the confirmation.")
                                for t in plan.targets)
@@ -121,7 +121,7 @@ def run(ctx) -> int:
             print(msg, file=err)
             err.flush()
 
-        report = execute_kill(plan, backend, before, progress=progress if _interactive() else None)
+        report = execute_kill(plan, backend, before, progress=progress if interactive() else None)
         for line in report.lines():
             print(line, file=out)
         return EXIT_OK if report.ok else EXIT_NO
@@ -129,20 +129,3 @@ def run(ctx) -> int:
         if backend is not None:
             backend.close()
         machine.close()
-
-
-def _interactive() -> bool:
-    try:
-        return sys.stdin.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def _ask(prompt: str, out) -> str:
-    out.write(prompt)
-    out.flush()
-    try:
-        line = sys.stdin.readline()
-    except (EOFError, KeyboardInterrupt):
-        return ""
-    return line.strip().lower()

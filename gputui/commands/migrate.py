@@ -14,7 +14,6 @@ without a terminal); 3 NVML or Docker could not be reached.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from gputui.actions.journal import JournalError, pending_journals
@@ -29,6 +28,7 @@ from gputui.actions.migrate import (
     leftover_backups,
 )
 from gputui.cli import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, UsageError, _seconds
+from gputui.commands.prompt import ask, interactive
 
 READ_ONLY = "Migration is disabled: gputui runs read-only (--read-only or read_only in the config file)."
 
@@ -119,9 +119,9 @@ def run(ctx) -> int:
             return EXIT_OK
         out.flush()
         if not args.yes:
-            if not _interactive():
+            if not interactive():
                 raise UsageError("Refusing to migrate without confirmation: stdin is not a terminal; add --yes.")
-            if _ask(f"Migrate {plan.container_name} to GPU {plan.to_gpu}? [y/N] ", out) not in ("y", "yes"):
+            if ask(f"Migrate {plan.container_name} to GPU {plan.to_gpu}? [y/N] ", out) not in ("y", "yes"):
                 audit_refusal(plan.container_name, plan.to_gpu, "the user declined the confirmation",
                               demo=engine.demo)
                 print("Nothing was changed.", file=out)
@@ -175,9 +175,9 @@ def _recover(ctx) -> int:
         for p in pending:
             print(p.describe(), file=out)
         if not args.yes:
-            if not _interactive():
+            if not interactive():
                 raise UsageError("Refusing to recover without confirmation: stdin is not a terminal; add --yes.")
-            if _ask("Finish or undo these migrations now? [y/N] ", out) not in ("y", "yes"):
+            if ask("Finish or undo these migrations now? [y/N] ", out) not in ("y", "yes"):
                 print("Nothing was changed.", file=out)
                 return EXIT_NO
         failed = False
@@ -210,19 +210,3 @@ def _report_backups(client: Any, out) -> None:
         if name not in journaled:
             print(f"Note: container {name} looks like a migration backup with no journal; check it and remove "
                   f"it with 'docker rm {name}' (without -v, to keep its volumes).", file=out)
-
-
-def _interactive() -> bool:
-    try:
-        return sys.stdin.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
-def _ask(prompt: str, out) -> str:
-    out.write(prompt)
-    out.flush()
-    try:
-        return sys.stdin.readline().strip().lower()
-    except (OSError, ValueError):
-        return ""

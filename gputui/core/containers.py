@@ -38,6 +38,7 @@ from typing import Iterable, Sequence
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.model import Container, ContainerRecord, ContainerRef, Finding, Gpu, Process
+from gputui.core.judges.text import duration, gpus_phrase
 
 #: A container younger than this (seconds) is not judged for idle grants yet.
 IDLE_GRACE = 60.0
@@ -283,36 +284,3 @@ def grant_phrase(r: ContainerRecord) -> str:
     if r.grant_source in ("cdi", "devices"):
         return "--device " + ",".join(raw)
     return "no GPU grant"
-
-
-def index_ranges(indices: Iterable[int]) -> str:
-    """[1, 2, 3, 5] -> "1-3, 5"."""
-    items = sorted(set(indices))
-    parts: list[str] = []
-    i = 0
-    while i < len(items):
-        j = i
-        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
-            j += 1
-        parts.append(f"{items[i]}-{items[j]}" if j - i >= 2 else ", ".join(str(x) for x in items[i:j + 1]))
-        i = j + 1
-    return ", ".join(parts)
-
-
-def gpus_phrase(indices: Iterable[int]) -> str:
-    """"GPU 3" or "GPUs 1-3, 5"."""
-    items = sorted(set(indices))
-    if not items:
-        return "no GPU"
-    return f"GPU {items[0]}" if len(items) == 1 else f"GPUs {index_ranges(items)}"
-
-
-def duration(seconds: float) -> str:
-    """"45 s", "10 min", "2 h 5 min"."""
-    s = max(0.0, seconds)
-    if s < 90:
-        return f"{s:.0f} s"
-    if s < 90 * 60:
-        return f"{s / 60:.0f} min"
-    h, m = divmod(int(round(s / 60)), 60)
-    return f"{h} h {m} min" if m else f"{h} h"

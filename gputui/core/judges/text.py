@@ -52,8 +52,10 @@ def index_ranges(indices: Iterable[int]) -> str:
 
 
 def gpus_phrase(indices: Iterable[int]) -> str:
-    """A GPU list in words: "GPU 3" or "GPUs 1-3, 5"."""
+    """A GPU list in words: "GPU 3" or "GPUs 1-3, 5" ("no GPU" for none)."""
     items = sorted(set(indices))
+    if not items:
+        return "no GPU"
     return f"GPU {items[0]}" if len(items) == 1 else f"GPUs {index_ranges(items)}"
 
 
