@@ -538,7 +538,7 @@ class NvmlSource:
         return self._variant_call(dev, "memory", ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"), call)
 
     def _throttle(self, dev: _Device) -> int | None:
-        nv, h = self._nv, dev.handle
+        h = dev.handle
         return self._variant_call(
             dev, "throttle_reasons",
             ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
