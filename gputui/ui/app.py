@@ -114,7 +114,11 @@ class GpuTuiApp(App[int]):
         self._repoll = False
         self._poll_started = 0.0
         self._timer: Timer | None = None
-        self._slow_timer: Timer | None = None
+        #: Ticks while a poll runs, to report a hung source (paused otherwise).
+        self._watchdog: Timer | None = None
+        #: Set by the UI to ask the poll thread for one poll.
+        self._poll_wanted = threading.Event()
+        self._poll_thread = None
         #: Held by the worker while it polls; closing the poller waits for it.
         self._poll_lock = threading.Lock()
         self._closing = False
@@ -131,7 +135,8 @@ class GpuTuiApp(App[int]):
 
     def on_unmount(self) -> None:
         self._closing = True
-        for timer in (self._timer, self._slow_timer):
+        self._poll_wanted.set()  # wake the poll thread so it ends
+        for timer in (self._timer, self._watchdog):
             if timer is not None:
                 timer.stop()
         # A poll in flight finishes first (NVML must not be shut down under a read).
@@ -151,13 +156,36 @@ class GpuTuiApp(App[int]):
         self._timer = None
         self._polling = True
         self._poll_started = time.monotonic()
-        slow_after = max(2.0, 3 * self.settings.interval)
-        self._slow_timer = self.set_timer(slow_after, self._poll_is_slow)
-        self._poll_worker()
+        if self._watchdog is None:
+            self._watchdog = self.set_interval(1.0, self._poll_is_slow, pause=True)
+        self._watchdog.reset()
+        self._watchdog.resume()
+        if self._poll_thread is None:
+            self._poll_thread = self._poll_loop()
+        self._poll_wanted.set()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="poll", description="poll the machine")
-    def _poll_worker(self) -> None:
+    def _poll_loop(self) -> None:
+        """The poll thread: one ``poller.poll()`` each time the UI asks, never two at once.
+
+        One long-lived thread worker rather than one worker per poll: a worker's
+        start-up (task, thread hand-off, three state messages) cost more CPU than
+        the poll itself at 1 Hz. The UI still decides when to poll (a one-shot
+        timer armed after the previous poll's message was handled).
+        """
         worker = get_current_worker()
+        while True:
+            # A timeout so a cancelled worker notices even if nobody sets the event.
+            if not self._poll_wanted.wait(0.5):
+                if worker.is_cancelled or self._closing:
+                    return
+                continue
+            self._poll_wanted.clear()
+            if worker.is_cancelled or self._closing:
+                return
+            self._poll_once(worker)
+
+    def _poll_once(self, worker) -> None:
         started = time.monotonic()
         try:
             with self._poll_lock:
@@ -192,9 +220,8 @@ class GpuTuiApp(App[int]):
     def _poll_done(self, duration: float) -> None:
         self.polls_done += 1
         self._polling = False
-        if self._slow_timer is not None:
-            self._slow_timer.stop()
-            self._slow_timer = None
+        if self._watchdog is not None:
+            self._watchdog.pause()
         if self._closing:
             return
         if self._repoll:
@@ -206,10 +233,12 @@ class GpuTuiApp(App[int]):
             self._timer = self.set_timer(delay, self._start_poll)
 
     def _poll_is_slow(self) -> None:
+        """Ticks once a second only while a poll runs; says so once it has run long."""
         if not self._polling:
             return
-        self._set_status(slow_for=time.monotonic() - self._poll_started)
-        self._slow_timer = self.set_timer(1.0, self._poll_is_slow)
+        running = time.monotonic() - self._poll_started
+        if running >= max(2.0, 3 * self.settings.interval):
+            self._set_status(slow_for=running)
 
     def request_poll(self) -> None:
         """Poll as soon as possible (after an action changed the machine)."""

@@ -60,14 +60,17 @@ def mhz(value: int | None) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """Elapsed time in at most six characters: '40s', '12m05s', '5h20m', '3d04h'."""
+    """Elapsed time in at most six characters: '<1m', '12m', '5h20m', '3d04h'.
+
+    Whole minutes: a column of uptimes that changed every second would repaint
+    every row of the table on every poll."""
     if seconds is None:
         return NA
     s = max(0, int(seconds))
     if s < 60:
-        return f"{s}s"
+        return "<1m"
     if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
+        return f"{s // 60}m"
     if s < 86400:
         return f"{s // 3600}h{(s % 3600) // 60:02d}m"
     return f"{s // 86400}d{(s % 86400) // 3600:02d}h"

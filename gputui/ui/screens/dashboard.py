@@ -112,12 +112,15 @@ class DashboardScreen(Screen):
         banner = self.query_one(ImbalanceBanner)
         banner.show(snapshot.imbalance)
         self.table.update(snapshot)
+        # In the same frame as the table (the CursorMoved message would come a frame later).
+        self.query_one(SelectionBar).show(self.table.cursor_process)
         self.query_one(StatusLine).show(snapshot, app.poll_status)  # type: ignore[attr-defined]
         flagged, suggestion = snapshot.imbalance.flagged, snapshot.imbalance.suggestion is not None
-        if len(snapshot.gpus) != self._gpu_count or (flagged, suggestion) != (self.snapshot_flagged,
-                                                                               self._has_suggestion):
-            self._gpu_count = len(snapshot.gpus)
+        if (flagged, suggestion) != (self.snapshot_flagged, self._has_suggestion):
             self.snapshot_flagged, self._has_suggestion = flagged, suggestion
+            self._fit_panel()
+        if len(snapshot.gpus) != self._gpu_count:
+            self._gpu_count = len(snapshot.gpus)
             self._fit_panel()
             self.refresh_bindings()
 
@@ -305,4 +308,5 @@ class DashboardScreen(Screen):
             if self.check_action(name, ()) is not True:
                 continue
             key = binding.key_display or binding.key
-            yield SystemCommand(binding.description, f"key: {key}", lambda a=action: self.run_action(a))
+            yield SystemCommand(binding.description, f"key: {key}",
+                                lambda a=action: self.call_later(self.run_action, a))

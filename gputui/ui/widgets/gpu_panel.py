@@ -31,7 +31,7 @@ from gputui.core.config import Settings
 from gputui.core.history import GpuSample
 from gputui.core.model import THERMAL_OR_POWER, Gpu, Snapshot
 from gputui.ui import format as fmt
-from gputui.ui.widgets.lines import LineBuilder, component_style, sparkline
+from gputui.ui.widgets.lines import CachedStyles, LineBuilder, component_style, level_code, sparkline
 
 Mode = Literal["cards", "compact"]
 ModeChoice = Literal["auto", "cards", "compact"]
@@ -45,31 +45,71 @@ SPARK_SAMPLES = 256
 
 @dataclass(frozen=True)
 class GpuView:
-    """What one card shows: the GPU plus its recent load, as plain values."""
+    """What one card shows: the GPU plus its recent load as sparkline codes."""
 
     gpu: Gpu
-    util: tuple[float | None, ...]
-    mem: tuple[float | None, ...]
+    #: :func:`level_code` of the last samples of utilization and memory use, oldest first.
+    util: tuple[int, ...]
+    mem: tuple[int, ...]
     alerts: int = 0
     critical: bool = False
 
 
-def gpu_views(snapshot: Snapshot, history: Mapping[int, Sequence[GpuSample]]) -> tuple[GpuView, ...]:
+def _mem_percent(s: GpuSample) -> float | None:
+    if s.lost or s.memory_used is None or not s.memory_total:
+        return None
+    return 100.0 * s.memory_used / s.memory_total
+
+
+class SeriesCodes:
+    """Sparkline codes per GPU, extended by the new samples of each poll only.
+
+    The history of a GPU is up to 720 samples; converting all of them on every
+    poll would cost more than drawing the cards. Codes are appended for samples
+    newer than the last one seen and the oldest are dropped.
+    """
+
+    def __init__(self, keep: int = SPARK_SAMPLES) -> None:
+        self.keep = keep
+        #: GPU index -> (time of the newest coded sample, util codes, memory codes)
+        self._codes: dict[int, tuple[float, list[int], list[int]]] = {}
+
+    def update(self, index: int, samples: Sequence[GpuSample]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        entry = self._codes.get(index)
+        if not samples:
+            self._codes.pop(index, None)
+            return (), ()
+        if entry is not None and samples[-1].t < entry[0]:
+            entry = None  # the history went back in time: start over
+        last_t, util, mem = entry if entry is not None else (float("-inf"), [], [])
+        new: list[GpuSample] = []
+        for s in reversed(samples):
+            if s.t <= last_t or len(new) >= self.keep:
+                break
+            new.append(s)
+        for s in reversed(new):
+            util.append(level_code(None if s.lost else s.utilization))
+            mem.append(level_code(_mem_percent(s)))
+        if len(util) > self.keep:
+            del util[: len(util) - self.keep]
+            del mem[: len(mem) - self.keep]
+        self._codes[index] = (samples[-1].t, util, mem)
+        return tuple(util), tuple(mem)
+
+
+def gpu_views(snapshot: Snapshot, history: Mapping[int, Sequence[GpuSample]],
+              codes: SeriesCodes | None = None) -> tuple[GpuView, ...]:
     """Join a snapshot with its recent history into what the panel draws."""
+    codes = codes or SeriesCodes()
     counts: dict[int, list[bool]] = {}
     for alert in snapshot.alerts:
         if alert.gpu is not None:
             counts.setdefault(alert.gpu, []).append(alert.severity == "critical")
     views = []
     for g in snapshot.gpus:
-        samples = history.get(g.index, ())[-SPARK_SAMPLES:]
-        util = tuple(None if s.lost else s.utilization for s in samples)
-        mem = tuple(
-            None if s.lost or s.memory_used is None or not s.memory_total else 100.0 * s.memory_used / s.memory_total
-            for s in samples
-        )
-        if not samples:  # no history (yet): at least the current value
-            util, mem = (g.utilization_gpu,), (g.memory_percent,)
+        util, mem = codes.update(g.index, history.get(g.index, ()))
+        if not util:  # no history (yet): at least the current value
+            util, mem = (level_code(g.utilization_gpu),), (level_code(g.memory_percent),)
         flags = counts.get(g.index, [])
         views.append(GpuView(g, util, mem, len(flags), any(flags)))
     return tuple(views)
@@ -163,6 +203,9 @@ class GpuPanel(ScrollView, can_focus=True):
         self._card_width = 0
         self._lines: list[Strip] = []
         self._card_cache: dict[int, tuple[tuple, list[Strip]]] = {}
+        self._codes = SeriesCodes()
+        #: (first slot of a card row, line) -> (the card strips it was joined from, the joined line)
+        self._joined: dict[tuple[int, int], tuple[tuple[Strip, ...], Strip]] = {}
         self._styles: dict[str, Style] = {}
         #: Position of each GPU index in ``views``.
         self._slot: dict[int, int] = {}
@@ -180,6 +223,7 @@ class GpuPanel(ScrollView, can_focus=True):
         # styles exist: only drop caches here; lines are rebuilt when drawn.
         self._styles.clear()
         self._card_cache.clear()
+        self._joined.clear()
         self._stale = True
         self.refresh()
 
@@ -195,7 +239,7 @@ class GpuPanel(ScrollView, can_focus=True):
     def update(self, snapshot: Snapshot, history: Mapping[int, Sequence[GpuSample]], settings: Settings) -> None:
         """Show a new poll. Rebuilds only cards whose visible content changed."""
         self.settings = settings
-        views = gpu_views(snapshot, history)
+        views = gpu_views(snapshot, history, self._codes)
         count_changed = len(views) != len(self.views)
         self.views = views
         self._slot = {v.gpu.index: i for i, v in enumerate(views)}
@@ -257,6 +301,7 @@ class GpuPanel(ScrollView, can_focus=True):
             self.styles.height = height
         self.virtual_size = Size(width, total)
         self._card_cache.clear()
+        self._joined.clear()
         self._rebuild(force=True)
 
     # -- drawing --------------------------------------------------------------
@@ -288,38 +333,75 @@ class GpuPanel(ScrollView, can_focus=True):
     def _card_lines(self, width: int) -> list[Strip]:
         cols, cw = self._cols, self._card_width
         out: list[Strip] = []
-        base = self.rich_style
+        base = self._base()
         gap = Strip.blank(GAP, base)
+        joined_cache = self._joined
         for row_start in range(0, len(self.views), cols):
             cards = [self._card(v, cw) for v in self.views[row_start:row_start + cols]]
             for line in range(CARD_HEIGHT):
-                parts: list[Strip] = []
-                for i, card in enumerate(cards):
+                parts = tuple(card[line] for card in cards)
+                cached = joined_cache.get((row_start, line))
+                # Same card strips (by identity) as last time: the same joined line, so
+                # the panel does not repaint it.
+                if cached is not None and len(cached[0]) == len(parts) and all(
+                        a is b for a, b in zip(cached[0], parts)) and cached[1].cell_length == width:
+                    out.append(cached[1])
+                    continue
+                pieces: list[Strip] = []
+                for i, part in enumerate(parts):
                     if i:
-                        parts.append(gap)
-                    parts.append(card[line])
-                joined = parts[0] if len(parts) == 1 else Strip.join(parts)
-                out.append(joined.adjust_cell_length(width, base))
+                        pieces.append(gap)
+                    pieces.append(part)
+                joined = (pieces[0] if len(pieces) == 1 else Strip.join(pieces)).adjust_cell_length(width, base)
+                joined_cache[(row_start, line)] = (parts, joined)
+                out.append(joined)
         return out
 
     def _card(self, view: GpuView, width: int) -> list[Strip]:
-        """The five lines of one card, cached by exactly what they show."""
+        """The five lines of one card, each cached by exactly what it shows.
+
+        A tick usually changes only the two graph lines (they shift by a sample);
+        the title, the clocks line and the bottom border come from the cache.
+        """
         g = view.gpu
         spark_w = max(4, width - 2 - 5 - 1 - 5 - 2 - 15)
         selected = g.index == self.selected and self.has_focus
-        key = (
-            width, selected, g.index == self.filtered, g.name, g.lost, g.utilization_gpu, g.memory_used,
-            g.memory_total, g.temperature, g.power_draw, g.power_limit, g.fan_speed, g.clock_sm, g.clock_memory,
-            g.pstate, g.throttle_reasons, view.util[-spark_w:], view.mem[-spark_w:], view.alerts, view.critical,
-            self._users(g), len(g.processes), self.settings.temp_warning, self.settings.temp_critical,
-        )
+        frame = (width, selected, g.index == self.filtered, g.lost)
+        if g.lost:
+            keys: tuple[tuple, ...] = (
+                (frame, g.name, len(g.processes), view.alerts, view.critical),
+                (frame, "lost-1"), (frame, "lost-2"), (frame, "lost-3", len(g.processes)), (frame,),
+            )
+        else:
+            keys = (
+                (frame, g.name, self._users(g), len(g.processes), view.alerts, view.critical),
+                (frame, view.util[-spark_w:], g.utilization_gpu, g.temperature,
+                 fmt.power_pair(g.power_draw, g.power_limit), self.settings.temp_warning, self.settings.temp_critical),
+                (frame, view.mem[-spark_w:], fmt.percent(g.memory_percent),
+                 fmt.size_pair(g.memory_used, g.memory_total)),
+                (frame, g.clock_sm, g.clock_sm_max, g.clock_memory, g.fan_speed, g.pstate, g.throttle_reasons),
+                (frame,),
+            )
         cached = self._card_cache.get(g.index)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        base = self.rich_style
-        lines = [line.apply_style(base) for line in self._draw_card(view, width, spark_w, selected)]
-        self._card_cache[g.index] = (key, lines)
+        old_keys, old_lines = cached if cached is not None else ((), [])
+        if old_keys == keys:
+            return old_lines
+        base = self._base()
+        lines = []
+        for n, key in enumerate(keys):
+            if n < len(old_keys) and old_keys[n] == key:
+                lines.append(old_lines[n])
+            else:
+                lines.append(self._draw_card_line(n, view, width, spark_w, selected).apply_style(base))
+        self._card_cache[g.index] = (keys, lines)
         return lines
+
+    def _base(self) -> Style:
+        """The widget's own colours (cached: computing them walks the DOM)."""
+        style = self._styles.get("")
+        if style is None:
+            style = self._styles[""] = self.rich_style
+        return style
 
     def _users(self, g: Gpu) -> tuple[str, ...]:
         by_user: dict[str, int] = {}
@@ -352,13 +434,37 @@ class GpuPanel(ScrollView, can_focus=True):
             return self._style("warning")
         return self._style("value")
 
-    def _draw_card(self, view: GpuView, width: int, spark_w: int, selected: bool) -> list[Strip]:
+    def _draw_card_line(self, n: int, view: GpuView, width: int, spark_w: int, selected: bool) -> Strip:
+        """Line ``n`` (0 = top border ... 4 = bottom border) of a card."""
         g = view.gpu
         s = self._style
         border = self._border_style(view, selected)
-        inner = width - 2
+        if n == 0:
+            return self._top_line(view, width, selected, border)
+        if n == 4:
+            return LineBuilder().add("╰" + "─" * max(0, width - 2) + "╯", border).strip(width)
+        if g.lost:
+            body = [
+                LineBuilder().add(" ✖ NVML no longer answers for this GPU.", s("lost")),
+                LineBuilder().add(" It may have fallen off the bus: check `dmesg` for Xid errors.", s("dim")),
+                LineBuilder().add(f" {len(g.processes)} process(es) were on it at the last good read.", s("dim")),
+            ][n - 1]
+        elif n == 1:
+            body = self._util_line(view, spark_w)
+        elif n == 2:
+            body = self._mem_line(view, spark_w)
+        else:
+            body = self._info_line(g)
+        side = Segment("│", border)
+        line = LineBuilder().extend([side], 1)
+        line.extend(body.segments, body.width)
+        stripped = Strip(line.segments, line.width).adjust_cell_length(width - 1)
+        return Strip.join([stripped, Strip([side], 1)])
 
-        # Top border: ╭─ 0  A100-SXM4-80GB ──── alice, bob · 4 ─ ⚠ ─╮
+    def _top_line(self, view: GpuView, width: int, selected: bool, border: Style) -> Strip:
+        """╭─ 0  A100-SXM4-80GB ──── alice, bob · 4 procs ─ ⚠ ─╮"""
+        g = view.gpu
+        s = self._style
         top = LineBuilder().add("╭─", border)
         top.add(f" {g.index} ", s("title") + Style(reverse=True) if selected else s("title"))
         top.add(" ", border)
@@ -383,26 +489,9 @@ class GpuPanel(ScrollView, can_focus=True):
         fill = width - top.width - right.width
         top.add("─" * max(0, fill), border)
         top.extend(right.segments, right.width)
+        return top.strip(width)
 
-        side = Segment("│", border)
-        lines = [top.strip(width)]
-        if g.lost:
-            body = [
-                LineBuilder().add(" ✖ NVML no longer answers for this GPU.", s("lost")),
-                LineBuilder().add(" It may have fallen off the bus: check `dmesg` for Xid errors.", s("dim")),
-                LineBuilder().add(f" {len(g.processes)} process(es) were on it at the last good read.", s("dim")),
-            ]
-        else:
-            body = [self._util_line(view, spark_w), self._mem_line(view, spark_w), self._info_line(g)]
-        for b in body:
-            line = LineBuilder().extend([side], 1)
-            line.extend(b.segments, b.width)
-            stripped = Strip(line.segments, line.width).adjust_cell_length(width - 1)
-            lines.append(Strip.join([stripped, Strip([side], 1)]))
-        lines.append(LineBuilder().add("╰" + "─" * max(0, inner) + "╯", border).strip(width))
-        return lines
-
-    def _spark(self, values: Sequence[float | None], width: int) -> list[Segment]:
+    def _spark(self, values: Sequence[int], width: int) -> list[Segment]:
         s = self._style
         return sparkline(values, width, s("empty"), s("low"), s("mid"), s("high"))
 
@@ -458,7 +547,7 @@ class GpuPanel(ScrollView, can_focus=True):
         line.add(f"{g.index:>2} ", idx_style + (Style(reverse=True) if selected else Style()))
         if g.lost:
             line.add("LOST  NVML no longer answers for this GPU (fallen off the bus?)", s("lost"))
-            return line.strip(width, base).apply_style(self.rich_style + base)
+            return line.strip(width, base).apply_style(self._base() + base)
         fixed = 3 + 4 + 1 + 5 + 4 + 1 + 5 + 1 + 15 + 6 + 9 + 2
         name = fmt.short_gpu_name(g.name)
         show_name = width - fixed - len(name) - 2 >= 24
@@ -491,7 +580,7 @@ class GpuPanel(ScrollView, can_focus=True):
         if badge:
             line.pad_to(width - len(badge[0]))
             line.add(*badge)
-        return line.strip(width, base).apply_style(self.rich_style + base)
+        return line.strip(width, base).apply_style(self._base() + base)
 
     def _width(self) -> int:
         return self._card_width_basis if self._card_width_basis > 0 else (self.size.width or 80)

@@ -71,16 +71,28 @@ def level_style(value: float, low: Style, mid: Style, high: Style, thresholds: t
     return low
 
 
-def sparkline(
-    values: Sequence[float | None],
-    width: int,
-    empty: Style,
-    low: Style,
-    mid: Style,
-    high: Style,
-    thresholds: tuple[float, float] = (50, 80),
-) -> list[Segment]:
-    """The newest ``width`` values as bars on a fixed 0–100 scale, newest at the right.
+#: Code of a missing sample (N/A): drawn blank.
+MISSING = -1
+
+
+def level_code(value: float | None, thresholds: tuple[float, float] = (50, 80)) -> int:
+    """A sample as the cell the sparkline draws: bar height (0-8) x 3 + colour tier (0-2).
+
+    Samples are turned into codes once, when they arrive; a card's graph is then a
+    slice of codes, cheap to compare (is the picture unchanged?) and to draw.
+    """
+    if value is None:
+        return MISSING
+    v = 0.0 if value < 0 else 100.0 if value > 100 else float(value)
+    level = int(v * 8 / 100 + 0.5)
+    if not level:
+        return 0
+    return level * 3 + (2 if v >= thresholds[1] else 1 if v >= thresholds[0] else 0)
+
+
+def sparkline(codes: Sequence[int], width: int, empty: Style, low: Style, mid: Style, high: Style) -> list[Segment]:
+    """The newest ``width`` samples (as :func:`level_code` codes) as bars on a fixed
+    0–100 scale, newest at the right.
 
     Unlike Textual's ``Sparkline`` (which scales to the data's own min..max), a
     flat 97–99 % line stays a flat full-height line here. Missing values (N/A)
@@ -88,35 +100,55 @@ def sparkline(
     """
     if width <= 0:
         return []
-    vals = list(values[-width:])
+    tiers = (low, mid, high)
+    vals = codes[-width:]
     out: list[Segment] = []
-    pad = width - len(vals)
-    run_text: list[str] = []
-    run_style: Style | None = None
-
-    def push(ch: str, style: Style) -> None:
-        nonlocal run_style
-        if style is not run_style and run_text:
-            out.append(Segment("".join(run_text), run_style))
-            run_text.clear()
-        run_style = style
-        run_text.append(ch)
-
-    for _ in range(pad):
-        push(BARS[1], empty)
-    for v in vals:
-        if v is None:
-            push(" ", empty)
-            continue
-        v = 0.0 if v < 0 else 100.0 if v > 100 else float(v)
-        level = int(v * 8 / 100 + 0.5)
-        if level == 0:
-            push(BARS[1], empty)
+    run_text: list[str] = [BARS[1]] * (width - len(vals))
+    run_style: Style = empty
+    for code in vals:
+        if code <= 0:
+            ch, style = (" " if code == MISSING else BARS[1]), empty
         else:
-            push(BARS[level], level_style(v, low, mid, high, thresholds))
+            ch, style = BARS[code // 3], tiers[code % 3]
+        if style is not run_style:
+            if run_text:
+                out.append(Segment("".join(run_text), run_style))
+                run_text = []
+            run_style = style
+        run_text.append(ch)
     if run_text:
         out.append(Segment("".join(run_text), run_style))
     return out
+
+
+class CachedStyles:
+    """Mixin for widgets that draw with :func:`component_style` and :func:`base_style`.
+
+    Textual calls ``notify_style_update`` whenever a widget's styles may have
+    changed (theme switch, class or pseudo-class change); that is the one moment
+    the cached styles are dropped. (Textual's own rich-style cache is cleared on
+    every ``refresh()``, which would recompute them on every poll.)
+    """
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()  # type: ignore[misc]
+        self.__dict__.pop("_gputui_styles", None)
+
+
+def _cache(widget) -> dict:
+    cache = widget.__dict__.get("_gputui_styles")
+    if cache is None:
+        cache = widget.__dict__["_gputui_styles"] = {}
+    return cache
+
+
+def base_style(widget) -> Style:
+    """The widget's own colours, to paint under everything it draws."""
+    cache = _cache(widget)
+    style = cache.get("")
+    if style is None:
+        style = cache[""] = widget.rich_style
+    return style
 
 
 def component_style(widget, name: str) -> Style:
@@ -127,9 +159,13 @@ def component_style(widget, name: str) -> Style:
     even where the CSS sets none, which would paint boxes over the widget's own
     background. Keep the background only where the component declares one.
     """
+    cache = _cache(widget)
+    style = cache.get(name)
+    if style is not None:
+        return style
     full = widget.get_component_rich_style(name)
     declared = widget.get_component_styles(name).has_rule("background")
-    return Style(
+    style = cache[name] = Style(
         color=full.color,
         bgcolor=full.bgcolor if declared else None,
         bold=full.bold,
@@ -139,3 +175,4 @@ def component_style(widget, name: str) -> Style:
         reverse=full.reverse,
         strike=full.strike,
     )
+    return style

@@ -15,6 +15,7 @@ would leave the view.
 from __future__ import annotations
 
 import zlib
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,7 +30,7 @@ from textual.widget import Widget
 
 from gputui.core.model import Process, Snapshot
 from gputui.ui import format as fmt
-from gputui.ui.widgets.lines import LineBuilder, component_style
+from gputui.ui.widgets.lines import CachedStyles, LineBuilder, base_style, component_style
 
 Key = tuple[int, int]
 Align = Literal["left", "right"]
@@ -60,6 +61,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("command", "COMMAND", 0, "left", 11),
 )
 COLUMN_IDS = tuple(c.id for c in COLUMNS)
+_INDEX = {c: i for i, c in enumerate(COLUMN_IDS)}
 MIN_COMMAND = 18
 #: Cells between the marker and the command: "● " (stale) or "? " (not visible).
 MARKER_WIDTH = 2
@@ -91,8 +93,11 @@ def sort_value(p: Process, column: str, now_ts: float):
 
 
 def sort_processes(procs: list[Process], column: str, descending: bool, now_ts: float) -> list[Process]:
-    """Stable multi-key order: the column, then GPU, then memory (largest first), then PID."""
-    base = sorted(procs, key=lambda p: (p.gpu_index, -(p.gpu_memory or 0), p.pid))
+    """Stable multi-key order: the column, then GPU, then PID.
+
+    Ties are broken by fields that do not change from poll to poll, so rows do not
+    shuffle (and repaint) while only their numbers move."""
+    base = sorted(procs, key=lambda p: (p.gpu_index, p.pid))
     present = [p for p in base if sort_value(p, column, now_ts) is not None]
     missing = [p for p in base if sort_value(p, column, now_ts) is None]
     present.sort(key=lambda p: sort_value(p, column, now_ts), reverse=descending)
@@ -132,6 +137,7 @@ def process_cells(p: Process, snapshot_time) -> tuple[str, ...]:
     )
 
 
+@lru_cache(maxsize=16)
 def visible_columns(width: int) -> tuple[tuple[Column, ...], int]:
     """Columns that fit ``width``, dropping the least important first, and the command's width."""
     cols = list(COLUMNS)
@@ -148,7 +154,7 @@ def visible_columns(width: int) -> tuple[tuple[Column, ...], int]:
     return tuple(cols), max(4, command_width(cols))
 
 
-class ProcessHeader(Widget):
+class ProcessHeader(CachedStyles, Widget):
     """Column titles with the sort arrow, and a summary of what is shown."""
 
     COMPONENT_CLASSES = {"process-header--title", "process-header--sorted", "process-header--summary"}
@@ -195,7 +201,7 @@ class ProcessHeader(Widget):
             else:
                 line.add_fit(c.title + arrow, c.width, style, right=c.align == "right")
                 line.add(" ")
-        return line.strip(width).apply_style(self.rich_style)
+        return line.strip(width).apply_style(base_style(self))
 
 
 class ProcessTable(ScrollView, can_focus=True):
@@ -499,15 +505,21 @@ class ProcessTable(ScrollView, can_focus=True):
         self._strips[p.key] = (signature, strip)
         return strip
 
+    def _base(self) -> Style:
+        """The widget's own colours (cached: computing them walks the DOM)."""
+        style = self._styles.get("")
+        if style is None:
+            style = self._styles[""] = self.rich_style
+        return style
+
     def _draw_row(self, p: Process, cells: tuple[str, ...], width: int, cursor: bool, focused: bool) -> Strip:
-        base = self.rich_style
+        base = self._base()
         s = self._style
         dim = s("dim")
         cols, command_w = visible_columns(width)
         line = LineBuilder()
         for c in cols:
-            i = COLUMN_IDS.index(c.id)
-            text = cells[i]
+            text = cells[_INDEX[c.id]]
             if c.id == "command":
                 marker = cells[-1]
                 line.add_fit(marker, MARKER_WIDTH, s("stale") if marker == "●" else dim)

@@ -16,7 +16,7 @@ from textual.widget import Widget
 
 from gputui.core.model import Imbalance, Process, Snapshot
 from gputui.ui import format as fmt
-from gputui.ui.widgets.lines import LineBuilder, component_style
+from gputui.ui.widgets.lines import CachedStyles, LineBuilder, base_style, component_style
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def snapshot_warnings(snapshot: Snapshot | None, status: PollStatus) -> list[str
     return out
 
 
-class StatusLine(Widget):
+class StatusLine(CachedStyles, Widget):
     """Host, driver and CUDA versions, refresh period, last poll, and warnings."""
 
     COMPONENT_CLASSES = {
@@ -141,10 +141,10 @@ class StatusLine(Widget):
             out.extend(left.segments, left.width)
         out.pad_to(width - right.width)
         out.extend(right.segments, right.width)
-        return out.strip(width).apply_style(self.rich_style)
+        return out.strip(width).apply_style(base_style(self))
 
 
-class SelectionBar(Widget):
+class SelectionBar(CachedStyles, Widget):
     """The highlighted process in full: command, container, and why it looks stale."""
 
     COMPONENT_CLASSES = {"selection-bar--key", "selection-bar--text", "selection-bar--stale", "selection-bar--dim"}
@@ -165,10 +165,19 @@ class SelectionBar(Widget):
         self._strip: Strip | None = None
 
     def show(self, process: Process | None) -> None:
-        if process != self.process:
+        if self._shown(process) != self._shown(self.process):
             self.process = process
             self._strip = None
             self.refresh()
+        else:
+            self.process = process
+
+    @staticmethod
+    def _shown(p: Process | None) -> tuple | None:
+        """Only what the bar draws: a process's numbers moving must not repaint it."""
+        if p is None:
+            return None
+        return (p.pid, p.gpu_index, p.container, p.stale, p.visible, p.invisible_reason, p.command)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -202,10 +211,10 @@ class SelectionBar(Widget):
                 line.add(f"  ? not visible: {reason}", st("dim"))
             if p.command:
                 line.add("  $ ", st("dim")).add(p.command, st("text"))
-        return line.strip(width).apply_style(self.rich_style)
+        return line.strip(width).apply_style(base_style(self))
 
 
-class ImbalanceBanner(Widget):
+class ImbalanceBanner(CachedStyles, Widget):
     """Shown only while the imbalance judge flags the machine: what is wrong and one move."""
 
     COMPONENT_CLASSES = {"imbalance-banner--label", "imbalance-banner--text", "imbalance-banner--move"}
@@ -229,12 +238,14 @@ class ImbalanceBanner(Widget):
     def show(self, imbalance: Imbalance) -> None:
         if imbalance == self.imbalance:
             return
-        was = self.imbalance.flagged
+        was = self.imbalance
         self.imbalance = imbalance
-        if imbalance.flagged != was:
+        if imbalance.flagged != was.flagged:
             self.set_class(imbalance.flagged, "-flagged")
-        # The banner's height follows whether a suggestion line is shown.
-        self.refresh(layout=True)
+        # The banner's height follows whether a suggestion line is shown; a new
+        # message of the same shape only repaints (a layout pass costs ~100x more).
+        height_changed = (was.suggestion is None) != (imbalance.suggestion is None)
+        self.refresh(layout=height_changed or imbalance.flagged != was.flagged)
 
     def get_content_height(self, container, viewport, width: int) -> int:
         return 2 if self.imbalance.suggestion is not None else 1
@@ -256,4 +267,4 @@ class ImbalanceBanner(Widget):
             line.add("  → ", st("move")).add(f"move {what} from GPU {sug.from_gpu} to GPU {sug.to_gpu}", st("move"))
             line.add(f": {sug.reason}", st("text"))
             line.add("  (m opens migrate)", st("text") + Style(dim=True))
-        return line.strip(width).apply_style(self.rich_style)
+        return line.strip(width).apply_style(base_style(self))
