@@ -221,8 +221,8 @@ def _poll_once(ctx: Context, observe: float = 0.0):
 def cmd_snapshot(ctx: Context) -> int:
     snap = _poll_once(ctx, observe=getattr(ctx.args, "observe", 0.0) or 0.0)
     if getattr(ctx.args, "json", False):
-        json.dump(snap.to_json(), ctx.stdout, indent=2)
-        ctx.stdout.write("\n")
+        # one write: json.dump would issue thousands of small ones
+        ctx.stdout.write(json.dumps(snap.to_json(), indent=2) + "\n")
     else:
         from gputui.core.render import render_text
 

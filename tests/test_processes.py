@@ -300,3 +300,37 @@ def test_host_memory_follows_the_process(fake_proc: FakeProc) -> None:
     clock.t += 1
     fake_proc.add(70, rss_pages=300)
     assert source.facts([70])[70].host_memory == 300 * PAGE
+
+
+def test_pinned_stat_descriptors_follow_the_process_and_never_leak():
+    """Descriptors kept on /proc/PID/stat are closed when the process goes, and a
+    process that exited reads as vanished rather than as stale numbers."""
+    import subprocess as sp
+
+    from gputui.core.processes import HostProcessSource
+
+    def open_fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    src = HostProcessSource()
+    before = open_fds()
+    children = [sp.Popen(["sleep", "60"]) for _ in range(5)]
+    try:
+        pids = [c.pid for c in children]
+        first = src.facts(pids)
+        assert all(first[p].visible for p in pids)
+        assert open_fds() == before + 5  # one pinned descriptor each
+        again = src.facts(pids)
+        assert [again[p].create_time for p in pids] == [first[p].create_time for p in pids]
+        children[0].kill()
+        children[0].wait()
+        gone = src.facts(pids)
+        assert not gone[pids[0]].visible and gone[pids[0]].invisible_reason == "vanished"
+        assert all(gone[p].visible for p in pids[1:])
+        assert open_fds() == before + 4
+    finally:
+        for c in children:
+            c.kill()
+            c.wait()
+        src.close()
+    assert open_fds() == before

@@ -14,10 +14,6 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 MIN_INTERVAL = 0.25
 GIB = 1024**3
@@ -116,6 +112,10 @@ def load_settings(path: Path | None = None) -> Settings:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"Cannot read config file {path}: {exc.strerror or exc}.") from None
+    if sys.version_info >= (3, 11):  # imported here: most runs have no config file
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

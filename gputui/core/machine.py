@@ -39,10 +39,10 @@ class Machine:
                       container_wait=container_wait, **kwargs)
 
     def close(self) -> None:
-        for src in (self.gpu, self.containers):
+        for src in (self.gpu, self.processes, self.containers):
             if src is not None:
                 try:
-                    src.close()
+                    getattr(src, "close", lambda: None)()
                 except Exception:
                     pass
 

@@ -10,7 +10,7 @@ refresh: a poll takes whatever inventory is newest.
 from __future__ import annotations
 
 import functools
-import socket
+import os
 import threading
 import time
 from dataclasses import replace
@@ -128,7 +128,7 @@ class Poller:
         self.settings = settings or Settings()
         self.history = history or History()
         self.clock = clock
-        self.host = host or socket.gethostname()
+        self.host = host or os.uname().nodename
         self.gpu_filter = gpu_filter
         self.watcher = (
             ContainerWatcher(container_source, period=max(1.0, self.settings.interval),

@@ -92,7 +92,7 @@ class _Static:
 
     __slots__ = ("starttime", "comm", "create_time", "uid", "user", "command", "cgroup", "ns_init", "gpu_fd",
                  "orphan_ppid", "orphaned", "orphan_at", "cpu_ticks", "cpu_at", "cpu_percent", "seen", "rss",
-                 "rss_approx", "rss_at", "last")
+                 "rss_approx", "rss_at", "last", "stat_fd")
 
     def __init__(self, starttime: int, comm: bytes, create_time: float | None, uid: int | None, user: str | None,
                  command: str | None, cgroup: str | None, ns_init: bool) -> None:
@@ -115,6 +115,9 @@ class _Static:
         self.seen = 0.0
         self.rss: int | None = None
         self.rss_approx = -1
+        #: an open descriptor on /proc/PID/stat, re-read with pread: it stays bound to this very
+        #: process (a reused PID reads as ESRCH through it) and saves an open/close per poll
+        self.stat_fd: int | None = None
         self.rss_at = 0.0
         self.last: tuple[tuple, ProcessFacts] | None = None
 
@@ -155,6 +158,23 @@ def _hidepid(proc: str) -> bool:
     return False
 
 
+def _fd_budget() -> int:
+    """How many /proc/PID/stat descriptors to keep open: up to a quarter of the soft
+    descriptor limit (raised toward the hard limit, at most 16384, as servers do), so
+    pinning never starves the rest of gputui."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = 16384 if hard == resource.RLIM_INFINITY else min(hard, 16384)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        return 4096 if soft == resource.RLIM_INFINITY else max(0, soft // 4)
+    except (ImportError, ValueError, OSError):
+        return 0
+
+
 def _read(path: str) -> bytes:
     """A whole /proc file (raw os calls: a third cheaper than open() for 1000 small files a poll)."""
     fd = os.open(path, os.O_RDONLY)
@@ -185,6 +205,9 @@ class HostProcessSource:
         self._proc = proc
         self._clock = clock
         self._static: dict[int, _Static] = {}
+        #: descriptors pinned on /proc/PID/stat, and how many we allow ourselves
+        self._pinned = 0
+        self._fd_budget = _fd_budget()
         self._users: dict[int, str] = {}
         self._last_purge = 0.0
         self._linux = os.path.isfile(f"{proc}/self/stat")
@@ -216,10 +239,30 @@ class HostProcessSource:
 
     def _fact(self, pid: int, now: float, parents: dict[int, bool]) -> ProcessFacts:
         base = f"{self._proc}/{pid}"
-        try:
-            raw = _read_small(f"{base}/stat")
-        except OSError:
-            return self._invisible(pid)
+        raw = None
+        pinned = self._static.get(pid)
+        if pinned is not None and pinned.stat_fd is not None:
+            try:
+                raw = os.pread(pinned.stat_fd, 4096, 0)
+            except OSError:  # that process is gone; the PID may already be someone else's
+                self._drop(pid)
+        if raw is None:
+            try:
+                fd = os.open(f"{base}/stat", os.O_RDONLY)
+            except OSError:
+                return self._invisible(pid)
+            try:
+                raw = os.read(fd, 4096)
+            except OSError:
+                os.close(fd)
+                return self._invisible(pid)
+            if self._pinned < self._fd_budget:
+                self._pinned += 1
+            else:
+                os.close(fd)
+                fd = -1
+        else:
+            fd = -1
         try:
             lpar = raw.index(b"(")
             rpar = raw.rindex(b")")
@@ -235,10 +278,22 @@ class HostProcessSource:
 
         st = self._static.get(pid)
         if st is None or st.starttime != starttime or st.comm != comm:
-            st = self._read_static(pid, base, starttime, comm, st)
-            if st is None:
+            new = self._read_static(pid, base, starttime, comm, st)
+            if st is not None and new is not st:
+                self._drop(pid)
+            if new is None:
+                if fd >= 0:
+                    os.close(fd)
+                    self._pinned -= 1
                 return self._invisible(pid)
+            st = new
             self._static[pid] = st
+        if fd >= 0:
+            if st.stat_fd is None:
+                st.stat_fd = fd
+            else:
+                os.close(fd)
+                self._pinned -= 1
         st.seen = now
 
         # RSS from statm, not stat: since Linux 6.2 stat's rss is a per-CPU approximation (off by up
@@ -293,8 +348,23 @@ class HostProcessSource:
         st.last = (key, fact)
         return fact
 
+    def _drop(self, pid: int) -> None:
+        """Forget a process identity and close its pinned descriptor."""
+        st = self._static.pop(pid, None)
+        if st is not None and st.stat_fd is not None:
+            try:
+                os.close(st.stat_fd)
+            except OSError:
+                pass
+            st.stat_fd = None
+            self._pinned -= 1
+
+    def close(self) -> None:
+        for pid in list(self._static):
+            self._drop(pid)
+
     def _invisible(self, pid: int) -> ProcessFacts:
-        self._static.pop(pid, None)
+        self._drop(pid)
         if not self.host_pids:
             reason = "other-namespace"
         elif self._hidden:
@@ -423,7 +493,7 @@ class HostProcessSource:
         self._last_purge = now
         stale = [pid for pid, st in self._static.items() if now - st.seen > CACHE_TTL]
         for pid in stale:
-            del self._static[pid]
+            self._drop(pid)
 
     # -- elsewhere: psutil ----------------------------------------------------------------
 
