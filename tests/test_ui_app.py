@@ -308,6 +308,7 @@ async def test_enter_opens_the_detail_screen_of_the_rows_gpu():
         assert "Utilization" in util_plot and "100" in util_plot
         assert "20:26" in util_plot or "20:2" in util_plot  # clock labels on the time axis
         assert any(0x2800 <= ord(ch) <= 0x28FF for ch in util_plot)  # data drawn
+        assert {"Next GPU", "Previous GPU", "Back"} <= {c.title for c in app.get_system_commands(screen)}
         # the detail follows new polls
         await repoll(pilot, clock)
         await pilot.press("right")
@@ -578,3 +579,47 @@ async def test_alert_badge_on_the_card_of_the_alerting_gpu():
             row, col = divmod(slot, p._cols)
             top = text[row * 5][col * (p._card_width + 1):(col + 1) * (p._card_width + 1)]
             assert ("⚠" in top) == (view.gpu.index in alerting), top
+
+
+# -- starting from the command line ---------------------------------------------------------
+
+
+def _ctx(*argv: str):
+    from gputui.cli import build_parser, load_context
+
+    return load_context(build_parser().parse_args(list(argv)))
+
+
+def test_an_unknown_theme_stops_the_dashboard_with_one_sentence():
+    from gputui.cli import UsageError
+    from gputui.ui.app import run_app
+
+    with pytest.raises(UsageError, match=r"There is no theme 'no-such-theme'; choose one of: .*nord"):
+        run_app(_ctx("--demo", "--no-docker", "--theme", "no-such-theme"))
+
+
+def test_the_theme_can_come_from_the_config_file(isolated_xdg):
+    config = isolated_xdg / "config" / "gputui" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('theme = "gruvbox"\ninterval = 2.5\n')
+    ctx = _ctx("--demo", "--no-docker")
+    assert ctx.settings.theme == "gruvbox" and ctx.settings.interval == 2.5
+    assert _ctx("--demo", "--no-docker", "--interval", "0.5").settings.interval == 0.5  # flags win
+
+
+def test_gpu_flag_for_a_missing_gpu_stops_the_dashboard():
+    from gputui.cli import UsageError
+    from gputui.ui.app import run_app
+
+    with pytest.raises(UsageError, match="There is no GPU '9'"):
+        run_app(_ctx("--demo", "--no-docker", "--gpu", "9"))
+
+
+async def test_gpu_flag_shows_only_those_gpus():
+    ctx = _ctx("--demo", "--no-docker", "--gpu", "2,5")
+    machine = ctx.open_machine()
+    app = make_app(machine, ctx.settings, gpu_filter=ctx.gpu_filter(machine.gpu.read().gpus), live=False)
+    async with app.run_test(size=(140, 44)) as pilot:
+        await wait_for_polls(pilot)
+        assert [v.gpu.index for v in panel(app).views] == [2, 5]
+        assert {p.gpu_index for p in table(app).rows} == {2, 5}

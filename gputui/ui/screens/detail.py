@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from rich.table import Table
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, VerticalScroll
 from textual.screen import Screen
@@ -150,6 +150,16 @@ class GpuDetailScreen(Screen):
         self.gpu_index = indices[(pos + step) % len(indices)]
         self.update_snapshot(snap)
 
+    def palette_commands(self) -> Iterable[SystemCommand]:
+        """This screen's keys, offered in the command palette too."""
+        for binding in self.BINDINGS:
+            assert isinstance(binding, Binding)
+            if binding.id in ("detail-back-q",):
+                continue
+            key = binding.key_display or binding.key
+            yield SystemCommand(binding.description, f"key: {key}",
+                                lambda a=binding.action: self.call_later(self.run_action, a))
+
     def action_help(self) -> None:
         from gputui.ui.screens.help import HelpScreen
 
@@ -182,7 +192,7 @@ class GpuDetailScreen(Screen):
         now = snapshot.time.timestamp()
         tz = snapshot.time.tzinfo
         span = (times[-1] - times[0]) if len(times) > 1 else 0
-        minutes = f"last {fmt.duration(span)}" if span else "collecting"
+        minutes = f"last {fmt.duration(span)}" if span >= 60 else f"last {span:.0f} s" if span else "collecting"
 
         def cur(value, unit: str) -> str:
             return fmt.NA if value is None else f"{value:.0f}{unit}"
