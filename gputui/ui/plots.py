@@ -52,6 +52,24 @@ def nice_ticks(lo: float, hi: float, most: int = 5) -> tuple[list[float], list[s
     return values, [f"{v:g}" for v in values]
 
 
+def downsample(points: list[tuple[float, float]], start: float, end: float, bins: int) -> list[tuple[float, float]]:
+    """At most ``bins`` points: the highest value of each time bin (peaks stay visible).
+
+    A braille plot has two dots per column, so more points than twice its width
+    only cost time (plotext takes ~40 ms for 720 points, ~5 ms for 140).
+    """
+    if len(points) <= bins or bins <= 0 or end <= start:
+        return points
+    width = (end - start) / bins
+    best: dict[int, tuple[float, float]] = {}
+    for t, v in points:
+        b = min(bins - 1, max(0, int((t - start) / width)))
+        kept = best.get(b)
+        if kept is None or v > kept[1]:
+            best[b] = (t, v)
+    return [best[b] for b in sorted(best)]
+
+
 def plot_text(
     times: Sequence[float],
     values: Sequence[float | None],
@@ -79,6 +97,7 @@ def plot_text(
     fig = plt.figure
     fig.clear()
     fig.plot_size(width, height)
+    points = downsample(points, start, end, 2 * width)
     if points:
         xs = [t - end for t, _ in points]
         ys = [min(ylim[1], max(ylim[0], v)) for _, v in points]
