@@ -52,6 +52,8 @@ class History:
         #: container id -> deque of (t, {gpu index: gpu memory})
         self._containers: dict[str, deque[tuple[float, dict[int, int]]]] = {}
         self._times: deque[float] = deque(maxlen=capacity)
+        #: container id -> the most GPU memory its processes held at once (survives trimming)
+        self._peaks: dict[str, int] = {}
         #: first time each process key was seen (survives the ring's trimming)
         self._first_seen: dict[ProcessKey, float] = {}
 
@@ -97,8 +99,12 @@ class History:
         live = set(usage)
         for cid, per_gpu in usage.items():
             self._containers.setdefault(cid, deque(maxlen=self.capacity)).append((t, per_gpu))
+            total = sum(per_gpu.values())
+            if total > self._peaks.get(cid, -1):
+                self._peaks[cid] = total
         for cid in [k for k in self._containers if k not in live]:
             del self._containers[cid]
+            self._peaks.pop(cid, None)
 
     # -- reading -----------------------------------------------------------
     @property
@@ -123,19 +129,27 @@ class History:
         return self._first_seen.get(key)
 
     def container(self, cid: str, window: float | None = None) -> tuple[tuple[float, dict[int, int]], ...]:
-        items = tuple(self._containers.get(cid, ()))
-        if window is None or not items:
-            return items
-        cutoff = items[-1][0] - window
-        return tuple(s for s in items if s[0] >= cutoff)
+        return _tail(self._containers.get(cid, ()), window, lambda s: s[0])
 
     def container_peak_memory(self, cid: str) -> int:
-        """Largest total GPU memory the container's processes held at once."""
-        return max((sum(per.values()) for _, per in self._containers.get(cid, ())), default=0)
+        """Largest total GPU memory the container's processes held at once while watched."""
+        return self._peaks.get(cid, 0)
 
     def _window(self, items: Iterable, window: float | None) -> tuple:
-        items = tuple(items)
-        if window is None or not items:
-            return items
-        cutoff = items[-1].t - window
-        return tuple(s for s in items if s.t >= cutoff)
+        return _tail(items, window, lambda s: s.t)
+
+
+def _tail(items, window: float | None, when) -> tuple:
+    """The samples of the last ``window`` seconds, oldest first. Samples are in time
+    order, so this walks back from the newest and stops at the cutoff: a 60 s window
+    of a 720-sample ring costs 60 steps, not 720 (judges ask many times a poll)."""
+    if window is None or not items:
+        return tuple(items)
+    cutoff = when(items[-1]) - window
+    out = []
+    for s in reversed(items):
+        if when(s) < cutoff:
+            break
+        out.append(s)
+    out.reverse()
+    return tuple(out)
