@@ -243,6 +243,19 @@ def cmd_dashboard(ctx: Context) -> int:
     return run_app(ctx)
 
 
+def report_pending_journals(ctx: Context) -> None:
+    """Say once, at start, that an interrupted migration needs ``--recover``
+    (the dashboard shows it in its status line; ``gputui migrate`` handles it itself)."""
+    from gputui.core.config import state_home
+
+    if not (state_home() / "journal").is_dir():  # the common case costs one stat
+        return
+    from gputui.actions.journal import pending_journals
+
+    for journal in pending_journals():
+        print(f"gputui: {journal.describe()}", file=ctx.stderr)
+
+
 def load_context(args: argparse.Namespace) -> Context:
     path = Path(args.config) if getattr(args, "config", None) else None
     if path is not None and not path.exists():
@@ -267,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         ctx = load_context(args)
         command = args.command
+        if command not in ("migrate", None) or getattr(args, "once", False) or not sys.stdout.isatty():
+            report_pending_journals(ctx)
         if command is None:
             if args.once or not sys.stdout.isatty():
                 return cmd_once(ctx)

@@ -118,3 +118,17 @@ def test_broken_config_names_file_and_line(tmp_path):
     r = gputui("--once", "--demo", env={"XDG_CONFIG_HOME": str(tmp_path / "cfg")})
     assert r.returncode == 2
     assert str(cfg / "config.toml") in r.stderr and "line 3" in r.stderr
+
+
+def test_an_interrupted_migration_is_reported_at_the_next_start(tmp_path):
+    journal = tmp_path / "state" / "gputui" / "journal"
+    journal.mkdir(parents=True)
+    (journal / "migrate-20261129-bert.json").write_text(
+        json.dumps({"action": "migrate", "summary": "bert-finetune from GPU 0 to GPU 6", "step": "renamed"}))
+    r = gputui("--once", "--demo", env={"XDG_STATE_HOME": str(tmp_path / "state")})
+    assert r.returncode == 0
+    assert "An interrupted migrate was found: bert-finetune from GPU 0 to GPU 6" in r.stderr
+    assert "gputui migrate --recover" in r.stderr
+    r = gputui("snapshot", "--json", "--demo", env={"XDG_STATE_HOME": str(tmp_path / "state")})
+    json.loads(r.stdout)  # stdout stays pure JSON; the note goes to stderr
+    assert "--recover" in r.stderr

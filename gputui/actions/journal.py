@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gputui.core.config import state_dir
+from gputui.core.config import state_dir, state_home
 
 JOURNAL_VERSION = 1
 
@@ -217,8 +217,7 @@ def pending_journals(action: str | None = None) -> list[PendingJournal]:
     call it at start to tell the user that something needs ``--recover``.
     A journal another running gputui holds is in progress, not pending.
     """
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    directory = Path(base) / "gputui" / "journal"
+    directory = state_home() / "journal"
     if not directory.is_dir():
         return []
     out = []

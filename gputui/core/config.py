@@ -84,10 +84,15 @@ def config_path() -> Path:
     return Path(base) / "gputui" / "config.toml"
 
 
-def state_dir() -> Path:
-    """``$XDG_STATE_HOME/gputui`` (default ``~/.local/state/gputui``), created on demand."""
+def state_home() -> Path:
+    """``$XDG_STATE_HOME/gputui`` (default ``~/.local/state/gputui``), without creating it."""
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    path = Path(base) / "gputui"
+    return Path(base) / "gputui"
+
+
+def state_dir() -> Path:
+    """``state_home()``, created on demand (for writers: audit log, alerts log, journals)."""
+    path = state_home()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
