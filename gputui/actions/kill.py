@@ -856,10 +856,8 @@ def _pid_of(pinned: Any) -> int:
 
 def _docker_error(exc: Exception) -> str:
     from gputui.core.docker_source import describe_error
-    from gputui.core.sources import SourceUnavailable
 
-    text = str(exc) if isinstance(exc, SourceUnavailable) else describe_error(exc)
-    return text.strip().rstrip(".")
+    return describe_error(exc).strip().rstrip(".")
 
 
 def _held(target: KillTarget, before: Snapshot) -> list[tuple[int, int, int | None]]:

@@ -1507,15 +1507,12 @@ def docker_client(timeout: float = 5.0) -> Any:
     """
     from gputui.core.docker_source import describe_error
     from gputui.core.docker_source import docker_client as connect
-    from gputui.core.sources import SourceUnavailable
 
     try:
         client = connect(timeout=max(timeout, 60.0))
         client.ping()
         return client
-    except SourceUnavailable as exc:
-        raise MigrationUnavailable(_sentence(str(exc))) from None
-    except Exception as exc:  # requests' connection errors and the like
+    except Exception as exc:  # SourceUnavailable, requests' connection errors and the like
         raise MigrationUnavailable(_sentence(describe_error(exc))) from None
 
 

@@ -126,7 +126,13 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def describe_error(exc: BaseException, host: str | None = None, timeout: float | None = None) -> str:
-    """Any failure talking to Docker, as one short sentence for the user."""
+    """Any failure talking to Docker, as one short sentence for the user.
+
+    A :class:`SourceUnavailable` (from :func:`docker_client`) already is that
+    sentence and passes through unchanged, so callers need not tell the two apart.
+    """
+    if isinstance(exc, SourceUnavailable):
+        return str(exc)
     host = host or docker_host()
     path = _socket_path(host)
     where = path or host
@@ -445,8 +451,7 @@ class DockerSource:
 
     def _fail(self, exc: BaseException) -> ContainerInventory:
         self._drop()
-        reason = str(exc) if isinstance(exc, SourceUnavailable) else describe_error(exc, self.host, self.timeout)
-        return ContainerInventory(False, reason)
+        return ContainerInventory(False, describe_error(exc, self.host, self.timeout))
 
     def _record(self, client: Any, summary: Mapping[str, Any], attrs: dict[str, Any] | None = None
                 ) -> ContainerRecord | None:
