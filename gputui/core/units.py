@@ -8,7 +8,7 @@ _GIB = 1024**3
 _MIB = 1024**2
 
 
-def fmt_bytes(value: int | None, unit: str | None = None) -> str:
+def fmt_bytes(value: int | float | None, unit: str | None = None) -> str:
     """Bytes as MiB or GiB (binary, like nvidia-smi): 512 MiB, 17.3 GiB."""
     if value is None:
         return NA
@@ -20,18 +20,6 @@ def fmt_bytes(value: int | None, unit: str | None = None) -> str:
 def fmt_gib(value: int | None) -> str:
     """Bytes as a bare GiB number with one decimal (for "used / total GiB" pairs)."""
     return NA if value is None else f"{value / _GIB:.1f}"
-
-
-def fmt_pct(value: float | int | None, width: int = 0) -> str:
-    return (NA if value is None else f"{value:.0f}%").rjust(width)
-
-
-def fmt_temp(value: int | None) -> str:
-    return NA if value is None else f"{value}°C"
-
-
-def fmt_watts(value: float | None) -> str:
-    return NA if value is None else f"{value:.0f} W"
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -46,10 +34,6 @@ def fmt_duration(seconds: float | None) -> str:
     if s < 86400:
         return f"{s // 3600}h{(s % 3600) // 60:02d}m"
     return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
-
-
-def fmt_mhz(value: int | None) -> str:
-    return NA if value is None else f"{value} MHz"
 
 
 def short_throttle(name: str) -> str:

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from typing import Iterable
 
-_GIB = 1024**3
+from gputui.core.units import fmt_bytes
 
 
 def gib(value: int | float | None) -> str:
     """Bytes as "18.0 GiB" (always GiB: messages compare sizes, so one unit reads best)."""
-    return "N/A" if value is None else f"{value / _GIB:.1f} GiB"
-
-
-def pct(value: float | None) -> str:
-    return "N/A" if value is None else f"{value:.0f}%"
+    return fmt_bytes(value, "GiB")
 
 
 def duration(seconds: float) -> str:
