@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Protocol
 
 from gputui.actions.journal import Journal, JournalError, PendingJournal, pending_journals
+from gputui.core.docker_source import is_gpu_request
 from gputui.core.model import Gpu, Snapshot
 from gputui.core.units import fmt_bytes
 
@@ -160,15 +161,6 @@ def _resolve_id(raw: str, gpus: tuple[Gpu, ...]) -> int | None:
     return matches[0].index if len(matches) == 1 else None
 
 
-def _is_gpu_request(req: dict[str, Any]) -> bool:
-    driver = (req.get("Driver") or "").lower()
-    if driver == "nvidia":
-        return True
-    if driver not in ("",):
-        return False
-    return any("gpu" in (caps or []) for caps in (req.get("Capabilities") or []))
-
-
 def read_grant(attrs: dict[str, Any], gpus: tuple[Gpu, ...]) -> Grant | None:
     """The container's GPU grant in the form it was written, or None if it has none.
 
@@ -185,7 +177,7 @@ def read_grant(attrs: dict[str, Any], gpus: tuple[Gpu, ...]) -> Grant | None:
             if ids:
                 return _grant_from_ids("cdi", [d[len(_CDI_PREFIX):] for d in ids], gpus)
             continue
-        if not _is_gpu_request(req):
+        if not is_gpu_request(req):
             continue
         count = int(req.get("Count") or 0)
         ids = list(req.get("DeviceIDs") or [])
@@ -539,7 +531,7 @@ def _rewrite_grant(body: dict[str, Any], grant: Grant, replace: set[str], target
 
     if grant.form == "device_request":
         for req in hc.get("DeviceRequests") or []:
-            if (req.get("Driver") or "").lower() != "cdi" and _is_gpu_request(req):
+            if is_gpu_request(req):
                 req["Count"] = 0
                 req["DeviceIDs"] = swap(list(req.get("DeviceIDs") or []), target.uuid)
                 break

@@ -211,7 +211,10 @@ def _resolve_id(ident: str, gpu_uuids: tuple[str, ...], what: str) -> tuple[str 
     return None, f"{what} names {ident!r}, which gputui does not recognise as a GPU"
 
 
-def _is_gpu_request(req: Mapping[str, Any]) -> bool:
+def is_gpu_request(req: Mapping[str, Any]) -> bool:
+    """Is this ``HostConfig.DeviceRequests`` entry a GPU request for the nvidia driver
+    (``--gpus``: driver "nvidia", or no driver and the "gpu" capability)? CDI requests
+    are not: they are read as their own form. Migration rewrites the same entries."""
     driver = (req.get("Driver") or "").lower()
     if driver == "cdi":
         return False
@@ -259,7 +262,7 @@ def resolve_grant(attrs: Mapping[str, Any], gpu_uuids: tuple[str, ...], minors: 
                 else:
                     add(*_resolve_id(dev, gpu_uuids, f"the CDI device {name}"))
             continue
-        if not _is_gpu_request(req):
+        if not is_gpu_request(req):
             continue
         count = req.get("Count") or 0
         if ids:

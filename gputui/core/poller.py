@@ -277,7 +277,7 @@ def attribute(fact: ProcessFacts, records: dict[str, ContainerRecord], docker_av
     """The container a process runs in, from its cgroup, confirmed against the inventory."""
     if fact.cgroup is None:
         return None
-    match = cgroups.name_pod(_parse_cgroup_cached(fact.cgroup))  # pod names where the kubelet tells them  # pod names where the kubelet tells them
+    match = cgroups.name_pod(_parse_cgroup_cached(fact.cgroup))  # pod names where the kubelet tells them
     if match is None:
         return None
     record = records.get(match.id)
