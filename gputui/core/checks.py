@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gputui.core.judges.text import gpus_phrase, plural
+
 Status = Literal["pass", "warn", "fail"]
 
 #: Throttle reasons that mean "too hot" and "power" respectively (names from model.THROTTLE_REASONS).
@@ -188,19 +190,6 @@ class DoctorFacts:
     host: str = ""
 
 
-# -- helpers ---------------------------------------------------------------------------------
-
-
-def _gpu_list(indices: list[int]) -> str:
-    if len(indices) == 1:
-        return f"GPU {indices[0]}"
-    return "GPUs " + ", ".join(str(i) for i in indices)
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
 # -- NVML and the driver ---------------------------------------------------------------------
 
 
@@ -248,13 +237,13 @@ def check_nvml(f: NvmlFacts) -> list[Check]:
             f"{f.kernel_module_version}: user-space library and kernel module do not match.",
             _NVML_FIXES["mismatch"]))
     else:
-        out.append(_pass("nvml", f"NVML works{where}: {versions}; {_plural(len(f.gpus), 'GPU')}."))
+        out.append(_pass("nvml", f"NVML works{where}: {versions}; {plural(len(f.gpus), 'GPU')}."))
     if f.missing_functions:
         shown = [m.replace("_", " ") if not m.startswith("nvml") else m for m in f.missing_functions[:6]]
         names = ", ".join(shown) + (" …" if len(f.missing_functions) > 6 else "")
         out.append(_warn(
             "nvml-functions",
-            f"This driver lacks the NVML functions for {_plural(len(f.missing_functions), 'value')} gputui reads "
+            f"This driver lacks the NVML functions for {plural(len(f.missing_functions), 'value')} gputui reads "
             f"({names}); {'it shows' if len(f.missing_functions) == 1 else 'they show'} as N/A.",
             "Nothing breaks; upgrade the NVIDIA driver to get those fields (gputui works with what the driver has)."))
     else:
@@ -278,7 +267,7 @@ def check_gpu_models(f: NvmlFacts) -> list[Check]:
         else:
             out.append(_pass("gpu-models", "No GPU to compare."))
     else:
-        parts = "; ".join(f"{_gpu_list(ix)}: {name}" for name, ix in models.items())
+        parts = "; ".join(f"{gpus_phrase(ix)}: {name}" for name, ix in models.items())
         out.append(_warn(
             "gpu-models",
             f"The GPUs are of {len(models)} models ({parts}): a multi-GPU job runs at the pace of the slowest and "
@@ -291,7 +280,7 @@ def check_gpu_models(f: NvmlFacts) -> list[Check]:
         parts = ", ".join(f"{addr} ({drv or 'no driver'})" for addr, drv in f.foreign_bound)
         out.append(_warn(
             "gpu-drivers",
-            f"{_plural(len(f.foreign_bound), 'NVIDIA GPU')} on the PCI bus {'is' if len(f.foreign_bound) == 1 else 'are'}"
+            f"{plural(len(f.foreign_bound), 'NVIDIA GPU')} on the PCI bus {'is' if len(f.foreign_bound) == 1 else 'are'}"
             f" not bound to the nvidia driver and invisible to NVML: {parts}.",
             "If they should be usable, unbind them from that driver (e.g. vfio-pci for passthrough, nouveau "
             "blacklisted with `modprobe.blacklist=nouveau`) and reboot."))
@@ -306,7 +295,7 @@ def check_persistence(f: NvmlFacts) -> Check:
     if off:
         return _warn(
             "persistence-mode",
-            f"Persistence mode is off on {_gpu_list(off)}: whenever no client holds the GPU the driver tears it "
+            f"Persistence mode is off on {gpus_phrase(off)}: whenever no client holds the GPU the driver tears it "
             "down, so every nvidia-smi, gputui or CUDA start-up pays seconds of re-initialisation.",
             "Enable the persistence daemon: `sudo systemctl enable --now nvidia-persistenced` (or "
             "`sudo nvidia-smi -pm 1`, which lasts until reboot).")
@@ -546,7 +535,7 @@ def check_health(f: NvmlFacts) -> list[Check]:
     if lost:
         out.append(_fail(
             "gpu-lost",
-            f"{_gpu_list(lost)} {'has' if len(lost) == 1 else 'have'} fallen off the bus or stopped answering NVML.",
+            f"{gpus_phrase(lost)} {'has' if len(lost) == 1 else 'have'} fallen off the bus or stopped answering NVML.",
             "Look for Xid 79/48 in `sudo dmesg`; reset the GPU when idle (`sudo nvidia-smi -r -i N`) or reboot; if "
             "it recurs, check power, cooling and seating."))
     else:
@@ -578,12 +567,12 @@ def check_health(f: NvmlFacts) -> list[Check]:
     if failures:
         out.append(_fail(
             "memory-repair",
-            f"Row remapping failed on {_gpu_list(failures)}: the GPU has run out of spare memory rows.",
+            f"Row remapping failed on {gpus_phrase(failures)}: the GPU has run out of spare memory rows.",
             "Take the GPU out of service and contact the vendor (RMA)."))
     elif pending:
         out.append(_warn(
             "memory-repair",
-            f"{_gpu_list(pending)} {'has' if len(pending) == 1 else 'have'} memory retirement or row remapping "
+            f"{gpus_phrase(pending)} {'has' if len(pending) == 1 else 'have'} memory retirement or row remapping "
             "pending: the faulty memory stays in use until the GPU is reset.",
             "Drain the GPU, then reset it (`sudo nvidia-smi -r -i N`) or reboot."))
     elif dbe or unc_rows:
@@ -603,7 +592,7 @@ def check_health(f: NvmlFacts) -> list[Check]:
         temps = ", ".join(f"GPU {g.index} {g.temperature}°C" for g in live if g.index in hot and g.temperature)
         out.append(_warn(
             "throttling",
-            f"{_gpu_list(hot)} {'is' if len(hot) == 1 else 'are'} slowing down because of heat now"
+            f"{gpus_phrase(hot)} {'is' if len(hot) == 1 else 'are'} slowing down because of heat now"
             + (f" ({temps})" if temps else "") + ".",
             "Check cooling: fans (`nvidia-smi -q -d TEMPERATURE,PERFORMANCE`), airflow, blanking panels and the room "
             "temperature; spread hot jobs across GPUs."))
@@ -612,7 +601,7 @@ def check_health(f: NvmlFacts) -> list[Check]:
                           if g.index in capped and g.power_draw is not None and g.power_limit is not None)
         out.append(_warn(
             "throttling",
-            f"{_gpu_list(capped)} {'is' if len(capped) == 1 else 'are'} held at the power limit now"
+            f"{gpus_phrase(capped)} {'is' if len(capped) == 1 else 'are'} held at the power limit now"
             + (f" ({watts})" if watts else "") + ".",
             "Expected under full load; if the limit was lowered, restore it (`sudo nvidia-smi -pl <W> -i N`, see "
             "`nvidia-smi -q -d POWER`), and check the power supply."))
@@ -653,6 +642,6 @@ def render(checks: list[Check], header: str | None = None) -> str:
         if c.fix:
             lines.append(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
     counts = {s: sum(1 for c in checks if c.status == s) for s in ("pass", "warn", "fail")}
-    lines.append(f"{_plural(len(checks), 'check')}: {counts['pass']} passed, {_plural(counts['warn'], 'warning')}, "
+    lines.append(f"{plural(len(checks), 'check')}: {counts['pass']} passed, {plural(counts['warn'], 'warning')}, "
                  f"{counts['fail']} failed.")
     return "\n".join(lines) + "\n"
