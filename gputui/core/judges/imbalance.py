@@ -138,13 +138,6 @@ def _container(snapshot: Snapshot, cid: str) -> Container | None:
     return None
 
 
-def _label(snapshot: Snapshot, cid: str, procs: list[Process]) -> str:
-    c = _container(snapshot, cid)
-    if c is not None:
-        return c.name
-    return procs[0].container.label if procs and procs[0].container else cid[:12]
-
-
 def _unpinned(c: Container) -> bool:
     return (c.gpus == "all" and not c.cuda_visible_devices) or any(f.kind == "unpinned" for f in c.findings)
 
