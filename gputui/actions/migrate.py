@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Protocol
 
 from gputui.actions.journal import Journal, JournalError, PendingJournal, pending_journals
 from gputui.core.docker_source import is_gpu_request
-from gputui.core.model import Gpu, Snapshot
+from gputui.core.model import Gpu, Snapshot, match_uuid
 from gputui.core.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -154,11 +154,8 @@ def _resolve_id(raw: str, gpus: tuple[Gpu, ...]) -> int | None:
     if text.isdigit():
         idx = int(text)
         return idx if any(g.index == idx for g in gpus) else None
-    low = text.lower()
-    matches = [g for g in gpus if g.uuid.lower() == low]
-    if not matches and low.startswith("gpu-") and len(low) > 8:
-        matches = [g for g in gpus if g.uuid.lower().startswith(low)]
-    return matches[0].index if len(matches) == 1 else None
+    uuid = match_uuid(text, (g.uuid for g in gpus))
+    return next((g.index for g in gpus if g.uuid == uuid), None)
 
 
 def read_grant(attrs: dict[str, Any], gpus: tuple[Gpu, ...]) -> Grant | None:

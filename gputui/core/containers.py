@@ -37,7 +37,7 @@ from typing import Iterable, Sequence
 
 from gputui.core.config import Settings
 from gputui.core.history import History
-from gputui.core.model import Container, ContainerRecord, ContainerRef, Finding, Gpu, Process
+from gputui.core.model import Container, ContainerRecord, ContainerRef, Finding, Gpu, Process, match_uuid
 from gputui.core.judges.text import duration, gpus_phrase
 
 #: A container younger than this (seconds) is not judged for idle grants yet.
@@ -79,11 +79,8 @@ class _Host:
 
     def index_of(self, ident: str) -> int | None:
         """A UUID (or unique UUID prefix, as CUDA accepts) -> host index."""
-        ident = ident.strip().lower()
-        if ident in self.by_uuid:
-            return self.by_uuid[ident]
-        hits = [i for u, i in self.by_uuid.items() if len(ident) >= 8 and u.startswith(ident)]
-        return hits[0] if len(hits) == 1 else None
+        uuid = match_uuid(ident, self.by_uuid)
+        return None if uuid is None else self.by_uuid[uuid]
 
 
 def _usage(procs: Iterable[Process]) -> tuple[tuple[int, ...], int, tuple[int, ...]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
-from typing import Any, Literal, Union
+from typing import Any, Iterable, Literal, Union
 
 ProcessType = Literal["compute", "graphics", "compute+graphics"]
 Runtime = Literal["docker", "podman", "kubernetes", "other"]
@@ -468,6 +468,19 @@ THROTTLE_REASONS: dict[int, str] = {
 THERMAL_OR_POWER = frozenset(
     {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
 )
+
+
+def match_uuid(ident: str, uuids: Iterable[str]) -> str | None:
+    """The one GPU UUID ``ident`` names: equal ignoring case, or a prefix of at least
+    8 characters that fits exactly one (CUDA_VISIBLE_DEVICES accepts such prefixes, so
+    the container view and migration must read them alike). None when it names none
+    or is ambiguous."""
+    low = ident.strip().lower()
+    by_low = {u.lower(): u for u in uuids}
+    if low in by_low:
+        return by_low[low]
+    hits = [u for k, u in by_low.items() if len(low) >= 8 and k.startswith(low)]
+    return hits[0] if len(hits) == 1 else None
 
 
 def throttle_names(mask: int) -> tuple[str, ...]:
