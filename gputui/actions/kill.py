@@ -120,10 +120,6 @@ class KillPlan:
     timeout: float = 10.0
     escalate: bool = False
 
-    def confirmation(self) -> list[str]:
-        """What the user confirms: every target with its facts, then every refusal."""
-        return confirmation_lines(self)
-
 
 @dataclass(frozen=True)
 class Outcome:

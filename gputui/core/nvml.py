@@ -774,14 +774,3 @@ def _loaded_library_path(nv: Any) -> str | None:
     except OSError:
         return None
     return None
-
-
-def nvml_library_info() -> NvmlLibraryInfo:
-    """Open NVML, describe the library, driver and GPU health, close. Raises NvmlUnavailable."""
-    source = NvmlSource()
-    source.open()
-    try:
-        source.read()  # probes the struct versions the driver has
-        return source.library_info()
-    finally:
-        source.close()
