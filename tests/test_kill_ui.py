@@ -132,3 +132,41 @@ async def test_read_only_dialog_refuses_and_y_does_nothing():
         await pilot.pause(0.2)
         assert isinstance(app.screen, KillScreen) and dialog.state == "ready"
         assert 5388 in app.machine.demo.procs
+
+
+async def test_K_offers_every_stale_process_in_view_not_the_highlighted_one():
+    app = demo_app()
+    async with app.run_test(size=(140, 48)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        screen = app.screen
+        # The cursor is on a healthy process; K is about the stale ones, with SIGTERM.
+        healthy = next(p for p in app.snapshot.processes if p.pid == 4101 and not p.stale)
+        assert screen.table.select_key(healthy.key)
+        await pilot.press("K")
+        await wait_for(pilot, lambda: isinstance(app.screen, KillScreen))
+        dialog = app.screen
+        assert dialog.pids == [p.pid for p in app.snapshot.processes if p.stale] == [5388]
+        assert dialog.signal == "TERM"
+        await wait_for(pilot, lambda: dialog.state == "ready")
+        assert "PID 5388" in shown(dialog) and "PID 4101" not in shown(dialog)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, KillScreen))
+        assert 4101 in app.machine.demo.procs and 5388 in app.machine.demo.procs
+
+        # "In view": with only GPU 3 shown there is no stale process, so K is greyed and does nothing.
+        await pilot.press("3")
+        assert screen.stale_in_view() == []
+        assert screen.check_action("kill_stale", ()) is None
+        assert screen.active_bindings["K"].enabled is False
+        await pilot.press("K")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, KillScreen)
+        # The text filter counts too: "carol" shows the orphan again.
+        await pilot.press("a", "slash", *"carol", "enter")
+        assert [p.pid for p in screen.stale_in_view()] == [5388]
+        assert screen.check_action("kill_stale", ()) is True
+        await pilot.press("K")
+        await wait_for(pilot, lambda: isinstance(app.screen, KillScreen))
+        assert app.screen.pids == [5388]
+        await pilot.press("escape")
+

@@ -41,11 +41,13 @@ missing module shows "not available" instead of failing):
 * ``c`` → ``gputui.ui.screens.containers.ContainersScreen(snapshot)``
 * ``!`` → ``gputui.ui.screens.alerts.AlertsScreen(snapshot)``
 * ``m`` → ``gputui.ui.screens.migrate.MigrateScreen(snapshot, process)``
-* ``k`` / ``K`` → ``gputui.ui.screens.kill.KillScreen(snapshot, process, force=False/True)``
-  (``force`` means SIGKILL instead of SIGTERM).
+* ``k`` → ``gputui.ui.screens.kill.KillScreen(snapshot, process)``
+* ``K`` → ``KillScreen(snapshot, processes=[...])``: every stale process the table
+  shows (its GPU and text filters apply), in one confirmation.
 
-``process`` is the :class:`Process` under the table's cursor; ``m``/``k``/``K``
-are disabled (greyed in the footer) while no process is highlighted.
+``process`` is the :class:`Process` under the table's cursor; ``m``/``k`` are
+disabled (greyed in the footer) while no process is highlighted, ``K`` while no
+stale process is in view.
 """
 
 from __future__ import annotations

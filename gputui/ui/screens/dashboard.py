@@ -2,7 +2,8 @@
 
 Keys are declared in ``BINDINGS`` (each with an id, so users can remap them and
 the help screen and command palette list them); ``check_action`` greys out the
-ones that do not apply (kill and migrate without a highlighted process).
+ones that do not apply (kill and migrate without a highlighted process, ``K``
+without a stale process in view).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class DashboardScreen(Screen):
         Binding("exclamation_mark", "alerts", "Alerts", key_display="!", id="alerts"),
         Binding("m", "migrate", "Migrate", id="migrate"),
         Binding("k", "kill", "Kill", id="kill", tooltip="Terminate the highlighted process (SIGTERM)"),
-        Binding("K", "kill(True)", "Kill with SIGKILL", show=False, id="kill-force"),
+        Binding("K", "kill_stale", "Kill every stale process in view", show=False, id="kill-stale",
+                tooltip="One confirmation for all stale processes the table shows (GPU and filter apply)"),
         Binding("v", "cycle_view", "GPU cards / rows", show=False, id="view"),
         Binding("p", "pause", "Pause / resume", show=False, id="pause"),
         Binding("escape", "clear_filters", "Clear filters", show=False, id="clear-filters"),
@@ -57,7 +59,8 @@ class DashboardScreen(Screen):
 
     def __init__(self) -> None:
         super().__init__()
-        self._has_row = False
+        #: What the enabled state of kill / K / migrate depends on, to refresh the footer only on change.
+        self._action_state: tuple | None = None
         self._gpu_count = -1
         self.snapshot_flagged = False
         self._has_suggestion = False
@@ -123,6 +126,7 @@ class DashboardScreen(Screen):
             self._gpu_count = len(snapshot.gpus)
             self._fit_panel()
             self.refresh_bindings()
+        self._sync_bindings()
 
     def update_poll_status(self, status: PollStatus) -> None:
         self.query_one(StatusLine).show(self.app.snapshot, status)  # type: ignore[attr-defined]
@@ -131,10 +135,18 @@ class DashboardScreen(Screen):
     @on(ProcessTable.CursorMoved)
     def _cursor_moved(self, event: ProcessTable.CursorMoved) -> None:
         self.query_one(SelectionBar).show(event.process)
-        has_row = event.process is not None
-        if has_row != self._has_row:
-            self._has_row = has_row
+        self._sync_bindings()
+
+    def _sync_bindings(self) -> None:
+        """Refresh the footer (and palette) only when what enables kill / K / migrate changed."""
+        state = (self.table.cursor_process is not None, bool(self.stale_in_view()))
+        if state != self._action_state:
+            self._action_state = state
             self.refresh_bindings()
+
+    def stale_in_view(self) -> list[Process]:
+        """The stale processes the table shows now (its GPU and text filters apply), in table order."""
+        return [p for p in self.table.rows if p.stale]
 
     @on(GpuPanel.Opened)
     def _card_opened(self, event: GpuPanel.Opened) -> None:
@@ -147,6 +159,7 @@ class DashboardScreen(Screen):
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
         self.table.set_text_filter(event.value.strip())
+        self._sync_bindings()
         self.refresh_bindings()
 
     @on(Input.Submitted, "#filter")
@@ -161,6 +174,8 @@ class DashboardScreen(Screen):
             return True
         if action in ("kill", "migrate"):
             return True if self.table.cursor_process is not None else None
+        if action == "kill_stale":
+            return True if self.stale_in_view() else None
         if action == "details":
             snap = self.app.snapshot  # type: ignore[attr-defined]
             return True if snap is not None and snap.gpus else None
@@ -214,11 +229,13 @@ class DashboardScreen(Screen):
             return
         self.table.set_gpu_only(index)
         self.panel.set_filtered(index)
+        self._sync_bindings()
         self.refresh_bindings()
 
     def action_all_gpus(self) -> None:
         self.table.set_gpu_only(None)
         self.panel.set_filtered(None)
+        self._sync_bindings()
         self.refresh_bindings()
 
     def action_details(self) -> None:
@@ -285,11 +302,21 @@ class DashboardScreen(Screen):
             return
         self._push_external("migrate", "MigrateScreen", "Migrate", self.app.snapshot, process)  # type: ignore[attr-defined]
 
-    def action_kill(self, force: bool = False) -> None:
+    def action_kill(self) -> None:
         process: Process | None = self.table.cursor_process
         if process is None or self._read_only("kill"):
             return
-        self._push_external("kill", "KillScreen", "Kill", self.app.snapshot, process, force=force)  # type: ignore[attr-defined]
+        self._push_external("kill", "KillScreen", "Kill", self.app.snapshot, process)  # type: ignore[attr-defined]
+
+    def action_kill_stale(self) -> None:
+        """Every stale process the table shows, in one confirmation (each still checked by the kill plan)."""
+        if self._read_only("kill"):
+            return
+        stale = self.stale_in_view()
+        if not stale:
+            self.notify("No stale process in view.", severity="information")
+            return
+        self._push_external("kill", "KillScreen", "Kill", self.app.snapshot, processes=stale)  # type: ignore[attr-defined]
 
     # -- command palette ----------------------------------------------------------------------
     def palette_commands(self) -> Iterable[SystemCommand]:
