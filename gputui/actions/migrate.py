@@ -69,6 +69,8 @@ STEP_TEXT = {
 
 #: The infix of backup names: ``<name>-gputui-old-<timestamp>``.
 BACKUP_INFIX = "-gputui-old-"
+#: The one sentence every read-only refusal of a migration gives (plan, execute, the CLI, the demo).
+READ_ONLY = "Migration is disabled: gputui runs read-only (--read-only or read_only in the config file)."
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _NODE_NAME = re.compile(r"^nvidia(\d+)$")
@@ -701,8 +703,7 @@ def plan_migration(
     """
     name = _name(attrs)
     if read_only:
-        raise MigrationRefused("read-only", "Migration is disabled: gputui runs read-only "
-                                            "(--read-only or read_only in the config file).")
+        raise MigrationRefused("read-only", READ_ONLY)
     _preflight(attrs, others)
     tgt = resolve_target(gpus, str(target))
     grant = read_grant(attrs, gpus)
@@ -1049,8 +1050,7 @@ class DockerMigrationEngine:
         import docker
 
         if self.read_only:
-            raise MigrationRefused("read-only", "Migration is disabled: gputui runs read-only "
-                                                "(--read-only or read_only in the config file).")
+            raise MigrationRefused("read-only", READ_ONLY)
         attrs = self.inspect(container)
         try:
             others = []
@@ -1077,7 +1077,7 @@ class DockerMigrationEngine:
                 timeout: float = 5.0) -> MigrationResult:
         """Run the plan. Always returns; on failure the original container is back (or the journal says why not)."""
         if self.read_only:
-            raise MigrationRefused("read-only", "Migration is disabled: gputui runs read-only.")
+            raise MigrationRefused("read-only", READ_ONLY)
         run = MigrationRun(plan=plan, client=self.client)
         step = "journal"
         _notify(progress, step, "running", STEP_TEXT[step])
@@ -1446,8 +1446,7 @@ class DemoMigrationEngine:
     def plan(self, container: str, target: str | int, snapshot: Snapshot | None, *, force: bool = False,
              from_gpu: str | int | None = None, peak_memory: int | None = None) -> MigrationPlan:
         if self.read_only:
-            raise MigrationRefused("read-only", "Migration is disabled: gputui runs read-only "
-                                                "(--read-only or read_only in the config file).")
+            raise MigrationRefused("read-only", READ_ONLY)
         attrs = demo_attrs(self.sim, container)
         gpus = snapshot.gpus if snapshot is not None else self.sim.read().gpus
         peak = max(peak_memory or 0, observed_peak(snapshot, attrs["Id"]) or 0) or None
@@ -1458,7 +1457,7 @@ class DemoMigrationEngine:
     def execute(self, plan: MigrationPlan, progress: ProgressFn | None = None,
                 timeout: float = 5.0) -> MigrationResult:
         if self.read_only:
-            raise MigrationRefused("read-only", "Migration is disabled: gputui runs read-only.")
+            raise MigrationRefused("read-only", READ_ONLY)
         run = MigrationRun(plan=plan)
         with self._lock:
             for step in STEPS:
@@ -1530,7 +1529,8 @@ def leftover_backups(client: Any) -> list[str]:
 
 
 __all__ = [
-    "STEPS", "MigrationPlan", "MigrationRefused", "MigrationNotFound", "MigrationUnavailable", "MigrationHooks",
+    "STEPS", "READ_ONLY", "MigrationPlan", "MigrationRefused", "MigrationNotFound", "MigrationUnavailable",
+    "MigrationHooks",
     "MigrationRun", "MigrationResult", "MigrationEngine", "DockerMigrationEngine", "DemoMigrationEngine",
     "Progress", "Grant", "read_grant", "plan_migration", "body_diff", "target_options", "target_refusal",
     "observed_peak", "container_usage", "engine_for", "docker_client", "pending_journals", "audit_refusal",

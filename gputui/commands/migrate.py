@@ -18,6 +18,7 @@ from typing import Any
 
 from gputui.actions.journal import JournalError, pending_journals
 from gputui.actions.migrate import (
+    READ_ONLY,
     MigrationNotFound,
     MigrationRefused,
     MigrationUnavailable,
@@ -29,8 +30,6 @@ from gputui.actions.migrate import (
 )
 from gputui.cli import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, UsageError, _seconds
 from gputui.commands.prompt import ask, interactive
-
-READ_ONLY = "Migration is disabled: gputui runs read-only (--read-only or read_only in the config file)."
 
 
 def add_parser(sub, common):
