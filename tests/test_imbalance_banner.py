@@ -65,6 +65,13 @@ async def test_m_on_the_banner_opens_migrate_pre_filled():
         assert dialog.plan.to_gpu == 6
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, MigrateScreen))
+        # Enter on the banner does the same.
+        assert app.focused is banner
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, MigrateScreen))
+        assert (app.screen.container_name, app.screen.target) == ("bert-finetune", 6)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, MigrateScreen))
 
 
 async def test_clicking_the_banner_focuses_it_and_read_only_refuses():

@@ -119,3 +119,51 @@ async def test_read_only_disables_the_dialog_and_bare_processes_are_explained():
         text = str(app.screen.query_one("#migrate-plan").render())
         assert f"PID {bare.pid} does not run in a container" in text
         assert app.screen.check_action("confirm", ()) is None
+
+
+async def test_m_without_a_highlighted_process_opens_the_imbalance_suggestion():
+    app = demo_app()
+    async with app.run_test(size=(140, 48)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        sug = app.snapshot.imbalance.suggestion
+        assert (sug.container, sug.to_gpu) == ("bert-finetune", 6)
+        await pilot.press("7")  # nobody on GPU 7: no process highlighted
+        assert app.screen.table.cursor_process is None
+        await pilot.press("m")
+        await wait_for(pilot, lambda: dialog_shown(app))
+        dialog = app.screen
+        assert (dialog.container_name, dialog.target) == ("bert-finetune", 6)
+        await wait_for(pilot, lambda: dialog.plan is not None)
+        assert dialog.plan.to_gpu == 6 and dialog.options[0].suggested
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, MigrateScreen))
+
+
+async def test_m_in_the_containers_view_migrates_the_highlighted_container():
+    from gputui.ui.screens.containers import ContainersScreen
+
+    app = demo_app()
+    async with app.run_test(size=(140, 48)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.press("c")
+        await wait_for(pilot, lambda: isinstance(app.screen, ContainersScreen))
+        view = app.screen
+        await wait_for(pilot, lambda: view.selected_id is not None)
+        assert view.select("llama-train")
+        assert view.check_action("migrate", ()) is True
+        await pilot.press("m")
+        await wait_for(pilot, lambda: dialog_shown(app))
+        dialog = app.screen
+        assert dialog.container_name == "llama-train" and dialog.process is None
+        await wait_for(pilot, lambda: dialog.plan is not None)
+        assert dialog.plan.container_name == "llama-train"
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is view)
+        # The suggested container gets the judge's target pre-selected here too.
+        assert view.select("bert-finetune")
+        await pilot.press("m")
+        await wait_for(pilot, lambda: dialog_shown(app))
+        assert (app.screen.container_name, app.screen.target) == ("bert-finetune", 6)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is view)
+        assert container_gpus(app, "llama-train") == [0]  # nothing moved

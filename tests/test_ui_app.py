@@ -17,7 +17,7 @@ import pytest
 from gputui.core.config import Settings
 from gputui.core.demo import FROZEN_EPOCH, DemoMachine
 from gputui.core.machine import Machine, open_machine
-from gputui.core.model import GpuReading
+from gputui.core.model import Gpu, GpuReading
 from gputui.ui.app import GpuTuiApp, make_app
 from gputui.ui.screens.dashboard import DashboardScreen
 from gputui.ui.screens.detail import GpuDetailScreen
@@ -391,19 +391,54 @@ async def test_q_quits_cleanly_with_status_0():
 # -- actions that need a row, plug-in screens, read-only ---------------------------------
 
 
-async def test_kill_and_migrate_are_disabled_without_a_row():
+async def test_kill_is_disabled_without_a_row_and_migrate_falls_back_to_the_suggestion():
     app, _ = demo_app()
     async with app.run_test(size=(140, 44)) as pilot:
         await wait_for_polls(pilot)
         screen = app.screen
         assert screen.check_action("kill", ()) is True
+        assert screen.check_action("kill_stale", ()) is True  # the demo's orphan on GPU 0
         assert screen.check_action("migrate", ()) is True
-        await pilot.press("7")  # nobody on GPU 7: no row
+        await pilot.press("7")  # nobody on GPU 7: no row, no stale process in view
         assert screen.check_action("kill", ()) is None
-        assert screen.check_action("migrate", ()) is None
+        assert screen.check_action("kill_stale", ()) is None
+        assert screen.active_bindings["k"].enabled is False  # greyed in the footer
+        # The imbalance judge names a container to move: m still has something to open.
+        assert screen.check_action("migrate", ()) is True
         before = len(app.screen_stack)
-        await pilot.press("k")
+        await pilot.press("k", "K")
         assert len(app.screen_stack) == before
+
+
+class QuietGpus:
+    """Two evenly loaded GPUs and no process: nothing to highlight, nothing suggested."""
+
+    def read(self) -> GpuReading:
+        gpus = tuple(Gpu(index=i, uuid=f"GPU-{i:08d}-0000-0000-0000-000000000000", name="Quiet GPU",
+                         utilization_gpu=30, memory_used=10 * 1024**3, memory_total=80 * 1024**3, temperature=40)
+                     for i in range(2))
+        return GpuReading("550", "12.4", gpus, {})
+
+    def facts(self, pids):
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+async def test_migrate_is_disabled_with_neither_a_row_nor_a_suggestion():
+    quiet = QuietGpus()
+    app = make_app(Machine(gpu=quiet, processes=quiet, containers=None), Settings(),
+                   clock=lambda: FROZEN_EPOCH, live=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for_polls(pilot)
+        screen = app.screen
+        assert app.snapshot.imbalance.suggestion is None and table(app).cursor_process is None
+        for action in ("migrate", "kill", "kill_stale"):
+            assert screen.check_action(action, ()) is None, action
+        assert screen.active_bindings["m"].enabled is False
+        await pilot.press("m", "k", "K")
+        assert isinstance(app.screen, DashboardScreen)
 
 
 async def test_missing_plugin_screen_says_not_available():

@@ -38,16 +38,20 @@ picture. The app exposes, for screens and actions:
 Screens opened from the dashboard and written elsewhere, imported lazily (a
 missing module shows "not available" instead of failing):
 
-* ``c`` → ``gputui.ui.screens.containers.ContainersScreen(snapshot)``
+* ``c`` → ``gputui.ui.screens.containers.ContainersScreen(snapshot)``; there ``m``
+  → ``MigrateScreen(snapshot, None, container=<highlighted container>)``
 * ``!`` → ``gputui.ui.screens.alerts.AlertsScreen(snapshot)``
-* ``m`` → ``gputui.ui.screens.migrate.MigrateScreen(snapshot, process)``
+* ``m`` → ``gputui.ui.screens.migrate.MigrateScreen(snapshot, process)``, or with no
+  highlighted process ``MigrateScreen(snapshot, None, container=..., target=...)``
+  from the imbalance suggestion (as ``m``/Enter on the focused banner does)
 * ``k`` → ``gputui.ui.screens.kill.KillScreen(snapshot, process)``
 * ``K`` → ``KillScreen(snapshot, processes=[...])``: every stale process the table
   shows (its GPU and text filters apply), in one confirmation.
 
-``process`` is the :class:`Process` under the table's cursor; ``m``/``k`` are
-disabled (greyed in the footer) while no process is highlighted, ``K`` while no
-stale process is in view.
+``process`` is the :class:`Process` under the table's cursor. ``check_action``
+disables (greys in the footer) ``k`` without a highlighted process, ``K``
+without a stale process in view, and ``m`` without a process or a suggested
+container.
 """
 
 from __future__ import annotations

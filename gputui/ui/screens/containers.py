@@ -7,7 +7,8 @@ container's used GPUs filled and its granted-but-unused GPUs underlined, the
 findings as whole sentences, and the processes on those GPUs with the
 container's own rows marked, so "it was given GPU 7 but sits on GPU 0 next to
 three others" is visible at a glance. Enter goes back to the dashboard with the
-process table filtered to that container.
+process table filtered to that container; ``m`` opens the migrate dialog for the
+highlighted container.
 
 Highlighting uses reverse/bold/underline/dim rather than colours, so it reads in
 every theme and in monochrome terminals. Follows every poll while open and keeps
@@ -196,6 +197,8 @@ class ContainersScreen(Screen[None]):
         # priority: Enter acts here before the table's own "select row" (a click only highlights).
         Binding("enter", "show_processes", "Its processes", key_display="⏎", id="containers-processes",
                 priority=True, tooltip="Back to the dashboard, process table filtered to this container"),
+        Binding("m", "migrate", "Migrate", id="containers-migrate",
+                tooltip="Move the highlighted container to another GPU"),
     ]
 
     COLUMNS = ("NAME", "STATE", "GRANT", "VIA", "USES", "GPU MEM", "PIDS", "FINDINGS")
@@ -273,11 +276,17 @@ class ContainersScreen(Screen[None]):
             )
             self._order.append(c.id)
         if not self._order:
-            self.selected_id = None
+            self._set_selected(None)
             return
         row = self._order.index(keep) if keep in self._order else min(table.cursor_row, len(self._order) - 1)
         table.move_cursor(row=max(0, row), animate=False)
-        self.selected_id = self._order[max(0, row)]
+        self._set_selected(self._order[max(0, row)])
+
+    def _set_selected(self, container_id: str | None) -> None:
+        had = self.selected_id is not None
+        self.selected_id = container_id
+        if had != (container_id is not None):
+            self.refresh_bindings()  # m is greyed while no container is highlighted
 
     def _show_selected(self) -> None:
         snapshot = self.snapshot
@@ -304,7 +313,7 @@ class ContainersScreen(Screen[None]):
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         key = event.row_key.value if event.row_key is not None else None
         if key is not None and key != self.selected_id:
-            self.selected_id = key
+            self._set_selected(key)
             self._show_selected()
 
     def select(self, name_or_id: str) -> bool:
@@ -315,9 +324,24 @@ class ContainersScreen(Screen[None]):
         if c is None or c.id not in self._order:
             return False
         self.table.move_cursor(row=self._order.index(c.id), animate=False)
-        self.selected_id = c.id
+        self._set_selected(c.id)
         self._show_selected()
         return True
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "migrate":
+            return True if self.selected_id is not None else None
+        return True
+
+    def action_migrate(self) -> None:
+        """The migrate dialog for the highlighted container (its suggested target first, as always)."""
+        snapshot = self.snapshot
+        c = snapshot.container(self.selected_id) if snapshot is not None and self.selected_id else None
+        if c is None:
+            return
+        from gputui.ui.screens.migrate import MigrateScreen
+
+        self.app.push_screen(MigrateScreen(snapshot, None, container=c))
 
     def action_show_processes(self) -> None:
         """Back to the dashboard with its process filter set to the highlighted container."""

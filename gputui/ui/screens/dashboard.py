@@ -2,8 +2,9 @@
 
 Keys are declared in ``BINDINGS`` (each with an id, so users can remap them and
 the help screen and command palette list them); ``check_action`` greys out the
-ones that do not apply (kill and migrate without a highlighted process, ``K``
-without a stale process in view).
+ones that do not apply: kill without a highlighted process, ``K`` without a
+stale process in view, migrate with neither a highlighted process nor an
+imbalance suggestion that names a container.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class DashboardScreen(Screen):
         Binding("enter", "details", "Details", key_display="⏎", id="details", tooltip="Plots and every field of a GPU"),
         Binding("c", "containers", "Containers", id="containers"),
         Binding("exclamation_mark", "alerts", "Alerts", key_display="!", id="alerts"),
-        Binding("m", "migrate", "Migrate", id="migrate"),
+        Binding("m", "migrate", "Migrate", id="migrate",
+                tooltip="Move the highlighted process's container (or the suggested one) to another GPU"),
         Binding("k", "kill", "Kill", id="kill", tooltip="Terminate the highlighted process (SIGTERM)"),
         Binding("K", "kill_stale", "Kill every stale process in view", show=False, id="kill-stale",
                 tooltip="One confirmation for all stale processes the table shows (GPU and filter apply)"),
@@ -139,7 +141,8 @@ class DashboardScreen(Screen):
 
     def _sync_bindings(self) -> None:
         """Refresh the footer (and palette) only when what enables kill / K / migrate changed."""
-        state = (self.table.cursor_process is not None, bool(self.stale_in_view()))
+        state = (self.table.cursor_process is not None, bool(self.stale_in_view()),
+                 self._suggested_container() is not None)
         if state != self._action_state:
             self._action_state = state
             self.refresh_bindings()
@@ -147,6 +150,13 @@ class DashboardScreen(Screen):
     def stale_in_view(self) -> list[Process]:
         """The stale processes the table shows now (its GPU and text filters apply), in table order."""
         return [p for p in self.table.rows if p.stale]
+
+    def _suggested_container(self) -> str | None:
+        """The container the imbalance judge proposes to move, if it names one."""
+        snap = self.app.snapshot  # type: ignore[attr-defined]
+        if snap is None or not snap.imbalance.flagged or snap.imbalance.suggestion is None:
+            return None
+        return snap.imbalance.suggestion.container
 
     @on(GpuPanel.Opened)
     def _card_opened(self, event: GpuPanel.Opened) -> None:
@@ -172,10 +182,13 @@ class DashboardScreen(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not self.is_mounted:
             return True
-        if action in ("kill", "migrate"):
+        if action == "kill":
             return True if self.table.cursor_process is not None else None
         if action == "kill_stale":
             return True if self.stale_in_view() else None
+        if action == "migrate":
+            has_target = self.table.cursor_process is not None or self._suggested_container() is not None
+            return True if has_target else None
         if action == "details":
             snap = self.app.snapshot  # type: ignore[attr-defined]
             return True if snap is not None and snap.gpus else None
@@ -297,10 +310,21 @@ class DashboardScreen(Screen):
         self._push_external("alerts", "AlertsScreen", "The alerts view", self.app.snapshot)  # type: ignore[attr-defined]
 
     def action_migrate(self) -> None:
-        process = self.table.cursor_process
-        if process is None or self._read_only("migrate"):
+        """The highlighted process's container; with no row, the imbalance judge's suggested move."""
+        if self._read_only("migrate"):
             return
-        self._push_external("migrate", "MigrateScreen", "Migrate", self.app.snapshot, process)  # type: ignore[attr-defined]
+        snapshot = self.app.snapshot  # type: ignore[attr-defined]
+        process = self.table.cursor_process
+        if process is not None:
+            self._push_external("migrate", "MigrateScreen", "Migrate", snapshot, process)
+            return
+        container = self._suggested_container()
+        if container is None:
+            self.notify("Highlight a process that runs in a container to migrate it.", severity="information")
+            return
+        # MigrateScreen pre-selects the suggested target for the suggested container.
+        self._push_external("migrate", "MigrateScreen", "Migrate", snapshot, None,
+                            container=container, target=snapshot.imbalance.suggestion.to_gpu)
 
     def action_kill(self) -> None:
         process: Process | None = self.table.cursor_process
