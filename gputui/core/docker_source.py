@@ -63,7 +63,8 @@ def docker_host(environ: Mapping[str, str] | None = None) -> str:
     return f"unix://{default}"
 
 
-def _socket_path(host: str) -> str | None:
+def socket_path(host: str) -> str | None:
+    """The filesystem path of a ``unix://`` (or bare path) Docker host; None for tcp:// and the like."""
     if host.startswith("unix://"):
         return host[len("unix://"):] or None
     if host.startswith("/"):
@@ -73,7 +74,7 @@ def _socket_path(host: str) -> str | None:
 
 def _precheck(host: str, environ: Mapping[str, str]) -> str | None:
     """A reason not to try connecting at all (no socket file), or None."""
-    path = _socket_path(host)
+    path = socket_path(host)
     if path is None:
         return None
     if os.path.exists(path):
@@ -134,7 +135,7 @@ def describe_error(exc: BaseException, host: str | None = None, timeout: float |
     if isinstance(exc, SourceUnavailable):
         return str(exc)
     host = host or docker_host()
-    path = _socket_path(host)
+    path = socket_path(host)
     where = path or host
     chain = _chain(exc)
     text = " ".join(str(e) for e in chain).lower()

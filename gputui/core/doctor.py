@@ -23,9 +23,10 @@ from typing import Any, Mapping
 
 from gputui.core.checks import ContainerEnvFacts, ContainerFinding, DeviceFacts, DeviceNode, DockerFacts
 from gputui.core.model import Snapshot
+from gputui.core.processes import INIT_PID_NS_INODE, ns_inode
 
-#: Inode numbers of the initial (host) namespaces: fixed by the kernel (PROC_PID_INIT_INO, PROC_CGROUP_INIT_INO).
-INIT_PID_NS = 0xEFFFFFFC
+#: Inode number of the initial (host) cgroup namespace, fixed by the kernel (PROC_CGROUP_INIT_INO);
+#: the PID namespace's is processes.INIT_PID_NS_INODE.
 INIT_CGROUP_NS = 0xEFFFFFFB
 
 #: systemd's default PATH for services, used when dockerd's own environment cannot be read.
@@ -116,15 +117,6 @@ def probe_devices(minors: list[int] | None, dev: str = "/dev") -> DeviceFacts:
 # -- where gputui runs ----------------------------------------------------------------
 
 
-def _ns_inode(proc: Path, kind: str) -> int | None:
-    try:
-        link = os.readlink(proc / "self" / "ns" / kind)
-    except OSError:
-        return None
-    m = re.search(r"\[(\d+)\]", link)
-    return int(m.group(1)) if m else None
-
-
 def probe_container_env(snapshot: Snapshot | None = None, proc: str = "/proc", root: str = "/") -> ContainerEnvFacts:
     """Inside a container? In the host's PID and cgroup namespaces?"""
     procp, rootp = Path(proc), Path(root)
@@ -149,16 +141,16 @@ def probe_container_env(snapshot: Snapshot | None = None, proc: str = "/proc", r
                     evidence = "its cgroup path names a container"
             except OSError:
                 pass
-    pid_ns = _ns_inode(procp, "pid")
-    cg_ns = _ns_inode(procp, "cgroup")
+    pid_ns = ns_inode(str(procp / "self" / "ns" / "pid"))
+    cg_ns = ns_inode(str(procp / "self" / "ns" / "cgroup"))
     invisible = False
     if snapshot is not None:
         procs = snapshot.processes
         invisible = bool(procs) and all(not p.visible and p.invisible_reason == "other-namespace" for p in procs)
     return ContainerEnvFacts(
-        in_container=evidence is not None or (pid_ns is not None and pid_ns != INIT_PID_NS),
+        in_container=evidence is not None or (pid_ns is not None and pid_ns != INIT_PID_NS_INODE),
         evidence=evidence,
-        host_pid_namespace=None if pid_ns is None else pid_ns == INIT_PID_NS,
+        host_pid_namespace=None if pid_ns is None else pid_ns == INIT_PID_NS_INODE,
         host_cgroup_namespace=None if cg_ns is None else cg_ns == INIT_CGROUP_NS,
         gpu_pids_invisible=invisible,
     )
@@ -267,12 +259,12 @@ def _cdi_specs(dirs: tuple[str, ...]) -> tuple[str, ...]:
 def probe_docker(timeout: float = 5.0, environ: Mapping[str, str] | None = None, proc: str = "/proc",
                  cdi_dirs: tuple[str, ...] = CDI_DIRS) -> DockerFacts:
     """The socket, the daemon and its NVIDIA set-up, as this user can see them."""
-    from gputui.core.docker_source import describe_error, docker_client, docker_host
+    from gputui.core.docker_source import describe_error, docker_client, docker_host, socket_path
     from gputui.core.sources import SourceUnavailable
 
     env = dict(os.environ if environ is None else environ)
     host = docker_host(env)
-    path = host[len("unix://"):] if host.startswith("unix://") else host if host.startswith("/") else None
+    path = socket_path(host)
     user = current_user()
     base: dict[str, Any] = {"endpoint": host, "socket_path": path, "user": user}
     if path is not None:

@@ -122,7 +122,9 @@ class _Static:
         self.last: tuple[tuple, ProcessFacts] | None = None
 
 
-def _pid_ns_inode(path: str) -> int | None:
+def ns_inode(path: str) -> int | None:
+    """The inode of a namespace link such as ``/proc/self/ns/pid`` (None if unreadable):
+    comparing it with the kernel's fixed initial inodes tells host namespace from another."""
     try:
         link = os.readlink(path)
     except OSError:
@@ -136,9 +138,9 @@ def _pid_ns_inode(path: str) -> int | None:
 
 def proc_shows_host_pids(proc: str = "/proc") -> bool:
     """Whether ``proc`` shows the host's (initial) PID namespace, whose PIDs NVML reports."""
-    inode = _pid_ns_inode(f"{proc}/1/ns/pid")
+    inode = ns_inode(f"{proc}/1/ns/pid")
     if inode is None:
-        inode = _pid_ns_inode(f"{proc}/self/ns/pid")
+        inode = ns_inode(f"{proc}/self/ns/pid")
     return inode is None or inode == INIT_PID_NS_INODE
 
 
