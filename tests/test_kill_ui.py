@@ -170,3 +170,14 @@ async def test_K_offers_every_stale_process_in_view_not_the_highlighted_one():
         assert app.screen.pids == [5388]
         await pilot.press("escape")
 
+
+async def test_K_is_disabled_in_read_only_mode():
+    app = demo_app(Settings(read_only=True))
+    async with app.run_test(size=(140, 48)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        screen = app.screen
+        assert [p.pid for p in screen.stale_in_view()] == [5388]
+        assert screen.check_action("kill_stale", ()) is None
+        await pilot.press("K")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, KillScreen)

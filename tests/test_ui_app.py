@@ -19,10 +19,12 @@ from gputui.core.demo import FROZEN_EPOCH, DemoMachine
 from gputui.core.machine import Machine, open_machine
 from gputui.core.model import Gpu, GpuReading
 from gputui.ui.app import GpuTuiApp, make_app
+from gputui.ui.screens.containers import ContainersScreen
 from gputui.ui.screens.dashboard import DashboardScreen
 from gputui.ui.screens.detail import GpuDetailScreen
 from gputui.ui.screens.help import HelpScreen, help_sections
 from gputui.ui.showcase import ManualClock, wait_for_polls
+from gputui.ui.widgets.banner import SuggestionBanner
 from gputui.ui.widgets.gpu_panel import GpuPanel
 from gputui.ui.widgets.process_table import ProcessHeader, ProcessTable
 from gputui.ui.widgets.status import SelectionBar, StatusLine
@@ -451,14 +453,43 @@ async def test_missing_plugin_screen_says_not_available():
         assert isinstance(app.screen, DashboardScreen)
 
 
-async def test_read_only_refuses_kill_with_a_sentence():
+async def test_read_only_disables_kill_and_migrate_everywhere():
     app, _ = demo_app(settings=Settings(read_only=True))
     async with app.run_test(size=(140, 44), notifications=True) as pilot:
         await wait_for_polls(pilot)
-        await pilot.press("k")
+        screen = app.screen
+        assert table(app).cursor_process is not None and screen.stale_in_view()
+        for action in ("kill", "kill_stale", "migrate"):
+            assert screen.check_action(action, ()) is None, action
+        # The footer shows them greyed, the status line says why, and the keys open nothing.
+        active = screen.active_bindings
+        assert active["k"].enabled is False and active["m"].enabled is False and active["K"].enabled is False
+        footer = next(line for line in visible_text(app).splitlines() if "? Help" in line)
+        assert "k Kill" in footer and "m Migrate" in footer  # still listed, greyed
+        assert "read-only: kill and migrate off" in status_text(app)
+        await pilot.press("k", "K", "m")
         assert isinstance(app.screen, DashboardScreen)
-        assert any("read-only" in n.message for n in app._notifications)
-        assert "read-only" in status_text(app)
+        # not in the command palette either
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert not titles & {"Kill", "Migrate", "Kill every stale process in view"}
+        # the banner's m
+        banner = screen.query_one(SuggestionBanner)
+        banner.focus()
+        await pilot.pause()
+        assert banner.check_action("migrate_suggestion", ()) is None
+        assert "read-only: migrate is off" in banner.render_line(1).text
+        await pilot.press("m")
+        assert isinstance(app.screen, DashboardScreen)
+        # the containers view's m
+        table(app).focus()
+        await pilot.press("c")
+        assert isinstance(app.screen, ContainersScreen)
+        await pilot.pause()
+        assert app.screen.selected_id is not None
+        assert app.screen.check_action("migrate", ()) is None
+        await pilot.press("m")
+        await pilot.pause()
+        assert isinstance(app.screen, ContainersScreen)
 
 
 async def test_theme_comes_from_the_settings():

@@ -50,8 +50,8 @@ missing module shows "not available" instead of failing):
 
 ``process`` is the :class:`Process` under the table's cursor. ``check_action``
 disables (greys in the footer) ``k`` without a highlighted process, ``K``
-without a stale process in view, and ``m`` without a process or a suggested
-container.
+without a stale process in view, ``m`` without a process or a suggested
+container, and every kill and migrate binding in read-only mode.
 """
 
 from __future__ import annotations

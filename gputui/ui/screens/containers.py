@@ -8,7 +8,7 @@ findings as whole sentences, and the processes on those GPUs with the
 container's own rows marked, so "it was given GPU 7 but sits on GPU 0 next to
 three others" is visible at a glance. Enter goes back to the dashboard with the
 process table filtered to that container; ``m`` opens the migrate dialog for the
-highlighted container.
+highlighted container (greyed in read-only mode).
 
 Highlighting uses reverse/bold/underline/dim rather than colours, so it reads in
 every theme and in monochrome terminals. Follows every poll while open and keeps
@@ -330,6 +330,9 @@ class ContainersScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "migrate":
+            settings = getattr(self.app, "settings", None)
+            if settings is not None and settings.read_only:
+                return None  # greyed: read-only mode turns migration off
             return True if self.selected_id is not None else None
         return True
 

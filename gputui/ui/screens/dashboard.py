@@ -4,7 +4,8 @@ Keys are declared in ``BINDINGS`` (each with an id, so users can remap them and
 the help screen and command palette list them); ``check_action`` greys out the
 ones that do not apply: kill without a highlighted process, ``K`` without a
 stale process in view, migrate with neither a highlighted process nor an
-imbalance suggestion that names a container.
+imbalance suggestion that names a container, and kill and migrate altogether in
+read-only mode (the footer then shows them greyed, and the status line says why).
 """
 
 from __future__ import annotations
@@ -182,6 +183,8 @@ class DashboardScreen(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not self.is_mounted:
             return True
+        if action in ("kill", "kill_stale", "migrate") and self.app.settings.read_only:  # type: ignore[attr-defined]
+            return None  # greyed: read-only mode turns every kill and migration off
         if action == "kill":
             return True if self.table.cursor_process is not None else None
         if action == "kill_stale":

@@ -5,7 +5,8 @@ judge's message and its one suggested move — and adds the action: ``m`` (or
 Enter) opens the migrate dialog for the suggested container with the suggested
 target already chosen. The dialog still shows the plan and asks before
 anything happens. A suggestion that names a bare process (no container) cannot
-be migrated by gputui; ``m`` then says how to move it by hand.
+be migrated by gputui; ``m`` then says how to move it by hand. In read-only mode
+the migrate binding is disabled (greyed in the footer) and the hint says so.
 """
 
 from __future__ import annotations
@@ -61,9 +62,23 @@ class SuggestionBanner(ImbalanceBanner):
         hint = "m: migrate as suggested" if self.has_focus else "tab here, then m: migrate"
         if sug.container is None:
             hint = "m: how to move it" if self.has_focus else "tab here, then m: how to move it"
+        elif self._read_only():
+            hint = "read-only: migrate is off"
         line.add(f"  [{hint}]", st("move") + Style(dim=not self.has_focus))
         line.add(f"  {sug.reason}", st("text"))
         return line.strip(width).apply_style(self.rich_style)
+
+    def _read_only(self) -> bool:
+        settings = getattr(self.app, "settings", None)
+        return bool(settings is not None and settings.read_only)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "migrate_suggestion":
+            sug = self.imbalance.suggestion
+            # Saying how to move a bare process by hand changes nothing: allowed even read-only.
+            if self._read_only() and (sug is None or sug.container is not None):
+                return None
+        return True
 
     def action_migrate_suggestion(self) -> None:
         imb = self.imbalance
@@ -75,8 +90,7 @@ class SuggestionBanner(ImbalanceBanner):
             self.notify(f"PID {sug.pid} runs outside any container, so gputui cannot move it: restart it with "
                         f"CUDA_VISIBLE_DEVICES={sug.to_gpu}.", severity="information", timeout=8)
             return
-        settings = getattr(self.app, "settings", None)
-        if settings is not None and settings.read_only:
+        if self._read_only():
             self.notify("gputui is read-only (--read-only or read_only in the config): migrate is off.",
                         severity="warning")
             return

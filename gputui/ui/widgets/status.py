@@ -119,7 +119,7 @@ class StatusLine(CachedStyles, Widget):
         left.add("  every ", st("dim")).add(f"{status.interval:g}s", st("text"))
         left.add("  at ", st("dim")).add(fmt.clock_time(status.last_ok), st("text"))
         if status.read_only:
-            left.add("  read-only", st("dim"))
+            left.add("  read-only: kill and migrate off", st("dim"))
 
         right = LineBuilder()
         if status.paused:
