@@ -689,3 +689,51 @@ async def test_gpu_flag_shows_only_those_gpus():
         await wait_for_polls(pilot)
         assert [v.gpu.index for v in panel(app).views] == [2, 5]
         assert {p.gpu_index for p in table(app).rows} == {2, 5}
+
+
+# -- interrupted migrations ------------------------------------------------------------------
+
+
+async def test_an_interrupted_migration_journal_is_reported_at_start_until_recovered(isolated_xdg, monkeypatch):
+    from gputui.actions.journal import Journal, pending_journals
+    import gputui.ui.app as app_module
+
+    # What a gputui killed between two migration steps leaves: a journal nobody holds.
+    journal = Journal.create("migrate", "trainer", {"summary": "trainer: GPU 0 -> GPU 2"})
+    journal.update(step="rename")
+    journal.release()
+    assert journal.path.is_relative_to(isolated_xdg / "state")
+    monkeypatch.setattr(app_module, "JOURNAL_RECHECK", 0.2)
+    app, _ = flaky_app()
+    async with app.run_test(size=(160, 44), notifications=True) as pilot:
+        await wait_for_polls(pilot)
+        deadline = time.monotonic() + 5
+        while not app.poll_status.journals and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        sentence = app.poll_status.journals[0]
+        assert sentence.startswith("An interrupted migrate was found: trainer: GPU 0 -> GPU 2")
+        assert "last completed step: rename" in sentence and "gputui migrate --recover" in sentence
+        assert "⚠ An interrupted migrate was found: trainer" in status_text(app)
+        notes = [n for n in app._notifications if n.title == "Interrupted migration"]
+        assert [n.message for n in notes] == [sentence]
+        # Later checks do not notify again, and once --recover has dealt with it the warning goes.
+        await pilot.pause(0.5)
+        assert len([n for n in app._notifications if n.title == "Interrupted migration"]) == 1
+        Journal.take(pending_journals()[0]).finish()
+        deadline = time.monotonic() + 5
+        while app.poll_status.journals and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        assert app.poll_status.journals == ()
+        assert "interrupted" not in status_text(app)
+
+
+async def test_the_demo_does_not_report_the_real_machines_journals(isolated_xdg):
+    from gputui.actions.journal import Journal
+
+    Journal.create("migrate", "trainer", {"summary": "trainer: GPU 0 -> GPU 2"}).release()
+    app, _ = demo_app()
+    async with app.run_test(size=(140, 44), notifications=True) as pilot:
+        await wait_for_polls(pilot)
+        await pilot.pause(0.3)
+        assert app.poll_status.journals == ()
+        assert not any("interrupted" in n.message for n in app._notifications)

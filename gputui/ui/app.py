@@ -12,6 +12,14 @@ then arms a one-shot timer for the next poll, so polls never overlap and a slow
 source stretches its own cycle, never the UI's. A failing poll shows one
 sentence in the status line until a poll succeeds again.
 
+Interrupted actions
+-------------------
+At start (not in ``--demo``, whose server is simulated) a thread worker asks
+:func:`gputui.actions.journal.pending_journals` whether an interrupted migration
+left a journal. Each one becomes a notification and a status-line warning that
+stays until a later check (every 30 s while any is pending) finds it gone, i.e.
+until ``gputui migrate --recover`` has run.
+
 Protocol for screens (what other screens rely on)
 --------------------------------------------------
 After every successful poll the app calls, on **every screen in the stack**
@@ -72,11 +80,15 @@ from gputui.core.history import GpuSample
 from gputui.core.judges.alerts import AlertRecorder
 from gputui.core.model import Gpu, Snapshot
 from gputui.core.poller import Poller
-from gputui.ui.messages import PollFailed, PollFinished
+from gputui.ui.messages import JournalsChecked, PollFailed, PollFinished
 from gputui.ui.widgets.status import PollStatus
 
 if TYPE_CHECKING:
     from gputui.core.machine import Machine
+
+
+#: Seconds between journal checks while an interrupted migration is pending.
+JOURNAL_RECHECK = 30.0
 
 
 class GpuTuiApp(App[int]):
@@ -138,6 +150,32 @@ class GpuTuiApp(App[int]):
     def on_mount(self) -> None:
         self.theme = self.settings.theme
         self._start_poll()
+        if self.machine.demo is None:
+            self._check_journals()
+
+    # -- journals of interrupted actions ------------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="journals",
+          description="look for interrupted migrations")
+    def _check_journals(self) -> None:
+        """Reads the state directory (file I/O and flock probes): never on the event loop."""
+        from gputui.actions.journal import pending_journals
+
+        try:
+            sentences = tuple(p.describe() for p in pending_journals("migrate"))
+        except Exception as exc:  # an unreadable state directory: one sentence, no traceback
+            text = (str(exc).strip() or type(exc).__name__).rstrip(".")
+            sentences = (f"Could not look for interrupted migrations: {text}.",)
+        if not self._closing:
+            self.post_message(JournalsChecked(sentences))
+
+    def on_journals_checked(self, message: JournalsChecked) -> None:
+        new = [s for s in message.sentences if s not in self.poll_status.journals]
+        self._set_status(journals=message.sentences)
+        for sentence in new:
+            self.notify(sentence, title="Interrupted migration", severity="warning", timeout=20)
+        if message.sentences and not self._closing:
+            # Keep looking, so the warning goes away once `gputui migrate --recover` has run.
+            self.set_timer(JOURNAL_RECHECK, self._check_journals)
 
     def on_unmount(self) -> None:
         self._closing = True

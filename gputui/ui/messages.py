@@ -39,3 +39,11 @@ class PollFailed(Message, bubble=False):
         super().__init__()
         self.error = error
         self.duration = duration
+
+
+class JournalsChecked(Message, bubble=False):
+    """The journal check (off the UI thread) finished: one sentence per interrupted action found."""
+
+    def __init__(self, sentences: tuple[str, ...]) -> None:
+        super().__init__()
+        self.sentences = sentences

@@ -33,6 +33,9 @@ class PollStatus:
     read_only: bool = False
     #: Whether container information was asked for (False with --no-docker).
     containers_enabled: bool = True
+    #: One sentence per journal an interrupted action left (``gputui migrate --recover``
+    #: handles them); shown until a later check finds none.
+    journals: tuple[str, ...] = ()
 
 
 def snapshot_warnings(snapshot: Snapshot | None, status: PollStatus) -> list[str]:
@@ -42,6 +45,7 @@ def snapshot_warnings(snapshot: Snapshot | None, status: PollStatus) -> list[str
         out.append(status.error)
     if status.slow_for is not None:
         out.append(f"Waiting for the GPU driver: this poll has taken {status.slow_for:.0f} s.")
+    out.extend(status.journals)
     if snapshot is not None:
         out.extend(snapshot.warnings)
         if status.containers_enabled and not snapshot.docker.available and snapshot.docker.error:
