@@ -330,8 +330,16 @@ async def test_help_lists_every_binding():
             if binding.action.startswith("only_gpu("):
                 continue
             assert binding.description in described, binding
-        for binding in ProcessTable.BINDINGS + GpuPanel.BINDINGS + GpuDetailScreen.BINDINGS:
+        for binding in (ProcessTable.BINDINGS + GpuPanel.BINDINGS + GpuDetailScreen.BINDINGS
+                        + SuggestionBanner.BINDINGS + ContainersScreen.BINDINGS):
             assert binding.description in described, binding
+        rows = dict(help_sections(app))
+        # K is "all stale in view", the banner's m and Enter, and m in the containers view.
+        assert ("K", "Kill every stale process in view") in rows["Dashboard"]
+        assert ("m / ⏎", "Migrate as suggested") in rows["Imbalance banner (tab to focus)"]
+        assert ("m", "Migrate") in rows["Containers (c)"]
+        shown = visible_text(app)
+        assert "Kill every stale process" in shown and "Migrate as suggested" in shown  # on screen, not scrolled away
         await pilot.press("escape")
         assert isinstance(app.screen, DashboardScreen)
 

@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 #: Keys handled by widgets or Textual itself that are not in our BINDINGS.
 _EXTRA = {
-    "Dashboard": [("tab / shift+tab", "Move between the GPU panel and the process table")],
+    "Dashboard": [("tab / shift+tab", "Move between the GPU panel, imbalance banner and process table")],
     "Mouse": [
         ("click a card", "Select that GPU; click it again for its details"),
         ("click a row", "Highlight that process; double-click opens its GPU"),
@@ -30,7 +30,9 @@ _EXTRA = {
 
 
 def _group(title: str, bindings: list[Binding], app) -> list[tuple[str, str]]:
+    """One row per action: keys bound to the same action and description share it ("escape / q")."""
     rows: list[tuple[str, str]] = []
+    row_of: dict[tuple[str, str], int] = {}
     digits = [b for b in bindings if b.action.startswith("only_gpu(")]
     for b in bindings:
         if b in digits:
@@ -38,13 +40,21 @@ def _group(title: str, bindings: list[Binding], app) -> list[tuple[str, str]]:
                 rows.append(("0 … 9", "Only that GPU's processes (again: all GPUs)"))
             continue
         key = app.get_key_display(b) if app is not None else (b.key_display or b.key)
-        rows.append((key, b.description or b.action))
+        what = b.description or b.action
+        same = row_of.get((b.action, what))
+        if same is not None:
+            rows[same] = (f"{rows[same][0]} / {key}", what)
+            continue
+        row_of[(b.action, what)] = len(rows)
+        rows.append((key, what))
     return rows
 
 
 def help_sections(app=None) -> list[tuple[str, list[tuple[str, str]]]]:
+    from gputui.ui.screens.containers import ContainersScreen
     from gputui.ui.screens.dashboard import DashboardScreen
     from gputui.ui.screens.detail import GpuDetailScreen
+    from gputui.ui.widgets.banner import SuggestionBanner
     from gputui.ui.widgets.gpu_panel import GpuPanel
     from gputui.ui.widgets.process_table import ProcessTable
 
@@ -54,11 +64,18 @@ def help_sections(app=None) -> list[tuple[str, list[tuple[str, str]]]]:
     return [
         ("Dashboard", _group("Dashboard", binds(DashboardScreen), app) + _EXTRA["Dashboard"]),
         ("Process table", _group("Process table", binds(ProcessTable), app)),
+        ("Imbalance banner (tab to focus)", _group("Imbalance banner", binds(SuggestionBanner), app)),
         ("GPU panel (tab to focus)", _group("GPU panel", binds(GpuPanel), app) + [("enter", "Details of the GPU")]),
         ("GPU details", _group("GPU details", binds(GpuDetailScreen), app)),
+        ("Containers (c)", _group("Containers", binds(ContainersScreen), app)),
         ("Mouse", _EXTRA["Mouse"]),
         ("Anywhere", _EXTRA["Anywhere"]),
     ]
+
+
+#: Sections per column of the help, in the order of :func:`help_sections`: the
+#: dashboard alone; the table, banner, panel and details; the other views, mouse, anywhere.
+COLUMNS = (1, 4, 3)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -75,27 +92,32 @@ class HelpScreen(ModalScreen[None]):
             yield Static(self._render_help(), id="help-text")
 
     def _render_help(self) -> Table:
-        outer = Table.grid(padding=(0, 4))
-        outer.add_column()
-        outer.add_column()
+        outer = Table.grid(padding=(0, 3))
+        for _ in COLUMNS:
+            outer.add_column()
         sections = help_sections(self.app)
         tables = []
         for title, rows in sections:
-            t = Table.grid(padding=(0, 2))
-            t.add_column(style="bold", no_wrap=True, min_width=10)
-            t.add_column()
-            t.add_row(Text(title, style="bold underline"), "")
+            keys = Table.grid(padding=(0, 2))
+            keys.add_column(style="bold", no_wrap=True, min_width=6)
+            keys.add_column()
             for key, what in rows:
-                t.add_row(Text(key, style="bold"), what)
-            t.add_row("", "")
+                keys.add_row(Text(key, style="bold"), what)
+            # The title above the keys, not in their column (a long title would widen it).
+            t = Table.grid()
+            t.add_row(Text(title, style="bold underline"))
+            t.add_row(keys)
+            t.add_row("")
             tables.append(t)
-        left, right = tables[:2], tables[2:]
-        left_col, right_col = Table.grid(), Table.grid()
-        for t in left:
-            left_col.add_row(t)
-        for t in right:
-            right_col.add_row(t)
-        outer.add_row(left_col, right_col)
+        columns = []
+        start = 0
+        for count in COLUMNS:
+            col = Table.grid()
+            for t in tables[start:start + count]:
+                col.add_row(t)
+            columns.append(col)
+            start += count
+        outer.add_row(*columns)
         title = Table.grid()
         title.add_row(Text("gputui keys", style="bold"))
         title.add_row(Text("Escape, ? or q closes this help.", style="dim"))
