@@ -8,7 +8,7 @@ logs, pipes and ``watch``.
 from __future__ import annotations
 
 from gputui.core.model import Gpu, Process, Snapshot
-from gputui.core.units import NA, fmt_duration, fmt_gib, short_throttle
+from gputui.core.units import NA, fmt_duration, fmt_gib, throttle_label
 
 
 def _cell(value: object, width: int, right: bool = False) -> str:
@@ -26,7 +26,7 @@ def _gpu_row(g: Gpu) -> str:
     power = NA
     if g.power_draw is not None:
         power = f"{g.power_draw:.0f} / {g.power_limit:.0f} W" if g.power_limit is not None else f"{g.power_draw:.0f} W"
-    throttle = ",".join(short_throttle(t) for t in g.throttle_reasons if t != "gpu_idle") or "-"
+    throttle = throttle_label(g.throttle_reasons) or "-"
     return "  ".join(
         [
             f"{g.index:>3}",

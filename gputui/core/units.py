@@ -22,13 +22,14 @@ def fmt_gib(value: int | None) -> str:
     return NA if value is None else f"{value / _GIB:.1f}"
 
 
-def fmt_duration(seconds: float | None) -> str:
-    """Compact uptime: 42s, 17m, 3h05m, 4d07h."""
+def fmt_duration(seconds: float | None, coarse: bool = False) -> str:
+    """Compact elapsed time: 42s, 17m, 3h05m, 4d07h. ``coarse`` shows under a minute as
+    '<1m', for live columns that would otherwise change (and repaint) every second."""
     if seconds is None:
         return NA
     s = int(max(0, seconds))
     if s < 60:
-        return f"{s}s"
+        return "<1m" if coarse else f"{s}s"
     if s < 3600:
         return f"{s // 60}m"
     if s < 86400:
@@ -36,16 +37,20 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
 
 
-def short_throttle(name: str) -> str:
-    """Throttle reason names as shown in narrow columns."""
-    return {
-        "gpu_idle": "idle",
-        "applications_clocks_setting": "app-clocks",
-        "sw_power_cap": "power-cap",
-        "hw_slowdown": "hw-slowdown",
-        "sync_boost": "sync-boost",
-        "sw_thermal_slowdown": "sw-thermal",
-        "hw_thermal_slowdown": "hw-thermal",
-        "hw_power_brake_slowdown": "power-brake",
-        "display_clock_setting": "display-clock",
-    }.get(name, name)
+#: How clock-event (throttle) reasons read on screen and in text output.
+THROTTLE_LABELS = {
+    "gpu_idle": "idle",
+    "applications_clocks_setting": "app clocks",
+    "sw_power_cap": "power cap",
+    "hw_slowdown": "HW slowdown",
+    "sync_boost": "sync boost",
+    "sw_thermal_slowdown": "thermal (SW)",
+    "hw_thermal_slowdown": "thermal (HW)",
+    "hw_power_brake_slowdown": "power brake",
+    "display_clock_setting": "display clock",
+}
+
+
+def throttle_label(reasons: tuple[str, ...]) -> str:
+    """Active clock-event reasons in words, idle left out (an idle GPU is not a problem)."""
+    return ", ".join(THROTTLE_LABELS.get(r, r.replace("_", " ")) for r in reasons if r != "gpu_idle")

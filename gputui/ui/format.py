@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from gputui.core.units import fmt_duration, throttle_label  # noqa: F401  (throttle_label is used as fmt.throttle_label)
+
 NA = "N/A"
 GIB = 1024**3
 MIB = 1024**2
@@ -64,16 +66,7 @@ def duration(seconds: float | None) -> str:
 
     Whole minutes: a column of uptimes that changed every second would repaint
     every row of the table on every poll."""
-    if seconds is None:
-        return NA
-    s = max(0, int(seconds))
-    if s < 60:
-        return "<1m"
-    if s < 3600:
-        return f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+    return fmt_duration(seconds, coarse=True)
 
 
 def uptime(started: datetime | None, now: datetime) -> str:
@@ -100,21 +93,6 @@ def short_gpu_name(name: str) -> str:
         if name.startswith(prefix):
             return name[len(prefix):]
     return name
-
-
-def throttle_label(reasons: tuple[str, ...]) -> str:
-    """Readable names of active clock-event reasons, idle left out (an idle GPU is not a problem)."""
-    names = {
-        "sw_power_cap": "power cap",
-        "hw_slowdown": "HW slowdown",
-        "sw_thermal_slowdown": "thermal (SW)",
-        "hw_thermal_slowdown": "thermal (HW)",
-        "hw_power_brake_slowdown": "power brake",
-        "applications_clocks_setting": "app clocks",
-        "sync_boost": "sync boost",
-        "display_clock_setting": "display clock",
-    }
-    return ", ".join(names.get(r, r.replace("_", " ")) for r in reasons if r != "gpu_idle")
 
 
 def fit(text: str, width: int) -> str:
