@@ -13,7 +13,7 @@ Against the fake NVIDIA driver (tests/fakenvml) at 8 GPUs x 64 processes and
 - NVML calls per GPU per poll, from the fake driver's counters.
 
 Results go to benchmarks/results/<time>.json and results/latest.json, and a
-table is printed. Targets (issue 2): snapshot at 8 x 64 in at most 0.8x the
+table is printed. Targets: snapshot at 8 x 64 in at most 0.8x the
 wall time of ``nvitop --once``; a poll tick at 16 x 1000 within 50 ms.
 """
 

@@ -14,7 +14,7 @@ second (GPU load and about a third of the processes' SM % change), with real
 
 nvitop comes from benchmarks/.venv (see benchmarks/README.md); it is not a
 gputui dependency. Results go to benchmarks/results/ui-<time>.json and
-results/ui-latest.json. Targets (issue 3): idle CPU <= 0.5x nvitop's;
+results/ui-latest.json. Targets: idle CPU <= 0.5x nvitop's;
 <= 10 % of a core with a key a second; first frame <= 1.0 s; RSS <= 80 MiB.
 """
 
