@@ -142,6 +142,21 @@ class GpuTuiApp(App[int]):
         self._closing = False
 
     # -- start and stop -----------------------------------------------------------
+    def get_driver_class(self):
+        """Textual's Linux driver, but with an input thread that sleeps while no key comes.
+
+        (See :mod:`gputui.ui.driver`: its 10 Hz wake-ups were a sixth of the idle
+        dashboard's CPU.) Any other driver (Windows, ``TEXTUAL_DRIVER``) is kept.
+        """
+        from textual.drivers.linux_driver import LinuxDriver
+
+        driver = super().get_driver_class()
+        if driver is LinuxDriver:
+            from gputui.ui.driver import QuietLinuxDriver
+
+            return QuietLinuxDriver
+        return driver
+
     def get_default_screen(self) -> Screen:
         from gputui.ui.screens.dashboard import DashboardScreen
 
