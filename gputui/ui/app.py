@@ -12,6 +12,13 @@ then arms a one-shot timer for the next poll, so polls never overlap and a slow
 source stretches its own cycle, never the UI's. A failing poll shows one
 sentence in the status line until a poll succeeds again.
 
+Idle cost: every wake-up of the process costs CPU (~120 us on a small VM, where
+the whole idle dashboard uses ~7 ms a second), so an idle second has as
+few as possible: the next-poll and slow-poll timers are plain event-loop
+handles (a cancelled one never wakes the loop), the poll thread sleeps on its
+event, and the terminal's input thread sleeps until a key comes
+(:mod:`gputui.ui.driver`). What remains is one poll, one handling and one frame.
+
 Interrupted actions
 -------------------
 At start (not in ``--demo``, whose server is simulated) a thread worker asks
