@@ -53,7 +53,28 @@ def snapshot_warnings(snapshot: Snapshot | None, status: PollStatus) -> list[str
     return out
 
 
-class StatusLine(CachedStyles, Widget):
+class _OneLine(CachedStyles, Widget):
+    """A one-line Line-API widget whose strip is drawn once and kept until its content,
+    its width or the theme changes (subclasses draw it in ``_draw`` and drop
+    ``_strip`` when what they show changes)."""
+
+    _strip: Strip | None = None
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strip = None
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if self._strip is None or self._strip.cell_length != width:
+            self._strip = self._draw(width)
+        return self._strip
+
+    def _draw(self, width: int) -> Strip:
+        raise NotImplementedError
+
+
+class StatusLine(_OneLine):
     """Host, driver and CUDA versions, refresh period, last poll, and warnings."""
 
     COMPONENT_CLASSES = {
@@ -97,16 +118,6 @@ class StatusLine(CachedStyles, Widget):
             self._strip = None
             self.refresh()
 
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self._strip = None
-
-    def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        if self._strip is None or self._strip.cell_length != width:
-            self._strip = self._draw(width)
-        return self._strip
-
     def _draw(self, width: int) -> Strip:
         def st(name: str) -> Style:
             return component_style(self, f"status-line--{name}")
@@ -148,7 +159,7 @@ class StatusLine(CachedStyles, Widget):
         return out.strip(width).apply_style(base_style(self))
 
 
-class SelectionBar(CachedStyles, Widget):
+class SelectionBar(_OneLine):
     """The highlighted process in full: command, container, and why it looks stale."""
 
     COMPONENT_CLASSES = {"selection-bar--key", "selection-bar--text", "selection-bar--stale", "selection-bar--dim"}
@@ -182,16 +193,6 @@ class SelectionBar(CachedStyles, Widget):
         if p is None:
             return None
         return (p.pid, p.gpu_index, p.container, p.stale, p.visible, p.invisible_reason, p.command)
-
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self._strip = None
-
-    def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        if self._strip is None or self._strip.cell_length != width:
-            self._strip = self._draw(width)
-        return self._strip
 
     def _draw(self, width: int) -> Strip:
         def st(name: str) -> Style:
