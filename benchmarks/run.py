@@ -251,6 +251,17 @@ def bench_config(label: str, gpus: int, nprocs: int, runs: int, ticks: int, nvit
     return {"gpus": gpus, "processes": nprocs, "poll": poll, "one_shot": shots, "nvml_calls_per_gpu_per_run": calls}
 
 
+def save_results(results: dict[str, Any], prefix: str = "") -> int:
+    """Write results/<prefix><time>.json and <prefix>latest.json; exit status 0 when every verdict passed."""
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    text = json.dumps(results, indent=2)
+    (RESULTS / f"{prefix}{stamp}.json").write_text(text)
+    (RESULTS / f"{prefix}latest.json").write_text(text)
+    print(f"\nresults: {RESULTS / f'{prefix}{stamp}.json'}")
+    return 0 if all(v.startswith("PASS") for v in results["verdicts"]) else 1
+
+
 def print_table(results: dict[str, Any]) -> None:
     print()
     print(f"gputui benchmarks — {results['time']} — {results['machine']} — load average before: "
@@ -332,14 +343,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"median (target <= {TICK_TARGET_MS:.0f} ms)")
     results["verdicts"] = verdicts
 
-    RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    text = json.dumps(results, indent=2)
-    (RESULTS / f"{stamp}.json").write_text(text)
-    (RESULTS / "latest.json").write_text(text)
     print_table(results)
-    print(f"\nresults: {RESULTS / (stamp + '.json')}")
-    return 0 if all(v.startswith("PASS") for v in verdicts) else 1
+    return save_results(results)
 
 
 if __name__ == "__main__":

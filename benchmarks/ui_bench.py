@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import platform
 import shlex
@@ -41,7 +40,6 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-RESULTS = BENCH / "results"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CONFIGS = {"8x64": (8, 64), "4x3": (4, 3)}
 SIZE = (200, 50)
@@ -293,14 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ui benchmark: {label} ({gpus} GPUs x {nprocs} processes)", flush=True)
             results["configs"][label] = bench_config(label, gpus, nprocs, args.seconds, nvitop, run_mod, Path(tmp))
     results["verdicts"] = verdicts(results)
-    RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    text = json.dumps(results, indent=2)
-    (RESULTS / f"ui-{stamp}.json").write_text(text)
-    (RESULTS / "ui-latest.json").write_text(text)
     print_table(results)
-    print(f"\nresults: {RESULTS / ('ui-' + stamp + '.json')}")
-    return 0 if all(v.startswith("PASS") for v in results["verdicts"]) else 1
+    return run_mod.save_results(results, prefix="ui-")
 
 
 if __name__ == "__main__":
