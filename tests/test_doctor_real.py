@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import require
 from tests.fakenvml.scenario import GiB, FakeNvml, gpu, process, scenario
+from tests.fixtures.unprivileged import readable_pythonpath
 
 REPO = Path(__file__).resolve().parent.parent
 NOBODY = 65534
@@ -237,9 +238,7 @@ def _as(uid: int):
 
 def _run_as_nobody(code: str) -> list[dict]:
     """Run probe code as nobody with an interpreter nobody can use; returns its JSON checks."""
-    import site
-
-    path = os.pathsep.join([str(REPO), *site.getsitepackages()])
+    path = readable_pythonpath()
     for python in dict.fromkeys([sys.executable, shutil.which("python3") or "", "/usr/bin/python3"]):
         if not python:
             continue

@@ -28,6 +28,7 @@ from gputui.core.model import Snapshot
 from gputui.core.processes import HostProcessSource
 from tests.conftest import require
 from tests.fakenvml.scenario import GiB, FakeNvml, gpu, process, scenario
+from tests.fixtures.unprivileged import readable_pythonpath
 
 REPO = Path(__file__).resolve().parent.parent
 NOBODY = 65534
@@ -147,7 +148,10 @@ def test_refuses_pid_1_and_a_process_without_gpu_memory_unless_forced(fake_nvml,
     assert res.returncode == 1
     first, second = res.stderr.splitlines()
     assert first == "gputui: PID 1 is the system's init process; gputui never signals it."
-    assert second.startswith(f"gputui: PID {bystander.pid} ({sys.executable} -c ")
+    assert second.startswith(f"gputui: PID {bystander.pid} (")
+    shown = second[len(f"gputui: PID {bystander.pid} ("):second.index(") holds no GPU memory")]
+    # the command line, cut to fit: whatever is shown is the start of the real one
+    assert " ".join(bystander.args).startswith(shown.rstrip("…")) and shown.startswith(sys.executable[:20])
     assert second.endswith(") holds no GPU memory on the GPUs shown; gputui only kills GPU processes unless you "
                            "add --force.")
     assert bystander.poll() is None
@@ -225,9 +229,7 @@ def _python_for(uid: int) -> tuple[str, str] | None:
     The venv's interpreter may live under a home directory other users cannot enter
     (pyenv in /root); the system python3 of the same version can use the venv's packages.
     """
-    import site
-
-    path = os.pathsep.join([str(REPO), *site.getsitepackages()])
+    path = readable_pythonpath()
     for cand in dict.fromkeys([sys.executable, shutil.which("python3") or "", "/usr/bin/python3"]):
         if not cand:
             continue
