@@ -36,7 +36,7 @@ def _escape_char(ch: str) -> str:
         return "^" + chr(code + 0x40)
     if code == 0x7F:
         return "^?"
-    if code <= 0x9F:  # C1 controls
+    if 0x80 <= code <= 0x9F:  # C1 controls
         return f"\\x{code:02x}"
     if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, kept by surrogateescape
         return f"\\x{code - 0xDC00:02x}"
