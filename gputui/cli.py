@@ -12,47 +12,38 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TYPE_CHECKING, NoReturn
 
 from gputui import __version__
-from gputui.core.config import MIN_INTERVAL, ConfigError, Settings, config_path, load_settings
+from gputui.context import (  # re-exported: the names tests and scripts know from gputui.cli
+    EXIT_NO,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    Context,
+    UsageError,
+    interval_arg,
+    parse_gpu_list,
+    seconds_arg,
+)
+from gputui.core.config import MIN_INTERVAL, ConfigError, config_path, load_settings
 from gputui.core.sources import SourceUnavailable
 
-EXIT_OK, EXIT_NO, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+if TYPE_CHECKING:
+    from gputui.core.model import Snapshot
 
-
-class UsageError(Exception):
-    """Bad input from the user; exit 2 with this sentence."""
-
+__all__ = [
+    "EXIT_NO", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "Context", "UsageError",
+    "build_parser", "load_context", "main", "parse_gpu_list",
+]
 
 # -- parsing ----------------------------------------------------------------------
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one sentence, exit 2, no usage dump
+    def error(self, message: str) -> NoReturn:  # one sentence, exit 2, no usage dump
         raise UsageError(f"{message[0].upper()}{message[1:]} (see 'gputui --help').")
-
-
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"interval must be a number of seconds, not {text!r}") from None
-    if value < MIN_INTERVAL:
-        raise argparse.ArgumentTypeError(f"interval must be at least {MIN_INTERVAL} seconds")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, not {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("a duration cannot be negative")
-    return value
 
 
 def _common(p: argparse.ArgumentParser, top: bool) -> None:
@@ -97,11 +88,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gputui {__version__}")
     _common(parser, top=True)
     parser.add_argument("--once", action="store_true", help="print one table and exit (the default when not a tty)")
-    parser.add_argument("--interval", type=_interval, metavar="SECONDS",
+    parser.add_argument("--interval", type=interval_arg, metavar="SECONDS",
                         help=f"refresh period of the dashboard (default 1.0, minimum {MIN_INTERVAL})")
     parser.add_argument("--theme", metavar="NAME", help="Textual theme of the dashboard")
     parser.add_argument("--bell", action="store_true", default=None, help="ring the terminal bell on new alerts")
-    parser.add_argument("--window", type=_seconds, metavar="SECONDS",
+    parser.add_argument("--window", type=seconds_arg, metavar="SECONDS",
                         help="imbalance window in seconds (default 60)")
     parser.add_argument("--temp-warning", type=int, metavar="C", help="temperature warning threshold (default 83)")
     parser.add_argument("--temp-critical", type=int, metavar="C", help="temperature critical threshold (default 90)")
@@ -110,7 +101,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     snap = sub.add_parser("snapshot", help="print one snapshot of the machine (JSON with --json)")
     _common(snap, top=False)
     snap.add_argument("--json", action="store_true", help="print one JSON document")
-    snap.add_argument("--window", dest="observe", type=_seconds, metavar="SECONDS", default=0.0,
+    snap.add_argument("--window", dest="observe", type=seconds_arg, metavar="SECONDS", default=0.0,
                       help="observe for this long before judging (imbalance, idle holders)")
 
     import importlib
@@ -126,80 +117,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-# -- context ------------------------------------------------------------------------
-
-
-@dataclass
-class Context:
-    """What a subcommand needs: settings, output streams and a way to open the machine."""
-
-    args: argparse.Namespace
-    settings: Settings
-    stdout: TextIO = field(default_factory=lambda: sys.stdout)
-    stderr: TextIO = field(default_factory=lambda: sys.stderr)
-    demo_clock: Callable[[], float] | None = None
-
-    @property
-    def demo(self) -> bool:
-        return bool(getattr(self.args, "demo", False))
-
-    def open_machine(self, docker: bool | None = None):
-        from gputui.core.machine import open_machine
-
-        use_docker = not getattr(self.args, "no_docker", False) if docker is None else docker
-        return open_machine(demo=self.demo, docker=use_docker, demo_clock=self.demo_clock, settings=self.settings)
-
-    def gpu_filter(self, gpus) -> Callable | None:
-        """A predicate for --gpu, validated against the GPUs present. Raises UsageError."""
-        wanted = parse_gpu_list(getattr(self.args, "gpu", None))
-        if not wanted:
-            return None
-        indices = set()
-        for item in wanted:
-            match = [g for g in gpus if str(g.index) == item or g.uuid.lower() == item.lower()
-                     or (item.lower().startswith("gpu-") and g.uuid.lower().startswith(item.lower()))]
-            if not match:
-                present = ", ".join(str(g.index) for g in gpus) or "none"
-                raise UsageError(f"There is no GPU {item!r} on this machine (GPUs present: {present}).")
-            indices.update(g.index for g in match)
-        return lambda g: g.index in indices
-
-
-    def start_polling(self, machine, container_wait: float | None = None):
-        """A poller for ``machine`` with --gpu applied, its first snapshot (filtered), and
-        every GPU that poll saw. --gpu is validated against the machine's real GPUs
-        without a second NVML read. Raises UsageError for a GPU that is not there."""
-        wait = min(3.0, self.settings.docker_timeout) if container_wait is None else container_wait
-        poller = machine.poller(self.settings, container_wait=wait)
-        snap = poller.poll()
-        all_gpus = snap.gpus
-        try:
-            poller.gpu_filter = self.gpu_filter(all_gpus)
-        except UsageError:
-            poller.close()
-            raise
-        if poller.gpu_filter is not None:
-            snap = replace(snap, gpus=tuple(g for g in all_gpus if poller.gpu_filter(g)))
-        return poller, snap, all_gpus
-
-
-def parse_gpu_list(values: list[str] | None) -> list[str]:
-    out: list[str] = []
-    for value in values or []:
-        for part in value.split(","):
-            part = part.strip()
-            if not part:
-                raise UsageError("--gpu needs an index or a UUID, e.g. --gpu 0 or --gpu 0,3.")
-            if not part.isdigit() and not part.lower().startswith(("gpu-", "mig-")):
-                raise UsageError(f"--gpu {part!r} is neither a GPU index nor a UUID (GPU-...).")
-            out.append(part)
-    return out
-
-
 # -- commands ---------------------------------------------------------------------
 
 
-def _poll_once(ctx: Context, observe: float = 0.0):
+def _poll_once(ctx: Context, observe: float = 0.0) -> Snapshot:
     """Open the machine, apply --gpu, poll (for `observe` seconds), return the last snapshot."""
     import time
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import socket
 
-from gputui.cli import EXIT_NO, EXIT_OK, EXIT_USAGE, UsageError
+from gputui.context import EXIT_NO, EXIT_OK, EXIT_USAGE, UsageError
 from gputui.core import checks as C
 from gputui.core import doctor as probes
 from gputui.core.model import Snapshot

@@ -28,7 +28,7 @@ from gputui.actions.kill import (
     read_only_plan,
     signal_name,
 )
-from gputui.cli import EXIT_NO, EXIT_OK, UsageError, _seconds
+from gputui.context import EXIT_NO, EXIT_OK, UsageError, seconds_arg
 from gputui.commands.prompt import ask, interactive
 
 
@@ -61,7 +61,7 @@ def add_parser(sub, common):
     p.add_argument("pids", nargs="+", type=_pid, metavar="PID", help="process IDs as NVML and gputui show them")
     p.add_argument("--signal", "-s", type=_signal, default="TERM", metavar="TERM|INT|KILL",
                    help="the signal to send (default TERM)")
-    p.add_argument("--timeout", type=_seconds, default=10.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=seconds_arg, default=10.0, metavar="SECONDS",
                    help="how long to wait for each process to exit (default 10)")
     p.add_argument("--escalate", action="store_true",
                    help="send SIGKILL to processes still running when the timeout expires")

@@ -28,7 +28,7 @@ from gputui.actions.migrate import (
     engine_for,
     leftover_backups,
 )
-from gputui.cli import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, UsageError, _seconds
+from gputui.context import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, UsageError, seconds_arg
 from gputui.commands.prompt import ask, interactive
 
 
@@ -51,7 +51,7 @@ def add_parser(sub, common):
     p.add_argument("--dry-run", action="store_true", help="print the plan and the configuration change only")
     p.add_argument("--yes", "-y", action="store_true",
                    help="do not ask for confirmation (required when stdin is not a terminal)")
-    p.add_argument("--timeout", type=_seconds, default=5.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=seconds_arg, default=5.0, metavar="SECONDS",
                    help="how long the new container must stay running before the old one is removed (default 5)")
     p.add_argument("--force", action="store_true",
                    help="move even if the target GPU lacks the free memory the container has used")

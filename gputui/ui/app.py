@@ -393,7 +393,7 @@ def run_app(ctx) -> int:
     Errors that stop the dashboard from starting (no driver, a bad --gpu, an
     unknown theme) are raised as the CLI's exceptions, which print one sentence.
     """
-    from gputui.cli import UsageError
+    from gputui.context import UsageError
 
     machine = ctx.open_machine()
     try:

@@ -1,0 +1,121 @@
+"""What every face of gputui shares below the command line: exit codes, ``UsageError``,
+the subcommand ``Context`` and the argparse validators more than one command uses.
+
+``cli.py`` builds the parser and dispatches; ``commands/`` and ``ui/`` import this module,
+never ``cli.py``, so the layers stay core < actions < context < commands | ui < cli.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, TextIO
+
+from gputui.core.config import MIN_INTERVAL, Settings
+
+if TYPE_CHECKING:
+    from gputui.core.machine import Machine
+    from gputui.core.model import Gpu, Snapshot
+    from gputui.core.poller import Poller
+
+EXIT_OK, EXIT_NO, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """Bad input from the user; exit 2 with this sentence."""
+
+
+# -- argparse validators shared by several commands -----------------------------------
+
+
+def interval_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"interval must be a number of seconds, not {text!r}") from None
+    if value < MIN_INTERVAL:
+        raise argparse.ArgumentTypeError(f"interval must be at least {MIN_INTERVAL} seconds")
+    return value
+
+
+def seconds_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, not {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("a duration cannot be negative")
+    return value
+
+
+def parse_gpu_list(values: list[str] | None) -> list[str]:
+    out: list[str] = []
+    for value in values or []:
+        for part in value.split(","):
+            part = part.strip()
+            if not part:
+                raise UsageError("--gpu needs an index or a UUID, e.g. --gpu 0 or --gpu 0,3.")
+            if not part.isdigit() and not part.lower().startswith(("gpu-", "mig-")):
+                raise UsageError(f"--gpu {part!r} is neither a GPU index nor a UUID (GPU-...).")
+            out.append(part)
+    return out
+
+
+# -- context ------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    """What a subcommand needs: settings, output streams and a way to open the machine."""
+
+    args: argparse.Namespace
+    settings: Settings
+    stdout: TextIO = field(default_factory=lambda: sys.stdout)
+    stderr: TextIO = field(default_factory=lambda: sys.stderr)
+    demo_clock: Callable[[], float] | None = None
+
+    @property
+    def demo(self) -> bool:
+        return bool(getattr(self.args, "demo", False))
+
+    def open_machine(self, docker: bool | None = None) -> Machine:
+        from gputui.core.machine import open_machine
+
+        use_docker = not getattr(self.args, "no_docker", False) if docker is None else docker
+        return open_machine(demo=self.demo, docker=use_docker, demo_clock=self.demo_clock, settings=self.settings)
+
+    def gpu_filter(self, gpus: Sequence[Gpu]) -> Callable[[Gpu], bool] | None:
+        """A predicate for --gpu, validated against the GPUs present. Raises UsageError."""
+        wanted = parse_gpu_list(getattr(self.args, "gpu", None))
+        if not wanted:
+            return None
+        indices: set[int] = set()
+        for item in wanted:
+            match = [g for g in gpus if str(g.index) == item or g.uuid.lower() == item.lower()
+                     or (item.lower().startswith("gpu-") and g.uuid.lower().startswith(item.lower()))]
+            if not match:
+                present = ", ".join(str(g.index) for g in gpus) or "none"
+                raise UsageError(f"There is no GPU {item!r} on this machine (GPUs present: {present}).")
+            indices.update(g.index for g in match)
+        return lambda g: g.index in indices
+
+    def start_polling(
+        self, machine: Machine, container_wait: float | None = None
+    ) -> tuple[Poller, Snapshot, tuple[Gpu, ...]]:
+        """A poller for ``machine`` with --gpu applied, its first snapshot (filtered), and
+        every GPU that poll saw. --gpu is validated against the machine's real GPUs
+        without a second NVML read. Raises UsageError for a GPU that is not there."""
+        wait = min(3.0, self.settings.docker_timeout) if container_wait is None else container_wait
+        poller = machine.poller(self.settings, container_wait=wait)
+        snap = poller.poll()
+        all_gpus = snap.gpus
+        try:
+            poller.gpu_filter = self.gpu_filter(all_gpus)
+        except UsageError:
+            poller.close()
+            raise
+        if poller.gpu_filter is not None:
+            snap = replace(snap, gpus=tuple(g for g in all_gpus if poller.gpu_filter(g)))
+        return poller, snap, all_gpus
