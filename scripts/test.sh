@@ -15,7 +15,7 @@ if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null;
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import gputui, pytest, pytest_asyncio" 2>/dev/null; then
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import gputui, pytest, pytest_asyncio, mypy, ruff, importlinter" 2>/dev/null; then
   bash scripts/install-dev.sh
 fi
 exec .venv/bin/python -m pytest -q "$@"
