@@ -56,7 +56,8 @@ def _ensure_project_python() -> None:
         venv_python = REPO / ".venv" / "bin" / "python"
         if venv_python.exists() and Path(sys.executable).resolve() != venv_python.resolve():
             os.execv(str(venv_python), [str(venv_python), *sys.argv])
-        sys.exit("benchmarks: gputui is not importable; run with the project's venv: .venv/bin/python benchmarks/run.py")
+        sys.exit("benchmarks: gputui is not importable; "
+                 "run with the project's venv: .venv/bin/python benchmarks/run.py")
 
 
 def nvitop_executable(install: bool) -> Path | None:
@@ -113,7 +114,7 @@ class Sleepers:
             p.wait()
         self.procs.clear()
 
-    def __enter__(self) -> "Sleepers":
+    def __enter__(self) -> Sleepers:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -277,7 +278,7 @@ def print_table(results: dict[str, Any]) -> None:
     for label, r in results["configs"].items():
         s = r["one_shot"]
 
-        def cell(name: str) -> str:
+        def cell(name: str, s: dict[str, Any] = s) -> str:
             if name not in s:
                 return "n/a"
             return f"{s[name]['wall_median_ms']:.0f} / {s[name]['cpu_median_ms']:.0f}"
@@ -294,7 +295,7 @@ def print_table(results: dict[str, Any]) -> None:
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(hdr))]
     for k, row in enumerate(rows):
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
         if k == 1:
             print("  ".join("-" * w for w in widths))
     print()

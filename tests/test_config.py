@@ -47,8 +47,9 @@ def test_flags_override_file(tmp_path):
     assert s.interval == 0.5 and s.theme == Settings().theme
 
 
-@pytest.mark.parametrize("text, value", [("24G", 24 * 1024**3), ("512MiB", 512 * 1024**2), ("1.5GB", int(1.5 * 1024**3)),
-                                         ("1048576", 1048576), (" 2 gib ", 2 * 1024**3)])
+@pytest.mark.parametrize("text, value", [("24G", 24 * 1024**3), ("512MiB", 512 * 1024**2),
+                                         ("1.5GB", int(1.5 * 1024**3)), ("1048576", 1048576),
+                                         (" 2 gib ", 2 * 1024**3)])
 def test_parse_size(text, value):
     assert parse_size(text) == value
 

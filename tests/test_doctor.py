@@ -176,7 +176,8 @@ def test_no_nvidia_toolkit_fails_both_runtime_and_gpus():
 
 def test_default_runtime_nvidia_warns_about_every_gpu():
     checks = _by_name(C.check_docker(replace(DOCKER, default_runtime="nvidia")))
-    assert checks["nvidia-runtime"].status == "warn" and "NVIDIA_VISIBLE_DEVICES=all" in checks["nvidia-runtime"].message
+    runtime = checks["nvidia-runtime"]
+    assert runtime.status == "warn" and "NVIDIA_VISIBLE_DEVICES=all" in runtime.message
 
 
 def test_hook_installed_after_dockerd_started_warns():

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require
-from tests.fakenvml.scenario import GiB, FakeNvml, gpu, process, scenario
+from tests.fakenvml.scenario import FakeNvml, GiB, gpu, process, scenario
 from tests.fixtures.unprivileged import readable_pythonpath
 
 REPO = Path(__file__).resolve().parent.parent
@@ -177,7 +177,8 @@ def test_docker_with_the_nvidia_hook_and_container_findings(fake_nvml, docker_cl
     by = checks_of(doc)
     assert rc == 0, [c for c in doc["checks"] if c["status"] == "fail"]
     assert by["docker-socket"]["status"] == "pass" and d.host.removeprefix("unix://") in by["docker-socket"]["message"]
-    assert by["docker-daemon"]["message"].startswith("Docker Engine 20.10") or "answers" in by["docker-daemon"]["message"]
+    daemon = by["docker-daemon"]["message"]
+    assert daemon.startswith("Docker Engine 20.10") or "answers" in daemon
     assert by["nvidia-runtime"]["status"] == "pass" and "nvidia" in by["nvidia-runtime"]["message"]
     assert by["docker-gpus"]["status"] == "pass"
     assert str(d.bin / "nvidia-container-runtime-hook") in by["docker-gpus"]["message"]

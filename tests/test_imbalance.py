@@ -85,7 +85,7 @@ def test_hovering_near_the_threshold_neither_flickers_on_nor_off():
 
     snaps = feed.run(300, hover)
     f = flags(snaps)
-    transitions = sum(1 for a, b in zip(f, f[1:]) if a != b)
+    transitions = sum(1 for a, b in zip(f, f[1:], strict=False) if a != b)
     assert transitions <= 1
 
 

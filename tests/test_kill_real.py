@@ -27,7 +27,7 @@ from gputui.core.machine import Machine
 from gputui.core.model import Snapshot
 from gputui.core.processes import HostProcessSource
 from tests.conftest import require
-from tests.fakenvml.scenario import GiB, FakeNvml, gpu, process, scenario
+from tests.fakenvml.scenario import FakeNvml, GiB, gpu, process, scenario
 from tests.fixtures.unprivileged import readable_pythonpath
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.fakenvml.scenario import GiB, MiB, FakeNvml, fake_uuid, gpu, process, scenario
+from tests.fakenvml.scenario import FakeNvml, GiB, MiB, fake_uuid, gpu, process, scenario
 
 pytestmark = pytest.mark.integration
 

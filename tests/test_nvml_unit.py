@@ -37,7 +37,8 @@ def test_cuda_version_as_nvidia_smi_prints_it() -> None:
 
 
 def test_importing_the_nvml_module_does_not_load_pynvml() -> None:
-    code = "import sys, gputui.core.nvml, gputui.core.processes; print('pynvml' in sys.modules, 'psutil' in sys.modules)"
+    code = ("import sys, gputui.core.nvml, gputui.core.processes; "
+            "print('pynvml' in sys.modules, 'psutil' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
 

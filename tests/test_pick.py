@@ -9,7 +9,8 @@ import pytest
 
 from gputui.core.history import History
 from gputui.core.judges.placement import format_pick, gpu_loads, pick, reservations
-from tests.fakenvml.scenario import GiB, fake_uuid, gpu as fake_gpu, process, scenario
+from tests.fakenvml.scenario import GiB, fake_uuid, process, scenario
+from tests.fakenvml.scenario import gpu as fake_gpu
 from tests.fixtures.synthetic import T0, container, gpu, snapshot, uuid
 
 

@@ -703,8 +703,8 @@ async def test_gpu_flag_shows_only_those_gpus():
 
 
 async def test_an_interrupted_migration_journal_is_reported_at_start_until_recovered(isolated_xdg, monkeypatch):
-    from gputui.actions.journal import Journal, pending_journals
     import gputui.ui.app as app_module
+    from gputui.actions.journal import Journal, pending_journals
 
     # What a gputui killed between two migration steps leaves: a journal nobody holds.
     journal = Journal.create("migrate", "trainer", {"summary": "trainer: GPU 0 -> GPU 2"})

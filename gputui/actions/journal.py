@@ -98,7 +98,7 @@ class Journal:
         self._fd: int | None = lock_fd
 
     @classmethod
-    def create(cls, action: str, subject: str, data: dict[str, Any]) -> "Journal":
+    def create(cls, action: str, subject: str, data: dict[str, Any]) -> Journal:
         directory = journal_dir()
         stamp = time.strftime("%Y%m%dT%H%M%S")
         path = directory / f"{action}-{stamp}-{_slug(subject)}-{uuid.uuid4().hex[:6]}.json"
@@ -119,7 +119,7 @@ class Journal:
         return cls(path, full, fd)
 
     @classmethod
-    def take(cls, pending: PendingJournal) -> "Journal":
+    def take(cls, pending: PendingJournal) -> Journal:
         """Lock an interrupted journal to finish or undo it (``--recover``)."""
         try:
             fd = os.open(pending.path, os.O_RDWR)

@@ -29,8 +29,9 @@ import os
 import select
 import signal as _signal
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gputui.core.model import ContainerRecord, ContainerRef, Finding, GpuReading, ProcessFacts, Snapshot
 from gputui.core.units import fmt_bytes
@@ -260,7 +261,7 @@ class HostBackend:
 
     simulated = False
 
-    def __init__(self, machine: "Machine", docker_client: Callable[[], Any] | None = None,
+    def __init__(self, machine: Machine, docker_client: Callable[[], Any] | None = None,
                  docker_timeout: float = 10.0) -> None:
         from gputui.core.processes import HostProcessSource
 
@@ -441,7 +442,7 @@ class DemoBackend:
 
     simulated = True
 
-    def __init__(self, machine: "Machine") -> None:
+    def __init__(self, machine: Machine) -> None:
         assert machine.demo is not None
         self.machine = machine
         self.demo = machine.demo
@@ -501,7 +502,7 @@ class DemoBackend:
         pass
 
 
-def backend_for(machine: "Machine", docker_timeout: float = 10.0) -> KillBackend:
+def backend_for(machine: Machine, docker_timeout: float = 10.0) -> KillBackend:
     """The backend that matches how the machine was opened (demo or real)."""
     if machine.demo is not None:
         return DemoBackend(machine)
@@ -750,7 +751,8 @@ def execute_kill(plan: KillPlan, backend: KillBackend, before: Snapshot,
             backend.stop_container(t.container.id, plan.timeout, kill=sig_name == "KILL")
             how = "killed" if sig_name == "KILL" else "stopped"
             outcomes[t.pid] = Outcome(t.pid, "stopped", f"Container {name} {how} through Docker (its main process "
-                                      f"was PID {t.pid}).", t, ("docker-kill" if sig_name == "KILL" else "docker-stop",))
+                                      f"was PID {t.pid}).", t,
+                                      ("docker-kill" if sig_name == "KILL" else "docker-stop",))
         except Exception as exc:
             outcomes[t.pid] = Outcome(t.pid, "failed", f"Docker could not stop container {name}: "
                                       f"{_docker_error(exc)}.", t)

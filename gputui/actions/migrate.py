@@ -38,8 +38,9 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gputui.actions.journal import Journal, JournalError, PendingJournal, pending_journals
 from gputui.core.docker_source import is_gpu_request
@@ -935,7 +936,7 @@ class MigrationHooks:
     to fail create, start or verify, or to kill the process between two steps.
     """
 
-    def before(self, step: str, run: "MigrationRun") -> None:
+    def before(self, step: str, run: MigrationRun) -> None:
         return None
 
 
@@ -1336,7 +1337,8 @@ class DockerMigrationEngine:
                     raise RuntimeError(f"{name} does not stay running")
         except (docker.errors.DockerException, RuntimeError, KeyError) as exc:
             journal.release()
-            message = f"Could not recover the interrupted migration of {name}: {_err(exc)}; the journal is kept at {pending.path}."
+            message = (f"Could not recover the interrupted migration of {name}: {_err(exc)}; "
+                       f"the journal is kept at {pending.path}.")
             _audit("failed", None, container=name, container_id=orig_id, recovered=True, error=_err(exc))
             return MigrationResult(False, "failed", message, journal=str(pending.path))
         journal.finish()
@@ -1388,7 +1390,7 @@ def verify_container(api: Any, cid: str, plan: MigrationPlan, timeout: float, in
 # -- the demo engine ------------------------------------------------------------------
 
 
-def demo_attrs(sim: "DemoMachine", name_or_id: str) -> dict[str, Any]:
+def demo_attrs(sim: DemoMachine, name_or_id: str) -> dict[str, Any]:
     """Inspect-shaped data for a simulated container, so the demo runs the real planner."""
     c = sim.container_by_name(name_or_id)
     if c is None:
@@ -1432,7 +1434,7 @@ class DemoMigrationEngine:
 
     demo = True
 
-    def __init__(self, sim: "DemoMachine", read_only: bool = False, step_delay: float = 0.05,
+    def __init__(self, sim: DemoMachine, read_only: bool = False, step_delay: float = 0.05,
                  hooks: MigrationHooks | None = None) -> None:
         self.sim = sim
         self.read_only = read_only
@@ -1510,7 +1512,7 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
-def engine_for(machine: "Machine", settings: "Settings", hooks: MigrationHooks | None = None,
+def engine_for(machine: Machine, settings: Settings, hooks: MigrationHooks | None = None,
                client: Any = None) -> MigrationEngine:
     """The demo engine on the simulated server, the Docker engine otherwise."""
     if machine.demo is not None:

@@ -28,8 +28,8 @@ from gputui.actions.kill import (
     read_only_plan,
     signal_name,
 )
-from gputui.context import EXIT_NO, EXIT_OK, UsageError, seconds_arg
 from gputui.commands.prompt import ask, interactive
+from gputui.context import EXIT_NO, EXIT_OK, UsageError, seconds_arg
 
 
 def _pid(text: str) -> int:

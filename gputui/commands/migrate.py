@@ -28,8 +28,8 @@ from gputui.actions.migrate import (
     engine_for,
     leftover_backups,
 )
-from gputui.context import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, UsageError, seconds_arg
 from gputui.commands.prompt import ask, interactive
+from gputui.context import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, UsageError, seconds_arg
 
 
 def add_parser(sub, common):

@@ -6,7 +6,8 @@ encodes the container id in one path component, each in its own spelling:
 
 =============================  ==============================================================
 Docker, cgroupfs driver        ``/docker/<id>``
-Docker, systemd driver         ``/system.slice/docker-<id>.scope`` (rootless: ``…/user@1000.service/…/docker-<id>.scope``)
+Docker, systemd driver         ``/system.slice/docker-<id>.scope``
+                               (rootless: ``…/user@1000.service/…/docker-<id>.scope``)
 docker-in-docker               ``/docker/<outer>/docker/<inner>``: the *outermost* id is the host's container
 Podman                         ``/machine.slice/libpod-<id>.scope[/container]``; ``libpod-conmon-<id>`` is its monitor
 containerd CRI (Kubernetes)    ``/kubepods.slice/…-pod<uid_with_underscores>.slice/cri-containerd-<id>.scope``
@@ -34,8 +35,8 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 #: A pod UID as the kubelet writes it in cgroup names: a UUID with '-' or '_' separators,

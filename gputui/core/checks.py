@@ -280,7 +280,8 @@ def check_gpu_models(f: NvmlFacts) -> list[Check]:
         parts = ", ".join(f"{addr} ({drv or 'no driver'})" for addr, drv in f.foreign_bound)
         out.append(_warn(
             "gpu-drivers",
-            f"{plural(len(f.foreign_bound), 'NVIDIA GPU')} on the PCI bus {'is' if len(f.foreign_bound) == 1 else 'are'}"
+            f"{plural(len(f.foreign_bound), 'NVIDIA GPU')} on the PCI bus "
+            f"{'is' if len(f.foreign_bound) == 1 else 'are'}"
             f" not bound to the nvidia driver and invisible to NVML: {parts}.",
             "If they should be usable, unbind them from that driver (e.g. vfio-pci for passthrough, nouveau "
             "blacklisted with `modprobe.blacklist=nouveau`) and reboot."))

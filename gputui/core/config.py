@@ -14,7 +14,6 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-
 MIN_INTERVAL = 0.25
 GIB = 1024**3
 
@@ -58,7 +57,7 @@ class Settings:
     #: a memory-full alert clears this many points below memory_full
     memory_hysteresis: float = 5.0
 
-    def with_overrides(self, **overrides: Any) -> "Settings":
+    def with_overrides(self, **overrides: Any) -> Settings:
         clean = {k: v for k, v in overrides.items() if v is not None}
         return replace(self, **clean)
 

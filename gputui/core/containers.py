@@ -33,12 +33,12 @@ without findings, since their grant is unknown.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from gputui.core.config import Settings
 from gputui.core.history import History
-from gputui.core.model import Container, ContainerRecord, ContainerRef, Finding, Gpu, Process, match_uuid
 from gputui.core.judges.text import duration, gpus_phrase
+from gputui.core.model import Container, ContainerRecord, ContainerRef, Finding, Gpu, Process, match_uuid
 
 #: A container younger than this (seconds) is not judged for idle grants yet.
 IDLE_GRACE = 60.0
@@ -258,7 +258,8 @@ def _idle_grant(r: ContainerRecord, granted: tuple[int, ...], used_now: tuple[in
         return f"{held} but ran nothing there during the last {duration(window)}."
     if observed <= 0:
         return f"{held} but runs nothing there (one sample so far; the idle window is {duration(window)})."
-    return f"{held} but ran nothing there in the {duration(observed)} watched so far (the idle window is {duration(window)})."
+    return (f"{held} but ran nothing there in the {duration(observed)} watched so far "
+            f"(the idle window is {duration(window)}).")
 
 
 # -- wording ----------------------------------------------------------------------

@@ -24,8 +24,8 @@ import hashlib
 import math
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from gputui.core.model import (
     ContainerInventory,
@@ -202,7 +202,7 @@ class DemoMachine:
                 pstate=0 if util > 5 else 7 if not plist else 0, throttle_reasons=throttle, ecc_errors=0,
                 persistence_mode=True, minor_number=i,
             ))
-            raw[i] = tuple(RawProcess(p.pid, p.ptype, p.memory, s) for p, s in zip(plist, sms))  # type: ignore[arg-type]
+            raw[i] = tuple(RawProcess(p.pid, p.ptype, p.memory, s) for p, s in zip(plist, sms, strict=True))  # type: ignore[arg-type]
         return GpuReading(self.driver_version, self.cuda_driver_version, tuple(gpus), raw, nvml_version="12.550.127.05")
 
     def close(self) -> None:

@@ -33,9 +33,10 @@ import re
 import shutil
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from gputui.core.model import ContainerInventory, ContainerRecord, GpuGrant, GrantSource
 from gputui.core.sources import SourceUnavailable

@@ -18,8 +18,9 @@ import re
 import socket
 import stat
 import struct
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from gputui.core.checks import ContainerEnvFacts, ContainerFinding, DeviceFacts, DeviceNode, DockerFacts
 from gputui.core.model import Snapshot

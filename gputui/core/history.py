@@ -8,8 +8,8 @@ under it.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from gputui.core.model import Snapshot
 

@@ -6,8 +6,9 @@ actions) receives a :class:`Machine` and runs the same code either way.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from gputui.core.config import Settings
 from gputui.core.model import Gpu
@@ -24,7 +25,7 @@ class Machine:
     processes: ProcessSource
     containers: ContainerSource | None
     #: The simulated server, when running --demo (actions act on it instead of Docker/signals).
-    demo: "DemoMachine | None" = None
+    demo: DemoMachine | None = None
 
     def poller(self, settings: Settings, gpu_filter: Callable[[Gpu], bool] | None = None,
                container_wait: float = 0.0, clock: Callable[[], float] | None = None) -> Poller:

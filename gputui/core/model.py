@@ -9,9 +9,10 @@ it is never replaced by a made-up number.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
-from typing import Any, Iterable, Literal, Union
+from typing import Any, Literal
 
 ProcessType = Literal["compute", "graphics", "compute+graphics"]
 Runtime = Literal["docker", "podman", "kubernetes", "other"]
@@ -19,7 +20,7 @@ GrantSource = Literal["device_request", "nvidia_runtime_env", "cdi", "devices", 
 Severity = Literal["warning", "critical"]
 
 #: A container's GPU grant: a tuple of GPU UUIDs, or the string "all".
-GpuGrant = Union[tuple[str, ...], Literal["all"]]
+GpuGrant = tuple[str, ...] | Literal["all"]
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,9 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
 from gputui.core.sources import NvmlUnavailable

@@ -13,9 +13,9 @@ import functools
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Callable
 
 from gputui.core import cgroups
 from gputui.core.config import Settings

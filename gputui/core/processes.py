@@ -59,7 +59,7 @@ from __future__ import annotations
 import os
 import pwd
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from gputui.core.model import ProcessFacts
 

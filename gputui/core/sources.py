@@ -9,7 +9,8 @@ plug into :class:`gputui.core.poller.Poller` through these protocols.
 
 from __future__ import annotations
 
-from typing import Iterable, Protocol, runtime_checkable
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
 
 from gputui.core.model import ContainerInventory, GpuReading, ProcessFacts
 

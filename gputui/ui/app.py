@@ -74,7 +74,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -113,7 +114,7 @@ class GpuTuiApp(App[int]):
 
     def __init__(
         self,
-        machine: "Machine",
+        machine: Machine,
         settings: Settings,
         poller: Poller,
         *,
@@ -367,7 +368,7 @@ def describe_error(exc: BaseException) -> str:
 
 
 def make_app(
-    machine: "Machine",
+    machine: Machine,
     settings: Settings,
     gpu_filter: Callable[[Gpu], bool] | None = None,
     clock: Callable[[], float] | None = None,

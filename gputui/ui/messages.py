@@ -7,7 +7,7 @@ immutable data only, so nothing is shared between the threads.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from textual.message import Message
 

@@ -9,8 +9,8 @@ instead of plotext's white canvas.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Sequence
 
 from rich.style import Style
 from rich.text import Text
@@ -89,7 +89,7 @@ def plot_text(
 
     if width < 20 or height < 6:
         return Text(title, style=label_style)
-    points = [(t, v) for t, v in zip(times, values) if v is not None]
+    points = [(t, v) for t, v in zip(times, values, strict=False) if v is not None]
     end = now if now is not None else (times[-1] if times else 0.0)
     span = window if window is not None else (end - times[0] if times else 60.0)
     span = max(60.0, span)

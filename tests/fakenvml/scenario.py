@@ -53,8 +53,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fakenvml.c"
@@ -420,7 +421,7 @@ class FakeNvml:
             raise AssertionError(f"gputui snapshot exited {res.returncode}: {res.stderr.strip()}")
         return json.loads(res.stdout)
 
-    def probe(self, env_extra: Mapping[str, str] | None = None) -> "Probe":
+    def probe(self, env_extra: Mapping[str, str] | None = None) -> Probe:
         """A child process running tests/fakenvml/probe.py against this fake (use as a context manager)."""
         env = self.env()
         env.setdefault("PYTHONPATH", str(REPO_ROOT))
@@ -460,7 +461,7 @@ class Probe:
             if stream is not None:
                 stream.close()
 
-    def __enter__(self) -> "Probe":
+    def __enter__(self) -> Probe:
         return self
 
     def __exit__(self, *exc: object) -> None:

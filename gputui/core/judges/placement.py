@@ -21,8 +21,8 @@ their load. Lost GPUs are never proposed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from gputui.core.history import History
 from gputui.core.judges.text import gib, gpus_phrase, index_ranges, over, plural

@@ -11,7 +11,7 @@ read-only mode (the footer then shows them greyed, and the status line says why)
 from __future__ import annotations
 
 import importlib
-from typing import Iterable
+from collections.abc import Iterable
 
 from textual import on
 from textual.app import ComposeResult, SystemCommand
@@ -20,9 +20,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 
 from gputui.core.model import Process, Snapshot
+from gputui.ui.widgets.banner import SuggestionBanner
 from gputui.ui.widgets.gpu_panel import GpuPanel
 from gputui.ui.widgets.process_table import COLUMNS, ProcessHeader, ProcessTable
-from gputui.ui.widgets.banner import SuggestionBanner
 from gputui.ui.widgets.status import ImbalanceBanner, PollStatus, SelectionBar, StatusLine
 
 #: Lines taken by the one-line bars around the panel and the table (status,

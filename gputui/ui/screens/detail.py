@@ -8,8 +8,8 @@ a new sample arrived or the plot was resized.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Iterable, Sequence
 
 from rich.table import Table
 from rich.text import Text
@@ -239,5 +239,6 @@ class GpuDetailScreen(Screen):
         for p in sorted(gpu.processes, key=lambda p: -(p.gpu_memory or 0)):
             who = f"{p.user or '?'}"
             where = f" [{p.container.label}]" if p.container else ""
-            table.add_row(f"{p.pid}", f"{who} {fmt.size(p.gpu_memory)} SM {fmt.NA if p.sm_utilization is None else p.sm_utilization}%{where} {p.command or ''}")
+            sm = fmt.NA if p.sm_utilization is None else p.sm_utilization
+            table.add_row(f"{p.pid}", f"{who} {fmt.size(p.gpu_memory)} SM {sm}%{where} {p.command or ''}")
         return table

@@ -15,7 +15,7 @@ escalate to SIGKILL after the timeout, ``n`` or ``escape`` cancel.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from textual import on, work
 from textual.app import ComposeResult

@@ -15,8 +15,9 @@ auto → cards → compact.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence
+from typing import Literal
 
 from rich.segment import Segment
 from rich.style import Style
@@ -31,7 +32,7 @@ from gputui.core.config import Settings
 from gputui.core.history import GpuSample
 from gputui.core.model import THERMAL_OR_POWER, Gpu, Snapshot
 from gputui.ui import format as fmt
-from gputui.ui.widgets.lines import CachedStyles, LineBuilder, component_style, level_code, sparkline
+from gputui.ui.widgets.lines import LineBuilder, component_style, level_code, sparkline
 
 Mode = Literal["cards", "compact"]
 ModeChoice = Literal["auto", "cards", "compact"]
@@ -307,7 +308,8 @@ class GpuPanel(ScrollView, can_focus=True):
     # -- drawing --------------------------------------------------------------
     def _compute_lines(self, width: int) -> list[Strip]:
         if not self.views:
-            return [LineBuilder().add("  waiting for the first poll…", self._style("dim")).strip(width).apply_style(self.rich_style)]
+            waiting = LineBuilder().add("  waiting for the first poll…", self._style("dim")).strip(width)
+            return [waiting.apply_style(self.rich_style)]
         if self.mode == "cards":
             return self._card_lines(width)
         return [self._compact_line(v, width) for v in self.views]
@@ -326,7 +328,7 @@ class GpuPanel(ScrollView, can_focus=True):
             self.refresh()
             return
         top = int(self.scroll_offset.y)
-        for y, (a, b) in enumerate(zip(old, lines)):
+        for y, (a, b) in enumerate(zip(old, lines, strict=True)):
             if a is not b:
                 self.refresh(Region(0, y - top, width, 1))
 
@@ -344,7 +346,7 @@ class GpuPanel(ScrollView, can_focus=True):
                 # Same card strips (by identity) as last time: the same joined line, so
                 # the panel does not repaint it.
                 if cached is not None and len(cached[0]) == len(parts) and all(
-                        a is b for a, b in zip(cached[0], parts)) and cached[1].cell_length == width:
+                        a is b for a, b in zip(cached[0], parts, strict=True)) and cached[1].cell_length == width:
                     out.append(cached[1])
                     continue
                 pieces: list[Strip] = []
@@ -543,7 +545,8 @@ class GpuPanel(ScrollView, can_focus=True):
         selected = g.index == self.selected and self.has_focus
         base = s("compact-selected") if selected else Style()
         line = LineBuilder()
-        idx_style = self._style("lost") if g.lost else (s("border-filtered") if g.index == self.filtered else s("title"))
+        idx_style = (self._style("lost") if g.lost
+                     else s("border-filtered") if g.index == self.filtered else s("title"))
         line.add(f"{g.index:>2} ", idx_style + (Style(reverse=True) if selected else Style()))
         if g.lost:
             line.add("LOST  NVML no longer answers for this GPU (fallen off the bus?)", s("lost"))

@@ -8,7 +8,7 @@ the project notes). These helpers keep that drawing code short.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
@@ -29,13 +29,13 @@ class LineBuilder:
         self.segments: list[Segment] = []
         self.width = 0
 
-    def add(self, text: str, style: Style | None = None) -> "LineBuilder":
+    def add(self, text: str, style: Style | None = None) -> LineBuilder:
         if text:
             self.segments.append(Segment(text, style))
             self.width += cell_len(text)
         return self
 
-    def add_fit(self, text: str, width: int, style: Style | None = None, right: bool = False) -> "LineBuilder":
+    def add_fit(self, text: str, width: int, style: Style | None = None, right: bool = False) -> LineBuilder:
         """Add ``text`` cut or padded to exactly ``width`` cells (CJK-safe)."""
         if width <= 0:
             return self
@@ -49,12 +49,12 @@ class LineBuilder:
         self.width += width
         return self
 
-    def extend(self, segments: Sequence[Segment], width: int) -> "LineBuilder":
+    def extend(self, segments: Sequence[Segment], width: int) -> LineBuilder:
         self.segments.extend(segments)
         self.width += width
         return self
 
-    def pad_to(self, width: int, style: Style | None = None) -> "LineBuilder":
+    def pad_to(self, width: int, style: Style | None = None) -> LineBuilder:
         if width > self.width:
             self.add(" " * (width - self.width), style)
         return self

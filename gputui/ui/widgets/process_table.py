@@ -15,8 +15,8 @@ would leave the view.
 from __future__ import annotations
 
 import zlib
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from rich.style import Style
@@ -568,7 +568,8 @@ class ProcessTable(ScrollView, can_focus=True):
     def _empty_line(self, width: int) -> Strip:
         if self.snapshot is None:
             text = "  waiting for the first poll…"
-        elif self._all and self.gpu_only is not None and not any(p.gpu_index == self.gpu_only for p in self._all.values()):
+        elif (self._all and self.gpu_only is not None
+              and not any(p.gpu_index == self.gpu_only for p in self._all.values())):
             text = f"  Nobody is on GPU {self.gpu_only}. Press a to show all GPUs."
         elif self._all:
             text = f"  No process matches “{self.text_filter}”. Press Escape to clear the filter."
