@@ -244,6 +244,9 @@ class KillBackend(Protocol):
 
     def read_gpus(self) -> GpuReading: ...
 
+    def close(self) -> None:
+        """Release what the backend opened (Docker client, NVML)."""
+
 
 @dataclass
 class _Pinned:
@@ -574,18 +577,19 @@ def plan_kill(
             f = backend.facts(pid)
             target = KillTarget(pid=pid, create_time=f.create_time, user=f.user, uid=f.uid, command=f.command,
                                 status=f.status)
-        if target.container is not None and target.container.runtime == "docker":
-            record, error = backend.container_record(target.container.id)
+        container = target.container
+        if container is not None and container.runtime == "docker":
+            record, error = backend.container_record(container.id)
             if record is not None and record.main_pid == pid:
                 if error is not None:
                     refusals.append(Refusal(pid, (
-                        f"PID {pid} is the main process of container {target.container.label}, which must be "
+                        f"PID {pid} is the main process of container {container.label}, which must be "
                         f"stopped through Docker, but Docker is not reachable: {error}.")))
                     continue
                 target = replace(target, container_main=True, restart_policy=record.restart_policy)
             elif record is None and error is not None and backend.is_container_init(pid):
                 refusals.append(Refusal(pid, (
-                    f"PID {pid} runs in container {target.container.label} and may be its main process, which must "
+                    f"PID {pid} runs in container {container.label} and may be its main process, which must "
                     f"be stopped through Docker, but Docker is not reachable: {error}.")))
                 continue
         targets.append(target)
@@ -731,7 +735,7 @@ def audit_refusals(refusals: Iterable[Refusal]) -> list[str]:
 
 
 def execute_kill(plan: KillPlan, backend: KillBackend, before: Snapshot,
-                 progress: Callable[[str], None] | None = None) -> KillReport:
+                 progress: Callable[[str], object] | None = None) -> KillReport:
     """Signal (or stop) every target, wait, escalate if asked, re-read NVML, audit everything."""
     say = progress or (lambda _msg: None)
     sig_name = plan.signal
@@ -836,7 +840,7 @@ def execute_kill(plan: KillPlan, backend: KillBackend, before: Snapshot,
 
     ordered = tuple(outcomes[t.pid] for t in plan.targets if t.pid in outcomes)
     for o in ordered:
-        details = o.target.to_json() if o.target else {"pid": o.pid}
+        details: dict[str, Any] = o.target.to_json() if o.target else {"pid": o.pid}
         held = entries.get(o.pid)
         details.update(signal=plan.signal, signals=list(o.signals), outcome=o.result, message=o.message,
                        freed=None if held is None or nvml_note else
@@ -867,8 +871,9 @@ def _held(target: KillTarget, before: Snapshot) -> list[tuple[int, int, int | No
     return [(i, target.pid, m) for i, m in target.gpus]
 
 
-def _measure_freed(before: Snapshot, held: list[tuple[int, int, int | None]], backend: KillBackend,
-                   say: Callable[[str], None]) -> tuple[tuple[GpuFreed, ...], tuple[tuple[int, int], ...], str | None]:
+def _measure_freed(
+    before: Snapshot, held: list[tuple[int, int, int | None]], backend: KillBackend, say: Callable[[str], object]
+) -> tuple[tuple[GpuFreed, ...], tuple[tuple[int, int], ...], str | None]:
     """Per GPU: the memory the dead processes held that the driver no longer attributes to them.
 
     A real driver tears a context down shortly after its process exits, so NVML is

@@ -403,7 +403,9 @@ def _split_bind(bind: str) -> tuple[str, str, str]:
     return "", parts[0], ""
 
 
-def _create_body(attrs: dict[str, Any], image_ref: str) -> tuple[dict[str, Any], list[tuple[str, dict]], list[str]]:
+def _create_body(
+    attrs: dict[str, Any], image_ref: str
+) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], list[str]]:
     """The inspect data turned back into a create body, minus what Docker generates.
 
     Returns (body, extra network connections, human notes on what is carried over).
@@ -465,12 +467,12 @@ def _create_body(attrs: dict[str, Any], image_ref: str) -> tuple[dict[str, Any],
         hc["Links"] = [_link(link) for link in hc["Links"]]
 
     networks = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
-    connect: list[tuple[str, dict]] = []
+    connect: list[tuple[str, dict[str, Any]]] = []
     if net_mode in ("host", "none") or net_mode.startswith("container:"):
         body_net = None
     else:
         primary = "bridge" if net_mode == "default" else net_mode
-        endpoints = {}
+        endpoints: dict[str, Any] = {}
         for net, ep in networks.items():
             clean = _endpoint(ep or {}, cid)
             if net == primary or (primary not in networks and not endpoints):
@@ -912,7 +914,7 @@ class Progress:
         return f"[{mark}] {self.number}/{self.total} {self.message}"
 
 
-ProgressFn = Callable[[Progress], None]
+ProgressFn = Callable[[Progress], object]  # what it returns is ignored
 
 
 @dataclass(frozen=True)
@@ -1038,7 +1040,8 @@ class DockerMigrationEngine:
         import docker
 
         try:
-            return self.api.inspect_container(container)
+            attrs: dict[str, Any] = self.api.inspect_container(container)
+            return attrs
         except docker.errors.NotFound:
             raise MigrationNotFound(f"There is no container named {container!r}.") from None
         except docker.errors.APIError as exc:
@@ -1161,7 +1164,8 @@ class DockerMigrationEngine:
 
     def _safe_inspect(self, cid: str) -> dict[str, Any] | None:
         try:
-            return self.api.inspect_container(cid)
+            attrs: dict[str, Any] = self.api.inspect_container(cid)
+            return attrs
         except Exception:
             return None
 
@@ -1200,6 +1204,7 @@ class DockerMigrationEngine:
         self.api.start(run.new_id)
 
     def _do_verify(self, run: MigrationRun, journal: Journal, timeout: float) -> None:
+        assert run.new_id is not None, "verify follows create, which sets new_id"
         verify_container(self.api, run.new_id, run.plan, timeout, self.poll_interval, self._sleep)
         run.verified = True
 

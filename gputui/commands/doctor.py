@@ -95,7 +95,8 @@ def gather(ctx) -> C.DoctorFacts:
     env = probes.probe_container_env(snapshot)
     docker = (probes.probe_docker(timeout=ctx.settings.docker_timeout) if docker_on else C.DockerFacts(checked=False))
     if not docker_on:
-        findings, why = None, "--no-docker was given"
+        why: str | None = "--no-docker was given"
+        findings = None
     elif snapshot is None:
         findings, why = None, "NVML is not reachable, so containers could not be matched to GPUs"
     else:

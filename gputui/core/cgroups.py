@@ -38,6 +38,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from gputui.core.model import Runtime
+
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 #: A pod UID as the kubelet writes it in cgroup names: a UUID with '-' or '_' separators,
 #: or (static and mirror pods) 32 hex digits of a config hash.
@@ -54,6 +56,8 @@ _PREFIXED = (
     ("crio-", "crio"),
     ("nerdctl-", "other"),
 )
+#: The runtimes a CgroupMatch names; containerd and CRI-O containers outside Kubernetes are "other".
+_RUNTIMES: dict[str, Runtime] = {"docker": "docker", "podman": "podman"}
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ class CgroupMatch:
     by :func:`name_pod` when the kubelet's log directories tell them.
     """
 
-    runtime: str
+    runtime: Runtime
     id: str
     pod: str | None = None
     namespace: str | None = None
@@ -110,9 +114,7 @@ def parse_path(path: str) -> CgroupMatch | None:
             runtime, cid = found
             if kube or pod_uid is not None:
                 return CgroupMatch("kubernetes", cid, pod_uid=pod_uid)
-            if runtime in ("containerd", "crio"):
-                runtime = "other"
-            return CgroupMatch(runtime, cid)
+            return CgroupMatch(_RUNTIMES.get(runtime, "other"), cid)
         prev = comp
     return None
 

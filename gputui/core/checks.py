@@ -486,7 +486,7 @@ def check_docker(d: DockerFacts) -> list[Check]:
 def _version_at_least(version: str | None, wanted: tuple[int, int]) -> bool:
     """'29.2.1' >= (29, 2); an unparsable version is not assumed to be new."""
     m = re.match(r"(\d+)\.(\d+)", version or "")
-    return bool(m) and (int(m.group(1)), int(m.group(2))) >= wanted
+    return m is not None and (int(m.group(1)), int(m.group(2))) >= wanted
 
 
 # -- containers --------------------------------------------------------------------------------------

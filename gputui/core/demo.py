@@ -25,7 +25,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gputui.core.model import (
     ContainerInventory,
@@ -253,6 +253,12 @@ class DemoMachine:
                 restart_policy=c.restart_policy, labels=labels,
             ))
         return ContainerInventory(True, None, tuple(records))
+
+    def resolve(self, container_id: str) -> ContainerInventory:
+        """The simulated container with this id, as ContainerSource promises (no PID-to-container lookup
+        reaches the simulation today, but a demo machine must be a complete ContainerSource)."""
+        inv = self.inventory(self.gpu_uuids(), {})
+        return replace(inv, containers=tuple(r for r in inv.containers if r.id == container_id))
 
     # -- actions on the simulation ------------------------------------------
     def container_by_name(self, name_or_id: str) -> SimContainer | None:

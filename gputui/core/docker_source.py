@@ -106,7 +106,8 @@ def docker_client(timeout: float = 5.0, environ: Mapping[str, str] | None = None
         raise SourceUnavailable("the docker Python package is not installed (pip install docker)") from None
     env["DOCKER_HOST"] = host
     try:
-        return docker.from_env(version="auto", timeout=timeout, environment=env)
+        # docker-py hands the timeout to requests, which takes fractions of a second; its stubs say int
+        return docker.from_env(version="auto", timeout=timeout, environment=env)  # type: ignore[arg-type]
     except Exception as exc:
         raise SourceUnavailable(describe_error(exc, host, timeout)) from None
 

@@ -8,8 +8,9 @@ under it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from gputui.core.model import Snapshot
 
@@ -135,18 +136,27 @@ class History:
         """Largest total GPU memory the container's processes held at once while watched."""
         return self._peaks.get(cid, 0)
 
-    def _window(self, items: Iterable, window: float | None) -> tuple:
+    def _window(self, items: Sequence[_TimedT], window: float | None) -> tuple[_TimedT, ...]:
         return _tail(items, window, lambda s: s.t)
 
 
-def _tail(items, window: float | None, when) -> tuple:
+class _Timed(Protocol):
+    @property
+    def t(self) -> float: ...
+
+
+_TimedT = TypeVar("_TimedT", bound=_Timed)
+_T = TypeVar("_T")
+
+
+def _tail(items: Sequence[_T], window: float | None, when: Callable[[_T], float]) -> tuple[_T, ...]:
     """The samples of the last ``window`` seconds, oldest first. Samples are in time
     order, so this walks back from the newest and stops at the cutoff: a 60 s window
     of a 720-sample ring costs 60 steps, not 720 (judges ask many times a poll)."""
     if window is None or not items:
         return tuple(items)
     cutoff = when(items[-1]) - window
-    out = []
+    out: list[_T] = []
     for s in reversed(items):
         if when(s) < cutoff:
             break

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gputui.core.config import Settings
 from gputui.core.model import Gpu
@@ -29,7 +29,7 @@ class Machine:
 
     def poller(self, settings: Settings, gpu_filter: Callable[[Gpu], bool] | None = None,
                container_wait: float = 0.0, clock: Callable[[], float] | None = None) -> Poller:
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         if clock is not None:
             kwargs["clock"] = clock
         elif self.demo is not None:

@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
 from gputui.core.sources import NvmlUnavailable
@@ -53,6 +53,9 @@ SLOW_TTL = 5.0
 FAIL_THRESHOLD = 2
 #: Process-utilization samples older than this (seconds) are not asked for.
 UTIL_WINDOW = 1.0
+
+#: What a ``_variant_call`` probe returns.
+_R = TypeVar("_R")
 
 # NVML return codes (nvml.h); named here so this module needs pynvml only after open().
 _SUCCESS = 0
@@ -483,7 +486,7 @@ class NvmlSource:
             raise nv.NVMLError(_FUNCTION_NOT_FOUND) from None
 
     def _variant_call(self, dev: _Device, family: str, candidates: tuple[str, ...],
-                      call: Callable[[str], Any]) -> Any:
+                      call: Callable[[str], _R]) -> _R | None:
         """Probe ``candidates`` (newest first) once per source; keep the first that answers.
 
         ``call(variant)`` raises NVMLError. While probing, a function the driver lacks
@@ -635,7 +638,7 @@ class NvmlSource:
         try:
             fn = self._fn("nvmlDeviceGetProcessUtilization")
             struct = _UtilizationSample
-            buf = dev.buffers.get(name)
+            buf: Any = dev.buffers.get(name)  # a ctypes array of samples
             for _ in range(4):
                 if buf is None:
                     buf = (struct * 64)()

@@ -25,6 +25,7 @@ from gputui.core.judges.alerts import AlertJudge
 from gputui.core.judges.imbalance import ImbalanceJudge
 from gputui.core.judges.stale import judge_stale
 from gputui.core.model import (
+    Container,
     ContainerInventory,
     ContainerRecord,
     ContainerRef,
@@ -210,7 +211,7 @@ class Poller:
         self.polls += 1
         return snap
 
-    def _judge_stale(self, g: Gpu, by_id: dict, records: dict[str, ContainerRecord]) -> Gpu:
+    def _judge_stale(self, g: Gpu, by_id: dict[str, Container], records: dict[str, ContainerRecord]) -> Gpu:
         """The GPU with its processes' stale findings; most processes have none, so
         only those with findings are rebuilt."""
         changed = False
@@ -267,7 +268,7 @@ class Poller:
 
 
 @functools.lru_cache(maxsize=8192)
-def _parse_cgroup_cached(text: str):
+def _parse_cgroup_cached(text: str) -> cgroups.CgroupMatch | None:
     """parse_cgroup per distinct cgroup text: thousands of processes share few cgroups,
     and a process's cgroup rarely changes, so a poll parses each text once."""
     return cgroups.parse_cgroup(text)

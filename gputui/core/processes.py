@@ -119,7 +119,7 @@ class _Static:
         #: process (a reused PID reads as ESRCH through it) and saves an open/close per poll
         self.stat_fd: int | None = None
         self.rss_at = 0.0
-        self.last: tuple[tuple, ProcessFacts] | None = None
+        self.last: tuple[tuple[object, ...], ProcessFacts] | None = None
 
 
 def ns_inode(path: str) -> int | None:
@@ -181,7 +181,7 @@ def _read(path: str) -> bytes:
     """A whole /proc file (raw os calls: a third cheaper than open() for 1000 small files a poll)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             chunk = os.read(fd, 65536)
             if not chunk:

@@ -81,7 +81,7 @@ from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.worker import get_current_worker
+from textual.worker import Worker, get_current_worker
 
 from gputui.core.config import Settings
 from gputui.core.history import GpuSample
@@ -147,7 +147,7 @@ class GpuTuiApp(App[int]):
         self._watchdog: asyncio.TimerHandle | None = None
         #: Set by the UI to ask the poll thread for one poll.
         self._poll_wanted = threading.Event()
-        self._poll_thread = None
+        self._poll_thread: Worker[None] | None = None
         #: Held by the worker while it polls; closing the poller waits for it.
         self._poll_lock = threading.Lock()
         self._closing = False

@@ -43,7 +43,7 @@ from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from gputui.core.config import Settings
 from gputui.core.history import History
@@ -217,7 +217,7 @@ class AlertEvent:
         """Whether this event deserves the terminal bell: a new alert, or one turning critical."""
         return self.event == "raised" or (self.event == "changed" and self.alert.severity == "critical")
 
-    def to_json(self, host: str | None = None) -> dict:
+    def to_json(self, host: str | None = None) -> dict[str, Any]:
         return {"time": self.time.isoformat(timespec="seconds"), "event": self.event, "host": host,
                 **self.alert.to_json()}
 

@@ -99,7 +99,7 @@ def gpu_loads(history: History, gpus: Iterable[Gpu], window: float | None) -> di
     return out
 
 
-def rank_key(load: GpuLoad) -> tuple:
+def rank_key(load: GpuLoad) -> tuple[object, ...]:
     """Best first: known load before unknown, lower load, more free memory, lower index."""
     score = load.score
     free = load.free if load.free is not None else -1

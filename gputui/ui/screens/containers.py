@@ -51,7 +51,7 @@ def indices(items: tuple[int, ...] | list[int]) -> str:
         return "-"
     parts: list[str] = []
     start = prev = values[0]
-    for v in values[1:] + [None]:  # type: ignore[list-item]
+    for v in values[1:] + [None]:
         if v is not None and v == prev + 1:
             prev = v
             continue

@@ -118,9 +118,9 @@ class HelpScreen(ModalScreen[None]):
             columns.append(col)
             start += count
         outer.add_row(*columns)
-        title = Table.grid()
-        title.add_row(Text("gputui keys", style="bold"))
-        title.add_row(Text("Escape, ? or q closes this help.", style="dim"))
-        title.add_row("")
-        title.add_row(outer)
-        return title
+        page = Table.grid()
+        page.add_row(Text("gputui keys", style="bold"))
+        page.add_row(Text("Escape, ? or q closes this help.", style="dim"))
+        page.add_row("")
+        page.add_row(outer)
+        return page

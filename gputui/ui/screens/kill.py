@@ -22,6 +22,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen
 from textual.widgets import Static
 from textual.worker import get_current_worker
@@ -251,7 +252,7 @@ class KillScreen(ModalScreen["KillReport | None"]):
             self.app.notify(message.error or "The kill failed.", title="Kill", severity="error", timeout=8)
         else:
             report = message.report
-            severity = "information" if report.ok else "warning"
+            severity: SeverityLevel = "information" if report.ok else "warning"
             body = "\n".join([report.summary(), *report.lines()])
             self.app.notify(body, title="Kill", severity=severity, timeout=8)
         request = getattr(self.app, "request_poll", None)

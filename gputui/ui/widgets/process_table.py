@@ -388,7 +388,7 @@ class ProcessTable(ScrollView, can_focus=True):
         # The cursor follows its process; if that process is gone, it keeps its row position.
         old_cursor_row = self._cursor_row
         if self.cursor_key in self._row_of:
-            self._cursor_row = self._row_of[self.cursor_key]  # type: ignore[index]
+            self._cursor_row = self._row_of[self.cursor_key]
         else:
             self._cursor_row = max(0, min(self._cursor_row, len(rows) - 1))
             self.cursor_key = rows[self._cursor_row].key if rows else None
