@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gputui.ui.showcase import SIZE, frozen_demo_app, use_utc, wait_for_polls  # noqa: E402
+from tests.fixtures.showcase import SIZE, frozen_demo_app, use_utc, wait_for_polls  # noqa: E402
 
 
 async def _shot(path: Path, title: str, steps: Callable[[object], Awaitable[None]] | None = None) -> None:

@@ -15,7 +15,7 @@ from gputui.core.machine import Machine, open_machine
 from gputui.core.model import Gpu, GpuReading
 from gputui.ui.app import make_app
 from gputui.ui.screens.alerts import AlertsScreen
-from gputui.ui.showcase import ManualClock, use_utc, wait_for_polls
+from tests.fixtures.showcase import ManualClock, use_utc, wait_for_polls
 
 
 def text_of(app, selector: str) -> str:

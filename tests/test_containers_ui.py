@@ -11,7 +11,7 @@ from gputui.core.machine import open_machine
 from gputui.ui.app import make_app
 from gputui.ui.screens.containers import GRANTED_STYLE, OTHER_STYLE, USED_STYLE, ContainersScreen, indices
 from gputui.ui.screens.dashboard import DashboardScreen
-from gputui.ui.showcase import ManualClock, wait_for_polls
+from tests.fixtures.showcase import ManualClock, wait_for_polls
 
 
 def demo_app(docker: bool = True):

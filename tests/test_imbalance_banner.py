@@ -10,8 +10,8 @@ from gputui.core.demo import FROZEN_EPOCH
 from gputui.core.machine import Machine, open_machine
 from gputui.core.model import Gpu, GpuReading
 from gputui.ui.app import make_app
-from gputui.ui.showcase import ManualClock, wait_for_polls
 from gputui.ui.widgets.banner import SuggestionBanner
+from tests.fixtures.showcase import ManualClock, wait_for_polls
 
 
 async def wait_for(pilot, condition, timeout: float = 10.0) -> None:

@@ -14,7 +14,7 @@ import time
 import pytest
 from textual.widgets import Input
 
-from gputui.ui.showcase import frozen_demo_app, wait_for_polls
+from tests.fixtures.showcase import frozen_demo_app, wait_for_polls
 
 
 @pytest.fixture(autouse=True)

@@ -23,11 +23,11 @@ from gputui.ui.screens.containers import ContainersScreen
 from gputui.ui.screens.dashboard import DashboardScreen
 from gputui.ui.screens.detail import GpuDetailScreen
 from gputui.ui.screens.help import HelpScreen, help_sections
-from gputui.ui.showcase import ManualClock, wait_for_polls
 from gputui.ui.widgets.banner import SuggestionBanner
 from gputui.ui.widgets.gpu_panel import GpuPanel
 from gputui.ui.widgets.process_table import ProcessHeader, ProcessTable
 from gputui.ui.widgets.status import SelectionBar, StatusLine
+from tests.fixtures.showcase import ManualClock, wait_for_polls
 
 
 def demo_app(settings: Settings | None = None, live: bool = False, n_gpus: int | None = None,
