@@ -10,7 +10,6 @@ import pytest
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.imbalance import assess
-from gputui.core.model import Finding
 from tests.fixtures.synthetic import Feed, container, gpu, proc, snapshot
 
 
@@ -196,8 +195,7 @@ def test_pinned_containers_move_most_recent_first_and_kubernetes_stale_and_multi
         g0 = [proc(201, 0, 10, sm=30, container="old", create_time=1000.0),
               proc(202, 0, 10, sm=30, container="new", create_time=5000.0),
               proc(203, 0, 10, sm=30, container="pod", runtime="kubernetes", create_time=9000.0),
-              proc(204, 0, 10, sm=0, container="stale", create_time=9500.0,
-                   stale=(Finding("orphan", "x"),)),
+              proc(204, 0, 10, sm=30, container="stale", create_time=9500.0, orphaned=True, ppid=1),
               proc(205, 0, 10, sm=30, container="wide", create_time=9900.0)]
         gpus = [gpu(0, util=95, procs=g0), gpu(1, util=3, used_gib=1, procs=[proc(206, 1, 0.2, sm=1,
                                                                                   container="wide")]),
@@ -207,10 +205,11 @@ def test_pinned_containers_move_most_recent_first_and_kubernetes_stale_and_multi
         return gpus, cs
 
     snaps = Feed().run(30, make)
+    assert [f.kind for f in snaps[-1].gpu(0).processes[3].stale] == ["orphan"]  # the poller judged it stale
     s = snaps[-1].imbalance.suggestion
     assert s.container == "new"
     assert "started most recently" in s.reason
-    assert "old, new, pod, stale and wide are all granted GPU 0" in snaps[-1].imbalance.message
+    assert "new, old, pod, stale and wide are all granted GPU 0" in snaps[-1].imbalance.message
 
 
 def test_without_a_movable_container_a_host_process_is_suggested():

@@ -9,7 +9,7 @@ from gputui.core.config import GIB, Settings
 from gputui.core.history import History
 from gputui.core.judges.stale import judge_stale
 from gputui.core.model import ContainerRecord
-from tests.fixtures.synthetic import T0, container, gpu, proc, snapshot
+from tests.fixtures.synthetic import T0, cid, container, gpu, proc, snapshot
 
 S = Settings()
 
@@ -64,13 +64,13 @@ def test_exited_paused_and_running_containers():
     for state, words in (("exited", "has exited"), ("paused", "is paused"), ("dead", "is dead"),
                          ("exiting", "is exiting")):
         p = proc(19, 0, 3, container="nb")
-        rec = ContainerRecord(id="id-nb", name="nb", image=None, state=state)
+        rec = ContainerRecord(id=cid("nb"), name="nb", image=None, state=state)
         f = judged(p, records=[rec])
         assert kinds(f) == ["exited-container"], state
         assert f[0].message == f"Its container nb {words}" + (
             " (its processes are frozen and keep their GPU memory)" if state == "paused" else "") + \
             ", yet this process still holds 3.0 GiB of GPU memory."
-    running = ContainerRecord(id="id-nb", name="nb", image=None, state="running")
+    running = ContainerRecord(id=cid("nb"), name="nb", image=None, state="running")
     assert judged(proc(19, 0, 3, container="nb"), records=[running]) == ()
     # Known only as a snapshot container (no record this poll): its state still counts.
     assert kinds(judged(proc(19, 0, 3, container="nb"), containers=[container("nb", (0,), state="exited")])) == [
@@ -128,7 +128,7 @@ def test_short_configured_window_and_threshold():
 
 def test_several_reasons_at_once():
     p = proc(24, 0, 5, container="nb", orphaned=True, ppid=1, status="zombie")
-    rec = ContainerRecord(id="id-nb", name="nb", image=None, state="exited")
+    rec = ContainerRecord(id=cid("nb"), name="nb", image=None, state="exited")
     assert kinds(judged(p, records=[rec])) == ["zombie", "orphan", "exited-container"]
 
 
