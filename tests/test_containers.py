@@ -203,13 +203,17 @@ def test_idle_grant_over_a_full_window():
     polls = [(T0 + t, machine(8, [])) for t in range(0, 601, 60)]
     got = judge([c], polls[-1][1], history_of(polls, [c]), now=polls[-1][0])["reserve"]
     assert message(got, "idle-grant") == "reserve holds GPU 7 but ran nothing there during the last 10 min."
+    assert not next(f for f in got.findings if f.kind == "idle-grant").provisional
 
 
 def test_idle_grant_on_one_sample_says_so():
     c = rec("reserve", gpus=(7,), state="paused")
     got = judge([c], machine(8, []))["reserve"]
     assert message(got, "idle-grant") == (
-        "reserve holds GPU 7 (it is paused) but runs nothing there (one sample so far; the idle window is 10 min).")
+        "Provisional: reserve holds GPU 7 (it is paused) but runs nothing there in one sample (the idle window is "
+        "10 min).")
+    # One sample cannot show a 10-minute idle window: the verdict is labelled, in JSON too.
+    assert next(f for f in got.findings if f.kind == "idle-grant").to_json()["provisional"] is True
 
 
 def test_idle_grant_on_a_short_watch_says_how_long():
@@ -217,7 +221,8 @@ def test_idle_grant_on_a_short_watch_says_how_long():
     polls = [(T0 + t, machine(8, [proc(1, 7, c)])) for t in range(0, 121, 30)]
     got = judge([c], polls[-1][1], history_of(polls, [c]), now=polls[-1][0])["reserve"]
     assert message(got, "idle-grant") == (
-        "reserve holds GPU 6 but ran nothing there in the 2 min watched so far (the idle window is 10 min).")
+        "Provisional: reserve holds GPU 6 but ran nothing there in the 2 min watched so far (the idle window is "
+        "10 min).")
 
 
 def test_a_gpu_used_earlier_in_the_window_is_not_idle():

@@ -72,7 +72,7 @@ class GpuHealth:
     remapped_rows_uncorrectable: int | None = None
     remapped_rows_pending: bool | None = None
     remapped_rows_failure: bool | None = None
-    throttle_reasons: tuple[str, ...] = ()
+    throttle_reasons: tuple[str, ...] | None = ()
     temperature: int | None = None
     power_draw: float | None = None
     power_limit: float | None = None
@@ -587,8 +587,8 @@ def check_health(f: NvmlFacts) -> list[Check]:
     else:
         out.append(_pass("memory-repair", "The GPUs do not report retired pages or remapped rows (N/A)."))
 
-    hot = [g.index for g in live if any(r in THERMAL_REASONS for r in g.throttle_reasons)]
-    capped = [g.index for g in live if any(r in POWER_REASONS for r in g.throttle_reasons)]
+    hot = [g.index for g in live if any(r in THERMAL_REASONS for r in g.throttle_reasons or ())]
+    capped = [g.index for g in live if any(r in POWER_REASONS for r in g.throttle_reasons or ())]
     if hot:
         temps = ", ".join(f"GPU {g.index} {g.temperature}°C" for g in live if g.index in hot and g.temperature)
         out.append(_warn(

@@ -160,9 +160,9 @@ def _judge(r: ContainerRecord, procs: list[Process], host: _Host, history: Histo
 
     # idle-grant
     if r.gpus != "all" and granted and not first_only:
-        message = _idle_grant(r, granted, used, history, settings, now)
-        if message is not None:
-            findings.append(Finding("idle-grant", message))
+        idle = _idle_grant(r, granted, used, history, settings, now)
+        if idle is not None:
+            findings.append(Finding("idle-grant", idle[0], provisional=idle[1]))
 
     return Container(
         id=r.id, name=r.name, image=r.image, state=r.state, gpus=r.gpus, grant_source=r.grant_source,
@@ -240,7 +240,9 @@ def _nvidia_visible_conflict(r: ContainerRecord, granted: tuple[int, ...], host:
 
 
 def _idle_grant(r: ContainerRecord, granted: tuple[int, ...], used_now: tuple[int, ...],
-                history: History | None, settings: Settings, now: float) -> str | None:
+                history: History | None, settings: Settings, now: float) -> tuple[str, bool] | None:
+    """(message, provisional) when a granted GPU saw none of the container's processes; provisional
+    while gputui has watched for less than the idle window."""
     window = settings.idle_grant_window
     if r.started_at is not None and now - r.started_at < min(IDLE_GRACE, window):
         return None  # just started: its CUDA context may not exist yet
@@ -255,11 +257,12 @@ def _idle_grant(r: ContainerRecord, granted: tuple[int, ...], used_now: tuple[in
     held = f"{r.name} holds {gpus_phrase(idle)}{paused}"
     observed = (samples[-1][0] - samples[0][0]) if len(samples) > 1 else 0.0
     if observed >= window * 0.98:
-        return f"{held} but ran nothing there during the last {duration(window)}."
+        return f"{held} but ran nothing there during the last {duration(window)}.", False
     if observed <= 0:
-        return f"{held} but runs nothing there (one sample so far; the idle window is {duration(window)})."
-    return (f"{held} but ran nothing there in the {duration(observed)} watched so far "
-            f"(the idle window is {duration(window)}).")
+        return (f"Provisional: {held} but runs nothing there in one sample (the idle window is "
+                f"{duration(window)}).", True)
+    return (f"Provisional: {held} but ran nothing there in the {duration(observed)} watched so far (the idle "
+            f"window is {duration(window)}).", True)
 
 
 # -- wording ----------------------------------------------------------------------

@@ -29,6 +29,11 @@ class Finding:
 
     kind: str
     message: str
+    #: Judged on less observation than its documented window (a one-shot, the first minutes).
+    provisional: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "provisional": self.provisional}
 
 
 @dataclass(frozen=True)
@@ -172,7 +177,8 @@ class Gpu:
     clock_sm_max: int | None = None
     clock_memory_max: int | None = None
     pstate: int | None = None
-    throttle_reasons: tuple[str, ...] = ()
+    #: Active clock-event reasons; None when the driver does not report them (N/A, not "none").
+    throttle_reasons: tuple[str, ...] | None = ()
     ecc_errors: int | None = None
     persistence_mode: bool | None = None
     #: Minor number of /dev/nvidiaN (differs from the NVML index on some hosts).
@@ -211,7 +217,7 @@ class Gpu:
             "clock_sm_max": self.clock_sm_max,
             "clock_memory_max": self.clock_memory_max,
             "pstate": self.pstate,
-            "throttle_reasons": list(self.throttle_reasons),
+            "throttle_reasons": None if self.throttle_reasons is None else list(self.throttle_reasons),
             "ecc_errors": self.ecc_errors,
             "persistence_mode": self.persistence_mode,
             "lost": self.lost,
@@ -314,7 +320,7 @@ class Container:
             "cuda_visible_devices": self.cuda_visible_devices,
             "gpu_memory": self.gpu_memory,
             "pids": list(self.pids),
-            "findings": [{"kind": f.kind, "message": f.message} for f in self.findings],
+            "findings": [f.to_json() for f in self.findings],
             "compose_project": self.compose_project,
             "compose_service": self.compose_service,
             "runtime": self.runtime,
@@ -349,10 +355,13 @@ class Imbalance:
     kinds: tuple[str, ...] = ()
     message: str | None = None
     suggestion: Suggestion | None = None
+    #: Flagged on an observation shorter than ``imbalance_hold``: what was seen, not yet sustained.
+    provisional: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
             "flagged": self.flagged,
+            "provisional": self.provisional,
             "kinds": list(self.kinds),
             "message": self.message,
             "suggestion": self.suggestion.to_json() if self.suggestion else None,

@@ -358,7 +358,7 @@ class NvmlSource:
             clock_sm_max=dev.clock_sm_max,
             clock_memory_max=dev.clock_memory_max,
             pstate=int(pstate) if pstate is not None and pstate != _PSTATE_UNKNOWN else None,
-            throttle_reasons=throttle_names(int(reasons)) if reasons is not None else (),
+            throttle_reasons=throttle_names(int(reasons)) if reasons is not None else None,
             ecc_errors=int(ecc) if ecc is not None else None,
             persistence_mode=bool(persistence) if persistence is not None else None,
             minor_number=dev.minor_number,

@@ -7,46 +7,55 @@ logs, pipes and ``watch``.
 
 from __future__ import annotations
 
+from gputui.core.judges.text import invisible_phrase
 from gputui.core.model import Gpu, Process, Snapshot
-from gputui.core.units import NA, fmt_duration, fmt_gib, throttle_label
+from gputui.core.units import (
+    NA,
+    fmt_duration,
+    fmt_mhz,
+    fmt_percent,
+    fmt_power_pair,
+    fmt_pstate,
+    fmt_size,
+    fmt_size_pair,
+    throttle_label,
+    truncate,
+    used_percent,
+)
 
 
 def _cell(value: object, width: int, right: bool = False) -> str:
-    text = NA if value is None else str(value)
-    if len(text) > width:
-        text = text[: max(0, width - 1)] + "…"
+    text = truncate(NA if value is None else str(value), width)
     return text.rjust(width) if right else text.ljust(width)
 
 
 def _gpu_row(g: Gpu) -> str:
     if g.lost:
         return f"{g.index:>3}  {_cell(g.name, 24)}  LOST — the GPU fell off the bus or stopped answering ({g.uuid})"
-    mem = f"{fmt_gib(g.memory_used)} / {fmt_gib(g.memory_total)} GiB"
-    mem_pct = g.memory_percent
-    power = NA
-    if g.power_draw is not None:
-        power = f"{g.power_draw:.0f} / {g.power_limit:.0f} W" if g.power_limit is not None else f"{g.power_draw:.0f} W"
-    throttle = throttle_label(g.throttle_reasons) or "-"
+    mem = fmt_size_pair(g.memory_used, g.memory_total)
+    mem_pct = used_percent(g.memory_used, g.memory_total)
+    power = fmt_power_pair(g.power_draw, g.power_limit)
+    throttle = NA if g.throttle_reasons is None else (throttle_label(g.throttle_reasons) or "-")
     return "  ".join(
         [
             f"{g.index:>3}",
             _cell(g.name, 24),
             _cell(None if g.utilization_gpu is None else f"{g.utilization_gpu}%", 4, right=True),
-            _cell(mem, 17, right=True),
-            _cell(None if mem_pct is None else f"{mem_pct:.0f}%", 4, right=True),
+            _cell(mem, 20, right=True),
+            _cell(fmt_percent(mem_pct), 4, right=True),
             _cell(None if g.temperature is None else f"{g.temperature}C", 4, right=True),
-            _cell(power, 11, right=True),
+            _cell(power, 13, right=True),
             _cell(None if g.fan_speed is None else f"{g.fan_speed}%", 4, right=True),
-            _cell(g.clock_sm, 5, right=True),
-            _cell(None if g.pstate is None else f"P{g.pstate}", 3),
+            _cell(fmt_mhz(g.clock_sm), 8, right=True),
+            _cell(fmt_pstate(g.pstate), 3),
             throttle,
         ]
     ).rstrip()
 
 
 _GPU_HEADER = "  ".join(
-    ["GPU", "Name".ljust(24), "Util", "Memory used/total".rjust(17), "Mem%", "Temp", "Power".rjust(11), " Fan",
-     "SMclk", "P  ", "Throttle"]
+    ["GPU", "Name".ljust(24), "Util", "Memory used / total".rjust(20), "Mem%", "Temp", "Power".rjust(13), " Fan",
+     "SM clock", "P  ", "Throttle"]
 )
 
 _PROC_HEADER = "  ".join(
@@ -57,9 +66,9 @@ _PROC_HEADER = "  ".join(
 
 def _proc_row(p: Process, now: float) -> str:
     uptime = None if p.started is None else fmt_duration(now - p.started.timestamp())
-    mem = None if p.gpu_memory is None else f"{p.gpu_memory / 1024**2:.0f}MiB"
+    mem = fmt_size(p.gpu_memory)
     container = p.container.label if p.container else "-"
-    command = p.command if p.visible else f"[not visible here: {p.invisible_reason or 'unknown'}]"
+    command = p.command if p.visible else f"[{invisible_phrase(p.invisible_reason)}]"
     flags = f"  <{','.join(f.kind for f in p.stale)}>" if p.stale else ""
     return "  ".join(
         [
@@ -93,7 +102,9 @@ def render_text(snap: Snapshot, now: float | None = None) -> str:
         lines.append("  (no GPU processes)")
     notes = []
     if snap.imbalance.flagged and snap.imbalance.message:
-        notes.append(f"IMBALANCE: {snap.imbalance.message}")
+        label = "IMBALANCE (provisional: observed for less than the hold)" if snap.imbalance.provisional \
+            else "IMBALANCE"
+        notes.append(f"{label}: {snap.imbalance.message}")
         s = snap.imbalance.suggestion
         if s is not None:
             who = s.container or (f"PID {s.pid}" if s.pid else "a job")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from gputui.core import units
 from gputui.core.units import fmt_duration, throttle_label  # noqa: F401  (throttle_label is used as fmt.throttle_label)
 
 NA = "N/A"
@@ -26,31 +27,27 @@ def size(value: int | None, na: str = NA) -> str:
 
 
 def size_pair(used: int | None, total: int | None) -> str:
-    """'64.6/80.0 GiB': used and total in the unit of the total, so they compare at a glance."""
-    if used is None and total is None:
-        return NA
-    if total is None:
-        return f"{size(used)} used"
-    u = "N/A" if used is None else f"{used / GIB:.1f}"
-    return f"{u}/{total / GIB:.1f} GiB"
+    """'64.6/80.0 GiB', '50 MiB/80.0 GiB': :func:`gputui.core.units.fmt_size_pair` without spaces."""
+    return units.fmt_size_pair(used, total, sep="/")
 
 
 def percent(value: float | None, width: int = 3) -> str:
-    """A right-aligned whole percentage: ' 86%'; 'N/A' when missing."""
-    if value is None:
-        return NA.rjust(width + 1)
-    return f"{round(value):>{width}d}%"
+    """A right-aligned whole percentage: ' 86%'; 'N/A' when missing; a non-full 99.6% is ' 99%'."""
+    return units.fmt_percent(value).rjust(width + 1)
+
+
+def mem_percent(used: int | None, total: int | None, width: int = 3) -> str:
+    """Memory in use as a percentage that never reads 100% while anything is free."""
+    return percent(units.used_percent(used, total), width)
 
 
 def watts(value: float | None) -> str:
-    return NA if value is None else f"{value:.0f}"
+    return units.fmt_watts(value)
 
 
 def power_pair(draw: float | None, limit: float | None) -> str:
-    """'312/400W'; either side may be N/A."""
-    if draw is None and limit is None:
-        return f"{NA} W"
-    return f"{watts(draw)}/{watts(limit)}W"
+    """'312/400 W', '1006/1000 W', '145 W / N/A': the cap and the unit are never cut."""
+    return units.fmt_power_pair(draw, limit, sep="/")
 
 
 def temperature(value: int | None) -> str:

@@ -14,6 +14,8 @@ throttle        a thermal or power clock-event reason is active           warnin
                                                                           (hardware slowdown)
 memory-full     memory >= ``memory_full`` (95%) used; clears              warning
                 ``memory_hysteresis`` (5 points) lower
+suspect         near-full utilization with no process and next to no      warning
+                memory (:mod:`~gputui.core.judges.suspect`)
 lost            the GPU fell off the bus or stopped answering             critical
 imbalance       the imbalance judge flags (it has its own hysteresis)     warning
 ==============  ========================================================  ===================
@@ -48,10 +50,11 @@ from typing import Any, Literal
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.hysteresis import Latch, advance, effective_hold
-from gputui.core.judges.imbalance import contrast, memory_condition, utilization_condition
-from gputui.core.judges.placement import gpu_loads
+from gputui.core.judges.suspect import suspect, suspect_message
+from gputui.core.judges.imbalance import contrast, memory_condition, trusted_loads, utilization_condition
 from gputui.core.judges.text import gib, join_and
 from gputui.core.model import THERMAL_OR_POWER, Alert, Gpu, Severity, Snapshot
+from gputui.core.units import fmt_percent, fmt_size, used_percent
 
 #: Plain words for the throttle reasons that alerts call out.
 THROTTLE_WORDS = {
@@ -68,7 +71,7 @@ _SEVERITY_ORDER = {"critical": 0, "warning": 1}
 
 
 def _throttle_reasons(g: Gpu) -> tuple[str, ...]:
-    return tuple(r for r in g.throttle_reasons if r in THERMAL_OR_POWER)
+    return tuple(r for r in g.throttle_reasons or () if r in THERMAL_OR_POWER)
 
 
 class AlertJudge:
@@ -156,13 +159,22 @@ class AlertJudge:
             else:
                 self._reasons.pop(i, None)
 
+            # -- a reading that looks broken (100% busy, no process, no memory) ---------
+            latch = self._step((i, "suspect"), now, suspect(g), suspect(g), hold)
+            if latch.active:
+                msg = suspect_message(g) if suspect(g) else f"GPU {i}'s reading looked broken and is plausible now."
+                alerts.append(Alert(i, "suspect", "warning", msg, at(latch.since)))
+
             # -- memory nearly full -----------------------------------------------------
             mp = g.memory_percent
             latch = self._step((i, "memory-full"), now, mp is not None and mp >= s.memory_full,
                                mp is not None and mp >= s.memory_full - s.memory_hysteresis, hold)
             if latch.active:
                 if mp is not None and mp >= s.memory_full:
-                    msg = (f"GPU {i}'s memory is {mp:.0f}% used ({gib(g.memory_used)} of {gib(g.memory_total)}): "
+                    free = g.memory_free
+                    left = "nothing free" if not free else f"{fmt_size(free)} free"
+                    msg = (f"GPU {i}'s memory is {fmt_percent(used_percent(g.memory_used, g.memory_total))} used "
+                           f"({fmt_size(g.memory_used)} of {fmt_size(g.memory_total)}, {left}): "
                            f"new allocations there will fail.")
                 else:
                     now_text = f"{mp:.0f}%" if mp is not None else "N/A"
@@ -185,7 +197,7 @@ class AlertJudge:
         the move, which the imbalance banner and the ``imbalance`` JSON object carry in full."""
         s = self.settings
         imb = snapshot.imbalance
-        loads = gpu_loads(history, snapshot.gpus, s.imbalance_window)
+        loads = trusted_loads(history, snapshot, s)
         observed = min(s.imbalance_window, history.span)
         conds = []
         for kind in imb.kinds:

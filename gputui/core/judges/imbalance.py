@@ -47,6 +47,7 @@ from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.hysteresis import Latch, advance, effective_hold
 from gputui.core.judges.placement import GpuLoad, gpu_loads, granted_indices, rank_key, reservations
+from gputui.core.judges.suspect import suspect_indices
 from gputui.core.judges.text import duration, gib, gpus_phrase, join_and, over, plural
 from gputui.core.model import Container, Imbalance, Process, Snapshot, Suggestion
 
@@ -334,8 +335,17 @@ def judge(conditions: list[Condition], loads: dict[int, GpuLoad], snapshot: Snap
         suggestion = suggest(cond, loads, snapshot, history, settings, observed)
         if suggestion is not None:
             break
-    return Imbalance(flagged=True, kinds=tuple(c.kind for c in conditions),
+    return Imbalance(flagged=True, provisional=history.span < settings.imbalance_hold,
+                     kinds=tuple(c.kind for c in conditions),
                      message=describe(conditions, snapshot, observed), suggestion=suggestion)
+
+
+def trusted_loads(history: History, snapshot: Snapshot, settings: Settings) -> dict[int, GpuLoad]:
+    """The windowed loads, without GPUs whose reading is suspect (100% busy, no process, no memory):
+    a card that looks broken is no evidence of a pile-up (the alerts name it instead)."""
+    loads = gpu_loads(history, snapshot.gpus, settings.imbalance_window)
+    bad = suspect_indices(snapshot)
+    return {i: g for i, g in loads.items() if i not in bad} if bad else loads
 
 
 def observed_span(history: History, settings: Settings) -> float:
@@ -344,7 +354,7 @@ def observed_span(history: History, settings: Settings) -> float:
 
 def assess(history: History, snapshot: Snapshot, settings: Settings) -> Imbalance:
     """The windowed verdict without hysteresis (strict thresholds): what this window alone shows."""
-    loads = gpu_loads(history, snapshot.gpus, settings.imbalance_window)
+    loads = trusted_loads(history, snapshot, settings)
     conds = [c for c in (utilization_condition(loads, settings), memory_condition(loads, settings)) if c]
     return judge(conds, loads, snapshot, history, settings, observed_span(history, settings))
 
@@ -362,7 +372,7 @@ class ImbalanceJudge:
         s = self.settings
         now = history.now if history.now is not None else snapshot.time.timestamp()
         hold = effective_hold(s.imbalance_hold, history.span)
-        loads = gpu_loads(history, snapshot.gpus, s.imbalance_window)
+        loads = trusted_loads(history, snapshot, s)
         active: list[Condition] = []
         for kind, find in (("utilization", utilization_condition), ("memory", memory_condition)):
             strict = find(loads, s, 0.0)

@@ -119,8 +119,9 @@ def ghost_finding(p: Process, history: History) -> Finding | None:
         return Finding("ghost", f"NVML has listed PID {p.pid} for {duration(listed)} but no such process exists: a "
                                 f"leaked driver context is the likely cause, and only ending its owner or resetting "
                                 f"the GPU frees its memory.")
-    return Finding("ghost", f"NVML lists PID {p.pid} but no such process exists: it either just exited or left a "
-                            f"leaked driver context behind (if it stays listed, the leak is the likely cause).")
+    return Finding("ghost", f"NVML lists PID {p.pid} but it is not visible from here: no such PID exists in this "
+                            f"PID namespace, so it just exited, runs in another PID namespace, or left a leaked "
+                            f"driver context behind (if it stays listed, the leak is the likely cause).")
 
 
 def zombie_finding(p: Process) -> Finding | None:

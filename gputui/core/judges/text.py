@@ -63,3 +63,16 @@ def join_and(items: list[str]) -> str:
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+#: Why a GPU process listed by NVML cannot be read here, in words (``Process.invisible_reason``).
+_INVISIBLE = {
+    "other-namespace": "not visible from here: its PID belongs to another PID namespace",
+    "vanished": "not visible from here: no such PID in this PID namespace (it exited, or it runs in another one)",
+    "hidden": "not visible from here: /proc hides other users' processes (hidepid)",
+}
+
+
+def invisible_phrase(reason: str | None) -> str:
+    """"not visible from here: …" and why, for a process NVML lists but this /proc does not show."""
+    return _INVISIBLE.get(reason or "", "not visible from here")

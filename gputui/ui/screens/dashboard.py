@@ -66,7 +66,7 @@ class DashboardScreen(Screen):
         self._action_state: tuple | None = None
         self._gpu_count = -1
         self.snapshot_flagged = False
-        self._has_suggestion = False
+        self._banner_lines = 0
 
     def compose(self) -> ComposeResult:
         header = ProcessHeader(id="proc-header")
@@ -105,7 +105,7 @@ class DashboardScreen(Screen):
     def _fit_panel(self) -> None:
         """Give the GPU panel what the screen can spare while the table keeps a useful height."""
         height = self.size.height
-        banner = 0 if not self.snapshot_flagged else (2 if self._has_suggestion else 1)
+        banner = self.query_one(ImbalanceBanner).lines_needed(self.size.width)
         filter_lines = 1 if self.filter_input.display else 0
         room = height - FIXED_LINES - banner - filter_lines
         min_rows = max(5, room // 3)
@@ -121,9 +121,9 @@ class DashboardScreen(Screen):
         # In the same frame as the table (the CursorMoved message would come a frame later).
         self.query_one(SelectionBar).show(self.table.cursor_process)
         self.query_one(StatusLine).show(snapshot, app.poll_status)  # type: ignore[attr-defined]
-        flagged, suggestion = snapshot.imbalance.flagged, snapshot.imbalance.suggestion is not None
-        if (flagged, suggestion) != (self.snapshot_flagged, self._has_suggestion):
-            self.snapshot_flagged, self._has_suggestion = flagged, suggestion
+        flagged, lines = snapshot.imbalance.flagged, banner.lines_needed(self.size.width)
+        if (flagged, lines) != (self.snapshot_flagged, self._banner_lines):
+            self.snapshot_flagged, self._banner_lines = flagged, lines
             self._fit_panel()
         if len(snapshot.gpus) != self._gpu_count:
             self._gpu_count = len(snapshot.gpus)

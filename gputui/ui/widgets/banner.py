@@ -14,11 +14,12 @@ from __future__ import annotations
 import importlib
 
 from rich.style import Style
+from rich.text import Text
 from textual import events
 from textual.binding import Binding
-from textual.strip import Strip
 
-from gputui.ui.widgets.lines import LineBuilder, component_style
+from gputui.core.model import Imbalance
+
 from gputui.ui.widgets.status import ImbalanceBanner
 
 
@@ -38,35 +39,38 @@ class SuggestionBanner(ImbalanceBanner):
     }
     """
 
-    def on_focus(self) -> None:
-        self.refresh()
-
-    def on_blur(self) -> None:
-        self.refresh()
-
     def on_click(self, event: events.Click) -> None:
         self.focus()
 
-    def render_line(self, y: int) -> Strip:
-        if y != 1 or self.imbalance.suggestion is None:
-            return super().render_line(y)
-        width = self.size.width
+    def on_focus(self) -> None:
+        self._refit()
 
-        def st(name: str) -> Style:
-            return component_style(self, f"imbalance-banner--{name}")
+    def on_blur(self) -> None:
+        self._refit()
 
-        sug = self.imbalance.suggestion
+    def _refit(self) -> None:
+        """Focus shows the whole text: the banner's height, and so the panel's room, change."""
+        self._wrap_cache = None
+        self.refresh(layout=True)
+        fit = getattr(self.screen, "_fit_panel", None)
+        if callable(fit):
+            fit()
+
+    def _suggestion_text(self, imb: Imbalance) -> Text | None:
+        sug = imb.suggestion
+        if sug is None:
+            return None
         what = f"container {sug.container}" if sug.container else f"PID {sug.pid}" if sug.pid else "a job"
-        line = LineBuilder()
-        line.add("  → ", st("move")).add(f"move {what} from GPU {sug.from_gpu} to GPU {sug.to_gpu}", st("move"))
+        move = self._st("move")
+        text = Text.assemble(("  → ", move), (f"move {what} from GPU {sug.from_gpu} to GPU {sug.to_gpu}", move))
         hint = "m: migrate as suggested" if self.has_focus else "tab here, then m: migrate"
         if sug.container is None:
             hint = "m: how to move it" if self.has_focus else "tab here, then m: how to move it"
         elif self._read_only():
             hint = "read-only: migrate is off"
-        line.add(f"  [{hint}]", st("move") + Style(dim=not self.has_focus))
-        line.add(f"  {sug.reason}", st("text"))
-        return line.strip(width).apply_style(self.rich_style)
+        text.append(f"  [{hint}]", move + Style(dim=not self.has_focus))
+        text.append(f"  {sug.reason}", self._st("text"))
+        return text
 
     def _read_only(self) -> bool:
         settings = getattr(self.app, "settings", None)

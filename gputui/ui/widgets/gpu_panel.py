@@ -30,6 +30,8 @@ from textual.strip import Strip
 
 from gputui.core.config import Settings
 from gputui.core.history import GpuSample
+from gputui.core import units
+from gputui.core.judges.suspect import activity
 from gputui.core.model import THERMAL_OR_POWER, Gpu, Snapshot
 from gputui.ui import format as fmt
 from gputui.ui.widgets.lines import LineBuilder, component_style, level_code, sparkline
@@ -38,6 +40,9 @@ Mode = Literal["cards", "compact"]
 ModeChoice = Literal["auto", "cards", "compact"]
 
 CARD_HEIGHT = 5
+#: Cells of the power pair ("1006/1000 W") and the memory pair ("1023 MiB/141.0 GiB"): never cut.
+POWER_W = 11
+MEM_W = 18
 MIN_CARD_WIDTH = 54
 GAP = 1
 #: Samples kept per GPU for the sparklines (more than any card is wide).
@@ -366,7 +371,7 @@ class GpuPanel(ScrollView, can_focus=True):
         the title, the clocks line and the bottom border come from the cache.
         """
         g = view.gpu
-        spark_w = max(4, width - 2 - 5 - 1 - 5 - 2 - 15)
+        spark_w = max(4, width - 2 - 6 - 1 - 4 - 2 - MEM_W)
         selected = g.index == self.selected and self.has_focus
         frame = (width, selected, g.index == self.filtered, g.lost)
         if g.lost:
@@ -379,7 +384,7 @@ class GpuPanel(ScrollView, can_focus=True):
                 (frame, g.name, self._users(g), len(g.processes), view.alerts, view.critical),
                 (frame, view.util[-spark_w:], g.utilization_gpu, g.temperature,
                  fmt.power_pair(g.power_draw, g.power_limit), self.settings.temp_warning, self.settings.temp_critical),
-                (frame, view.mem[-spark_w:], fmt.percent(g.memory_percent),
+                (frame, view.mem[-spark_w:], fmt.mem_percent(g.memory_used, g.memory_total),
                  fmt.size_pair(g.memory_used, g.memory_total)),
                 (frame, g.clock_sm, g.clock_sm_max, g.clock_memory, g.fan_speed, g.pstate, g.throttle_reasons),
                 (frame,),
@@ -480,7 +485,8 @@ class GpuPanel(ScrollView, can_focus=True):
             right.add(f" {shown} ", s("users"))
             right.add(f"· {len(g.processes)} proc{'s' if len(g.processes) != 1 else ''} ", s("dim"))
         else:
-            right.add(" idle ", s("dim"))
+            state = activity(g)
+            right.add(f" {state} ", s("dim") if state == "idle" else s("warning"))
         badge = self._badge(view)
         if badge:
             right.add("─", border).add(*badge)
@@ -506,7 +512,7 @@ class GpuPanel(ScrollView, can_focus=True):
         line.add("  ")
         line.add_fit(fmt.temperature(g.temperature), 5, self._temp_style(g.temperature), right=True)
         line.add(" ")
-        line.add_fit(fmt.power_pair(g.power_draw, g.power_limit), 9, s("value"), right=True)
+        line.add_fit(fmt.power_pair(g.power_draw, g.power_limit), POWER_W, s("value"), right=True)
         return line
 
     def _mem_line(self, view: GpuView, spark_w: int) -> LineBuilder:
@@ -514,23 +520,23 @@ class GpuPanel(ScrollView, can_focus=True):
         line = LineBuilder().add(" MEM  ", s("label"))
         line.extend(self._spark(view.mem, spark_w), spark_w)
         line.add(" ")
-        line.add(fmt.percent(g.memory_percent), self._value_style(g.memory_percent))
+        line.add(fmt.mem_percent(g.memory_used, g.memory_total), self._value_style(g.memory_percent))
         line.add("  ")
-        line.add_fit(fmt.size_pair(g.memory_used, g.memory_total), 15, s("value"), right=True)
+        line.add_fit(fmt.size_pair(g.memory_used, g.memory_total), MEM_W, s("value"), right=True)
         return line
 
     def _info_line(self, g: Gpu) -> LineBuilder:
         s = self._style
         line = LineBuilder()
-        line.add(" SM ", s("label")).add(fmt.mhz(g.clock_sm), s("value"))
-        line.add(f"/{fmt.mhz(g.clock_sm_max)} MHz", s("dim"))
-        line.add("  MEM ", s("label")).add(fmt.mhz(g.clock_memory), s("value")).add(" MHz", s("dim"))
+        line.add(" SM ", s("label")).add(units.fmt_mhz_pair(g.clock_sm, g.clock_sm_max, sep="/"), s("value"))
+        line.add("  MEM ", s("label")).add(units.fmt_mhz(g.clock_memory), s("value"))
         line.add("  FAN ", s("label"))
         line.add(fmt.NA if g.fan_speed is None else f"{g.fan_speed}%", s("dim") if g.fan_speed is None else s("value"))
-        line.add("  P", s("label")).add(fmt.NA if g.pstate is None else str(g.pstate), s("value"))
+        line.add("  ")
+        line.add(units.fmt_pstate(g.pstate), s("value") if g.pstate is not None else s("dim"))
         throttled = fmt.throttle_label(g.throttle_reasons)
         if throttled:
-            hot = any(r in THERMAL_OR_POWER for r in g.throttle_reasons)
+            hot = any(r in THERMAL_OR_POWER for r in g.throttle_reasons or ())
             line.add("  ▼ " + throttled, s("warning") if hot else s("dim"))
         return line
 
@@ -551,7 +557,7 @@ class GpuPanel(ScrollView, can_focus=True):
         if g.lost:
             line.add("LOST  NVML no longer answers for this GPU (fallen off the bus?)", s("lost"))
             return line.strip(width, base).apply_style(self._base() + base)
-        fixed = 3 + 4 + 1 + 5 + 4 + 1 + 5 + 1 + 15 + 6 + 9 + 2
+        fixed = 3 + 4 + 1 + 5 + 4 + 1 + 5 + 1 + MEM_W + 6 + POWER_W + 2
         name = fmt.short_gpu_name(g.name)
         show_name = width - fixed - len(name) - 2 >= 24
         if show_name:
@@ -567,18 +573,18 @@ class GpuPanel(ScrollView, can_focus=True):
             line.add(" M ", s("label")).extend(self._spark(view.mem, spark), spark)
         else:
             line.add(" MEM", s("label"))
-        line.add(fmt.percent(g.memory_percent), self._value_style(g.memory_percent))
+        line.add(fmt.mem_percent(g.memory_used, g.memory_total), self._value_style(g.memory_percent))
         line.add(" ")
-        line.add_fit(fmt.size_pair(g.memory_used, g.memory_total), 15, s("value"), right=True)
+        line.add_fit(fmt.size_pair(g.memory_used, g.memory_total), MEM_W, s("value"), right=True)
         line.add(" ")
         line.add_fit(fmt.temperature(g.temperature), 5, self._temp_style(g.temperature), right=True)
         line.add(" ")
-        line.add_fit(fmt.power_pair(g.power_draw, g.power_limit), 9, s("value"), right=True)
+        line.add_fit(fmt.power_pair(g.power_draw, g.power_limit), POWER_W, s("value"), right=True)
         badge = self._badge(view)
         users = self._users(g)
         rest = width - line.width - (len(badge[0]) + 1 if badge else 0)
         if rest > 2:
-            who = " " + (", ".join(users) if users else "idle")
+            who = " " + (", ".join(users) if users else activity(g))
             line.add_fit(who, rest, s("users") if users else s("dim"))
         if badge:
             line.pad_to(width - len(badge[0]))

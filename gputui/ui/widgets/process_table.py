@@ -29,6 +29,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gputui.core.model import Process, Snapshot
+from gputui.core.judges.text import invisible_phrase
 from gputui.ui import format as fmt
 from gputui.ui.widgets.lines import CachedStyles, LineBuilder, base_style, component_style
 
@@ -120,7 +121,7 @@ def process_cells(p: Process, snapshot_time) -> tuple[str, ...]:
     if p.visible:
         command = p.command or fmt.NA
     else:
-        command = f"(not visible: {p.invisible_reason or 'unknown'})"
+        command = f"({invisible_phrase(p.invisible_reason)})"
     marker = "●" if p.stale else ("?" if not p.visible else "")
     return (
         str(p.gpu_index),

@@ -10,10 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from rich.console import Console
 from rich.style import Style
+from rich.text import Text
 from textual.strip import Strip
 from textual.widget import Widget
 
+from gputui.core.judges.text import invisible_phrase
 from gputui.core.model import Imbalance, Process, Snapshot
 from gputui.ui import format as fmt
 from gputui.ui.widgets.lines import CachedStyles, LineBuilder, base_style, component_style
@@ -211,22 +214,24 @@ class SelectionBar(_OneLine):
             if p.stale:
                 line.add("  ● ", st("stale")).add("; ".join(f.message for f in p.stale), st("stale"))
             elif not p.visible:
-                reason = {"other-namespace": "its PID is in another PID namespace",
-                          "vanished": "it exited while being read"}.get(p.invisible_reason or "", "it cannot be read")
-                line.add(f"  ? not visible: {reason}", st("dim"))
+                line.add(f"  ? {invisible_phrase(p.invisible_reason)}", st("dim"))
             if p.command:
                 line.add("  $ ", st("dim")).add(p.command, st("text"))
         return line.strip(width).apply_style(base_style(self))
 
 
 class ImbalanceBanner(CachedStyles, Widget):
-    """Shown only while the imbalance judge flags the machine: what is wrong and one move."""
+    """Shown only while the imbalance judge flags the machine: what is wrong and one move.
+
+    The message and the move are wrapped at word boundaries, never cut mid-word: up
+    to :attr:`MAX_PART_LINES` lines each (the last one ending in "…" when even that is
+    not enough), and in full while the banner has focus.
+    """
 
     COMPONENT_CLASSES = {"imbalance-banner--label", "imbalance-banner--text", "imbalance-banner--move"}
     DEFAULT_CSS = """
     ImbalanceBanner {
         height: auto;
-        max-height: 2;
         display: none;
         background: $warning 15%;
         &.-flagged { display: block; }
@@ -236,9 +241,13 @@ class ImbalanceBanner(CachedStyles, Widget):
     }
     """
 
+    #: Lines the message and the move may each take while the banner is not focused.
+    MAX_PART_LINES = 3
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.imbalance = Imbalance()
+        self._wrap_cache: tuple[tuple, list[Strip]] | None = None
 
     def show(self, imbalance: Imbalance) -> None:
         if imbalance == self.imbalance:
@@ -247,29 +256,79 @@ class ImbalanceBanner(CachedStyles, Widget):
         self.imbalance = imbalance
         if imbalance.flagged != was.flagged:
             self.set_class(imbalance.flagged, "-flagged")
-        # The banner's height follows whether a suggestion line is shown; a new
-        # message of the same shape only repaints (a layout pass costs ~100x more).
-        height_changed = (was.suggestion is None) != (imbalance.suggestion is None)
-        self.refresh(layout=height_changed or imbalance.flagged != was.flagged)
+        width = self.size.width or 80
+        # The height follows the wrapped text; a new message of the same height only repaints
+        # (a layout pass costs ~100x more).
+        old_height = len(self._strips(width, was))
+        self._wrap_cache = None
+        self.refresh(layout=old_height != len(self._strips(width)) or imbalance.flagged != was.flagged)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._wrap_cache = None
+
+    def lines_needed(self, width: int) -> int:
+        """How many lines the banner takes at this width (0 while nothing is flagged)."""
+        return len(self._strips(width)) if self.imbalance.flagged else 0
 
     def get_content_height(self, container, viewport, width: int) -> int:
-        return 2 if self.imbalance.suggestion is not None else 1
+        return max(1, len(self._strips(width)))
+
+    def _st(self, name: str) -> Style:
+        return component_style(self, f"imbalance-banner--{name}")
+
+    def _message_text(self, imb: Imbalance) -> Text:
+        label = " IMBALANCED (provisional) " if imb.provisional else " IMBALANCED "
+        text = Text.assemble((label, self._st("label")), " ")
+        text.append(imb.message or ", ".join(imb.kinds) or "the GPUs are unevenly loaded", self._st("text"))
+        return text
+
+    def _suggestion_text(self, imb: Imbalance) -> Text | None:
+        sug = imb.suggestion
+        if sug is None:
+            return None
+        what = sug.container and f"container {sug.container}" or (sug.pid and f"PID {sug.pid}") or "a job"
+        text = Text.assemble(("  → ", self._st("move")),
+                             (f"move {what} from GPU {sug.from_gpu} to GPU {sug.to_gpu}", self._st("move")))
+        text.append(f": {sug.reason}", self._st("text"))
+        text.append("  (m opens migrate)", self._st("text") + Style(dim=True))
+        return text
+
+    def _strips(self, width: int, imbalance: Imbalance | None = None) -> list[Strip]:
+        imb = self.imbalance if imbalance is None else imbalance
+        full = self.has_focus
+        key = (imb, width, full)
+        if imbalance is None and self._wrap_cache is not None and self._wrap_cache[0] == key:
+            return self._wrap_cache[1]
+        strips: list[Strip] = []
+        if imb.flagged or imb.message:
+            for part in (self._message_text(imb), self._suggestion_text(imb)):
+                if part is not None:
+                    strips += wrap_text(part, max(1, width), None if full else self.MAX_PART_LINES)
+        if imbalance is None:
+            self._wrap_cache = (key, strips)
+        return strips
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
+        strips = self._strips(width)
+        base = base_style(self)
+        if 0 <= y < len(strips):
+            return strips[y].adjust_cell_length(width, base).apply_style(base)
+        return Strip.blank(width, base)
 
-        def st(name: str) -> Style:
-            return component_style(self, f"imbalance-banner--{name}")
 
-        imb = self.imbalance
-        line = LineBuilder()
-        if y == 0:
-            line.add(" IMBALANCED ", st("label")).add(" ")
-            line.add(imb.message or ", ".join(imb.kinds) or "the GPUs are unevenly loaded", st("text"))
-        elif imb.suggestion is not None:
-            sug = imb.suggestion
-            what = sug.container and f"container {sug.container}" or (sug.pid and f"PID {sug.pid}") or "a job"
-            line.add("  → ", st("move")).add(f"move {what} from GPU {sug.from_gpu} to GPU {sug.to_gpu}", st("move"))
-            line.add(f": {sug.reason}", st("text"))
-            line.add("  (m opens migrate)", st("text") + Style(dim=True))
-        return line.strip(width).apply_style(base_style(self))
+def wrap_text(text: Text, width: int, max_lines: int | None = None) -> list[Strip]:
+    """``text`` wrapped at word boundaries into strips of ``width`` cells; with ``max_lines``, the
+    last kept line ends in "…" when more was left."""
+    console = Console(width=width, color_system=None, legacy_windows=False)
+    lines = text.wrap(console, width, overflow="fold")
+    cut = max_lines is not None and len(lines) > max_lines
+    if cut:
+        lines = lines[:max_lines]
+        last = lines[-1]
+        last.rstrip()
+        if last.cell_len >= width:
+            last.truncate(width - 1)
+        last.append("…")
+    return [Strip(list(line.render(console, end="")), line.cell_len) for line in lines]
