@@ -47,7 +47,7 @@ def demo():
 
 
 def _audit() -> list[dict]:
-    path = audit_path()
+    path = audit_path(demo=True)
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -192,11 +192,23 @@ def test_cli_read_only_refuses_and_records_it():
 
 
 def test_cli_only_refusals_exit_1_with_one_sentence_each():
-    res = _gputui("--demo", "kill", "1", "424242", "--yes")
+    res = _gputui("--demo", "kill", "1", "--yes")
     assert res.returncode == 1
-    lines = res.stderr.strip().splitlines()
-    assert lines == ["gputui: PID 1 is the system's init process; gputui never signals it.",
-                     "gputui: There is no process with PID 424242 here."]
+    assert res.stderr.strip().splitlines() == ["gputui: PID 1 is the system's init process; gputui never signals it."]
+
+
+def test_cli_a_pid_that_names_no_process_is_usage_and_nothing_is_killed():
+    """Issue 13: "not found" is exit 2 everywhere (like 'migrate nosuch' and '--gpu 9'), and a list with a
+    wrong PID acts on none of them."""
+    res = _gputui("--demo", "kill", "1", "424242", "--yes")
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == ["gputui: PID 1 is the system's init process; gputui never signals it.",
+                                               "gputui: There is no process with PID 424242 here."]
+    res = _gputui("--demo", "kill", "5388", "99999", "--yes")
+    assert res.returncode == 2
+    assert "There is no process with PID 99999 here." in res.stderr and "Nothing was killed." in res.stderr
+    assert "exited after" not in res.stdout
+    assert not any(r["result"] == "ok" for r in _audit())
 
 
 def test_cli_bad_signal_is_usage():
@@ -223,3 +235,17 @@ def test_cli_asks_on_a_terminal(answer, code, said):
     assert "Proceed? [y/N] " in out
     assert said in out
     assert _audit()[-1]["result"] == ("ok" if answer == "y" else "refused")
+
+
+def test_demo_kills_never_reach_the_real_audit_log():
+    """Issue 13: '--demo kill' used to append a record to the real audit log with no demo marker."""
+    res = _gputui("--demo", "kill", "5388", "--yes")
+    assert res.returncode == 0, res.stderr
+    assert not audit_path().exists()
+    records = _audit()  # the demo's own log
+    assert records and all(r["demo"] is True for r in records)
+    assert records[-1]["action"] == "kill" and records[-1]["pid"] == 5388
+    # Refusals on the demo too.
+    _gputui("--demo", "kill", "1", "--yes")
+    assert not audit_path().exists()
+    assert _audit()[-1]["result"] == "refused" and _audit()[-1]["demo"] is True

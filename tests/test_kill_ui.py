@@ -36,7 +36,7 @@ def notifications(app) -> list[str]:
 
 
 def audit() -> list[dict]:
-    path = audit_path()
+    path = audit_path(demo=True)
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 

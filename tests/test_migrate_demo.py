@@ -54,7 +54,7 @@ def test_demo_migration_moves_the_simulated_container_and_is_audited(demo):
         time.sleep(0.05)
         after = poller.poll()
     assert after.container("bert-finetune").gpus == (after.gpu(6).uuid,)
-    record = json.loads(audit_path().read_text().splitlines()[-1])
+    record = json.loads(audit_path(demo=True).read_text().splitlines()[-1])
     assert record["action"] == "migrate" and record["result"] == "ok" and record["demo"] is True
     assert (record["container"], record["from_gpus"], record["to_gpu"]) == ("bert-finetune", "all", 6)
 
@@ -103,7 +103,7 @@ def test_cli_dry_run_prints_plan_and_diff_and_changes_nothing():
     assert '- HostConfig.DeviceRequests[0].DeviceIDs = ["0"]' in out
     assert "Dry run: nothing was changed." in out
     assert "device_ids:" in out  # compose-managed: the compose change is printed
-    assert not audit_path().exists()
+    assert not audit_path().exists() and not audit_path(demo=True).exists()
 
 
 @pytest.mark.parametrize("argv,code,message", [
@@ -128,5 +128,5 @@ def test_cli_read_only_from_the_config_file(isolated_xdg):
     (cfg / "config.toml").write_text("read_only = true\n")
     code, out, err = run_cli("migrate", "--demo", "bert-finetune", "--to", "6", "--yes")
     assert code == 1 and "read-only" in err
-    record = json.loads(audit_path().read_text().splitlines()[-1])
+    record = json.loads(audit_path(demo=True).read_text().splitlines()[-1])
     assert record["result"] == "refused"

@@ -1,4 +1,9 @@
-"""The audit log: one JSON line per action (migrate, kill), in ``$XDG_STATE_HOME/gputui/audit.jsonl``."""
+"""The audit log: one JSON line per action (migrate, kill), in ``$XDG_STATE_HOME/gputui/audit.jsonl``.
+
+What ``--demo`` does acts on a simulated server: it is never written there. Demo actions go to
+``demo-audit.jsonl`` next to it, each record marked ``"demo": true``, so nothing the demo does
+can be mistaken for a real kill or migration.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +18,8 @@ from typing import Any
 from gputui.core.config import state_dir
 
 
-def audit_path() -> Path:
-    return state_dir() / "audit.jsonl"
+def audit_path(demo: bool = False) -> Path:
+    return state_dir() / ("demo-audit.jsonl" if demo else "audit.jsonl")
 
 
 def _who() -> str:
@@ -25,7 +30,9 @@ def _who() -> str:
 
 
 def audit(action: str, result: str, **details: Any) -> dict[str, Any]:
-    """Append one record and return it. ``result`` is e.g. "ok", "refused", "failed", "rolled-back"."""
+    """Append one record and return it. ``result`` is e.g. "ok", "refused", "failed", "rolled-back".
+    A record with a true ``demo`` detail goes to the demo log, never the real one."""
+    demo = bool(details.pop("demo", False))
     record = {
         "time": datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds"),
         "user": _who(),
@@ -35,8 +42,10 @@ def audit(action: str, result: str, **details: Any) -> dict[str, Any]:
         "result": result,
         **details,
     }
+    if demo:
+        record["demo"] = True
     line = json.dumps(record, default=str, sort_keys=False)
-    with open(audit_path(), "a", encoding="utf-8") as fh:
+    with open(audit_path(demo), "a", encoding="utf-8") as fh:
         fh.write(line + "\n")
         fh.flush()
         os.fsync(fh.fileno())

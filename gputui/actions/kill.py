@@ -111,6 +111,8 @@ class KillTarget:
 class Refusal:
     pid: int
     reason: str
+    #: The PID names no process here (or is no PID at all): a usage error (exit 2), not a "no".
+    not_found: bool = False
 
 
 @dataclass(frozen=True)
@@ -540,6 +542,10 @@ def _invisible_reason(pid: int, reason: str | None, listed: bool) -> str:
     if listed:
         return (f"PID {pid} is listed by the NVIDIA driver but no such process exists here; there is nothing to "
                 "signal (a leaked driver context is released only by a GPU reset).")
+    return _no_such(pid)
+
+
+def _no_such(pid: int) -> str:
     return f"There is no process with PID {pid} here."
 
 
@@ -571,7 +577,7 @@ def plan_kill(
         target = listed.get(pid)
         why = _refuse(pid, target, backend, protected, force)
         if why is not None:
-            refusals.append(Refusal(pid, why))
+            refusals.append(Refusal(pid, why, not_found=pid <= 0 or why == _no_such(pid)))
             continue
         if target is None:  # a non-GPU process, allowed by --force
             f = backend.facts(pid)
@@ -701,12 +707,13 @@ def confirmation_lines(plan: KillPlan) -> list[str]:
 # -- execution ----------------------------------------------------------------------
 
 
-def _audit(result: str, **details: Any) -> str | None:
-    """Append to the audit log; returns a one-sentence problem instead of raising."""
+def _audit(result: str, demo: bool = False, **details: Any) -> str | None:
+    """Append to the audit log (the demo's own log for ``demo``); returns a one-sentence problem
+    instead of raising."""
     from gputui.actions.audit import audit
 
     try:
-        audit("kill", result, **details)
+        audit("kill", result, demo=demo, **details)
     except OSError as exc:
         return f"Could not write the audit log: {exc.strerror or exc}."
     return None
@@ -725,10 +732,10 @@ def check_audit_writable() -> None:
                         "record.") from None
 
 
-def audit_refusals(refusals: Iterable[Refusal]) -> list[str]:
+def audit_refusals(refusals: Iterable[Refusal], demo: bool = False) -> list[str]:
     notes = []
     for r in refusals:
-        problem = _audit("refused", pid=r.pid, reason=r.reason)
+        problem = _audit("refused", demo, pid=r.pid, reason=r.reason)
         if problem and problem not in notes:
             notes.append(problem)
     return notes
@@ -740,7 +747,8 @@ def execute_kill(plan: KillPlan, backend: KillBackend, before: Snapshot,
     say = progress or (lambda _msg: None)
     sig_name = plan.signal
     sig = SIGNALS[sig_name]
-    notes: list[str] = audit_refusals(plan.refusals)
+    demo = isinstance(backend, DemoBackend)
+    notes: list[str] = audit_refusals(plan.refusals, demo)
     outcomes: dict[int, Outcome] = {}
     pinned: dict[int, Any] = {}
     sent: dict[int, list[str]] = {}
@@ -846,7 +854,7 @@ def execute_kill(plan: KillPlan, backend: KillBackend, before: Snapshot,
                        freed=None if held is None or nvml_note else
                        sum(m or 0 for i, pid, m in held if (i, pid) not in still))
         result = "ok" if o.ok else ("refused" if o.result == "refused" else "failed")
-        problem = _audit(result, **details)
+        problem = _audit(result, demo, **details)
         if problem and problem not in notes:
             notes.append(problem)
     return KillReport(ordered, plan.refusals, freed, still, tuple(notes))

@@ -7,8 +7,8 @@ pid, user, command, GPUs and their memory, container and stale reasons; on a
 terminal gputui asks y/N, elsewhere it needs ``--yes``.
 
 Exit status: 0 every target is gone; 1 something was refused, declined, failed
-or survived; 2 bad usage (including no ``--yes`` without a terminal); 3 the
-machine could not be read.
+or survived; 2 bad usage (a PID that names no process — then nothing is
+signalled —, no ``--yes`` without a terminal); 3 the machine could not be read.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from gputui.actions.kill import (
     signal_name,
 )
 from gputui.commands.prompt import ask, interactive
-from gputui.context import EXIT_NO, EXIT_OK, UsageError, seconds_arg
+from gputui.context import EXIT_NO, EXIT_OK, EXIT_USAGE, UsageError, seconds_arg
 
 
 def _pid(text: str) -> int:
@@ -77,7 +77,7 @@ def run(ctx) -> int:
     out, err = ctx.stdout, ctx.stderr
     if ctx.settings.read_only:
         plan = read_only_plan(args.pids, signal=args.signal, timeout=args.timeout, escalate=args.escalate)
-        for note in audit_refusals(plan.refusals):
+        for note in audit_refusals(plan.refusals, ctx.demo):
             print(f"gputui: {note}", file=err)
         print(f"gputui: {READ_ONLY}", file=err)
         return EXIT_NO
@@ -96,8 +96,20 @@ def run(ctx) -> int:
         backend = backend_for(machine, docker_timeout=max(ctx.settings.docker_timeout, 10.0))
         plan = plan_kill(before, args.pids, backend, signal=args.signal, timeout=args.timeout,
                          escalate=args.escalate, force=args.force, read_only=False)
+        demo = machine.demo is not None
+        missing = [r for r in plan.refusals if r.not_found]
+        if missing:
+            # A PID that names no process is a mistake in the command line: nothing is signalled
+            # (the list may hold a typo), and the exit status is 2 like any "no such ..." argument.
+            for note in audit_refusals(plan.refusals, demo):
+                print(f"gputui: {note}", file=err)
+            for r in plan.refusals:
+                print(f"gputui: {r.reason}", file=err)
+            if plan.targets:
+                print("gputui: Nothing was killed.", file=err)
+            return EXIT_USAGE
         if not plan.targets:
-            for note in audit_refusals(plan.refusals):
+            for note in audit_refusals(plan.refusals, demo):
                 print(f"gputui: {note}", file=err)
             for r in plan.refusals:
                 print(f"gputui: {r.reason}", file=err)
@@ -112,8 +124,8 @@ def run(ctx) -> int:
                 raise UsageError("Refusing to kill without confirmation: stdin is not a terminal; add --yes.")
             answer = ask("Proceed? [y/N] ", out)
             if answer not in ("y", "yes"):
-                audit_refusals(Refusal(t.pid, f"PID {t.pid}: the user declined the confirmation.")
-                               for t in plan.targets)
+                audit_refusals((Refusal(t.pid, f"PID {t.pid}: the user declined the confirmation.")
+                                for t in plan.targets), demo)
                 print("Nothing was killed.", file=out)
                 return EXIT_NO
 

@@ -273,7 +273,9 @@ class DashboardScreen(Screen):
 
     def action_cycle_view(self) -> None:
         choice = self.panel.cycle_mode()
-        self.notify(f"GPU panel: {choice}.", timeout=1.5)
+        shown = "cards" if self.panel.mode == "cards" else "one line per GPU"
+        how = " (auto: follows the terminal's size)" if choice == "auto" else ""
+        self.notify(f"GPU panel: {shown}{how}; v switches.", timeout=1.5)
 
     def action_pause(self) -> None:
         app = self.app

@@ -212,8 +212,9 @@ class KillScreen(ModalScreen["KillReport | None"]):
     def _audit_declined(self, plan: KillPlan, refusals: Iterable) -> None:
         from gputui.actions.kill import Refusal
 
+        demo = getattr(self.app, "machine", None) is not None and self.app.machine.demo is not None  # type: ignore[attr-defined]
         audit_refusals([*refusals, *(Refusal(t.pid, f"PID {t.pid}: the user declined the confirmation.")
-                                     for t in plan.targets)])
+                                     for t in plan.targets)], demo)
 
     def action_confirm(self) -> None:
         if self.state != "ready" or self.plan is None or not self.plan.targets:

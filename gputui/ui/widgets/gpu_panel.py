@@ -8,8 +8,8 @@ only their lines.
 
 Layout: cards (five lines each, as many columns as fit) when they fit the height
 the screen can spare; otherwise one line per GPU ("compact"); the panel scrolls
-when even that does not fit (16 GPUs on a small terminal). ``v`` cycles
-auto → cards → compact.
+when even that does not fit (16 GPUs on a small terminal). ``v`` switches to
+the other layout on every press (back to "auto" when auto would pick it).
 """
 
 from __future__ import annotations
@@ -267,9 +267,17 @@ class GpuPanel(ScrollView, can_focus=True):
             self._available_height = max(1, height)
             self._relayout()
 
+    def _auto_mode(self) -> Mode:
+        """What "auto" shows now: cards when every card fits the height the screen spares."""
+        n = len(self.views)
+        cols, _ = self._geometry(self.size.width or (self.app.size.width if self.is_attached else 80))
+        return "cards" if (math.ceil(n / cols) * CARD_HEIGHT if n else 1) <= self._available_height else "compact"
+
     def cycle_mode(self) -> ModeChoice:
-        order: list[ModeChoice] = ["auto", "cards", "compact"]
-        self.mode_choice = order[(order.index(self.mode_choice) + 1) % len(order)]
+        """Switch to the other layout, so every press changes what is on screen. When "auto" would
+        show that other layout, go back to auto (it follows later resizes); otherwise force it."""
+        other: Mode = "compact" if self.mode == "cards" else "cards"
+        self.mode_choice = "auto" if self._auto_mode() == other else other
         self._relayout()
         return self.mode_choice
 

@@ -126,19 +126,51 @@ class StatusLine(_OneLine):
             return component_style(self, f"status-line--{name}")
 
         snap, status = self.snapshot, self.status
-        left = LineBuilder().add(" gputui ", st("brand")).add(" ")
-        if snap is None:
-            left.add("reading the GPUs…", st("dim"))
-        else:
-            left.add(snap.host, st("text"))
-            left.add("  driver ", st("dim")).add(snap.driver_version or fmt.NA, st("text"))
-            left.add("  CUDA ", st("dim")).add(snap.cuda_driver_version or fmt.NA, st("text"))
-            left.add("  GPUs ", st("dim")).add(str(len(snap.gpus)), st("text"))
-        left.add("  every ", st("dim")).add(f"{status.interval:g}s", st("text"))
-        left.add("  at ", st("dim")).add(fmt.clock_time(status.last_ok), st("text"))
-        if status.read_only:
-            left.add("  read-only: kill and migrate off", st("dim"))
+        right = self._right(width, st)
+        out = self._left(max(0, width - right.width), st)
+        out.pad_to(width - right.width)
+        out.extend(right.segments, right.width)
+        return out.strip(width).apply_style(base_style(self))
 
+    def _left(self, room: int, st) -> LineBuilder:
+        """Host and details, fitted by dropping whole fields (least useful first), never by cutting a
+        value: a cut "580.95" would read as a real driver version."""
+        snap, status = self.snapshot, self.status
+        #: (drop order, label, value); lower drop order goes first when room is short
+        fields: list[tuple[int, str, str]] = []
+        if snap is not None:
+            fields += [(6, "  driver ", snap.driver_version or fmt.NA),
+                       (5, "  CUDA ", snap.cuda_driver_version or fmt.NA),
+                       (2, "  GPUs ", str(len(snap.gpus)))]
+        fields += [(1, "  every ", f"{status.interval:g}s"), (4, "  at ", fmt.clock_time(status.last_ok))]
+        if status.read_only:
+            fields.append((3, "  read-only: kill and migrate off", ""))
+        head = " gputui "
+        host = "reading the GPUs…" if snap is None else snap.host
+        host_style = st("dim") if snap is None else st("text")
+
+        def width_of(kept: list[tuple[int, str, str]]) -> int:
+            return len(head) + 1 + len(host) + sum(len(label) + len(value) for _, label, value in kept)
+
+        kept = list(fields)
+        for order in sorted({f[0] for f in fields}):
+            if width_of(kept) <= room:
+                break
+            kept = [f for f in kept if f[0] != order]
+        left = LineBuilder().add(head, st("brand")).add(" ")
+        host_room = max(0, room - width_of(kept) + len(host))
+        if len(host) > host_room:
+            left.add_fit(host, host_room, host_style)
+        else:
+            left.add(host, host_style)
+        for _, label, value in kept:
+            left.add(label, st("dim"))
+            if value:
+                left.add(value, st("text"))
+        return left
+
+    def _right(self, width: int, st) -> LineBuilder:
+        snap, status = self.snapshot, self.status
         right = LineBuilder()
         if status.paused:
             right.add(" ⏸ PAUSED (p resumes) ", st("paused")).add(" ")
@@ -147,19 +179,10 @@ class StatusLine(_OneLine):
             text = warnings[0] + (f" (+{len(warnings) - 1} more)" if len(warnings) > 1 else "")
             style = st("error") if status.error and warnings[0] == status.error else st("warning")
             room = max(0, width - right.width - 1)
-            # Warnings win over details: the left part is cut first.
-            room = min(room, max(room - left.width, width * 2 // 3))
+            # Warnings win over details: the left part drops fields first.
+            room = min(room, max(room - self._left(width, st).width, width * 2 // 3))
             right.add_fit(f" ⚠ {text} ", min(room, len(text) + 4), style).add(" ")
-        out = LineBuilder()
-        keep = max(0, width - right.width)
-        if left.width > keep:
-            cut = Strip(left.segments, left.width).crop(0, keep)
-            out.extend(list(cut), cut.cell_length)
-        else:
-            out.extend(left.segments, left.width)
-        out.pad_to(width - right.width)
-        out.extend(right.segments, right.width)
-        return out.strip(width).apply_style(base_style(self))
+        return right
 
 
 class SelectionBar(_OneLine):
