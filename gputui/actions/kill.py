@@ -719,12 +719,13 @@ def _audit(result: str, demo: bool = False, **details: Any) -> str | None:
     return None
 
 
-def check_audit_writable() -> None:
-    """Raise KillError unless the audit log can be appended to: a kill must leave a record."""
+def check_audit_writable(demo: bool = False) -> None:
+    """Raise KillError unless the audit log (the demo's own for ``demo``) can be appended to: a kill
+    must leave a record."""
     from gputui.actions.audit import audit_path
 
     try:
-        path = audit_path()
+        path = audit_path(demo)
         with open(path, "a", encoding="utf-8"):
             pass
     except OSError as exc:

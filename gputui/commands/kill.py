@@ -82,7 +82,7 @@ def run(ctx) -> int:
         print(f"gputui: {READ_ONLY}", file=err)
         return EXIT_NO
     try:
-        check_audit_writable()
+        check_audit_writable(ctx.demo)
     except KillError as exc:
         print(f"gputui: {exc}", file=err)
         return EXIT_NO

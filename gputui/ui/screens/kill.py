@@ -28,6 +28,7 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from gputui.actions.kill import (
+    DemoBackend,
     KillBackend,
     KillError,
     KillPlan,
@@ -205,14 +206,13 @@ class KillScreen(ModalScreen["KillReport | None"]):
         if self.state == "ready" and self.plan is not None and self.plan.targets:
             refusals = [r for r in self.plan.refusals]
             # The user saw the refusals and declined the rest: both go to the audit log.
-            self._audit_declined(self.plan, refusals)
+            self._audit_declined(self.plan, refusals, isinstance(self._backend, DemoBackend))
         self.dismiss(self.report)
 
     @work(thread=True, exit_on_error=False, group="kill-audit", description="record a declined kill")
-    def _audit_declined(self, plan: KillPlan, refusals: Iterable) -> None:
+    def _audit_declined(self, plan: KillPlan, refusals: Iterable, demo: bool) -> None:
         from gputui.actions.kill import Refusal
 
-        demo = getattr(self.app, "machine", None) is not None and self.app.machine.demo is not None  # type: ignore[attr-defined]
         audit_refusals([*refusals, *(Refusal(t.pid, f"PID {t.pid}: the user declined the confirmation.")
                                      for t in plan.targets)], demo)
 
@@ -229,7 +229,7 @@ class KillScreen(ModalScreen["KillReport | None"]):
         app = self.app
         snapshot = self.snapshot or app.snapshot  # type: ignore[attr-defined]
         try:
-            check_audit_writable()
+            check_audit_writable(isinstance(self._backend, DemoBackend))
             assert self._backend is not None
             report = execute_kill(plan, self._backend, snapshot,
                                   progress=lambda text: self.post_message(self.Progress(text)))
