@@ -33,6 +33,13 @@ from gputui.core.sources import SourceUnavailable
 if TYPE_CHECKING:
     from gputui.core.model import Snapshot
 
+#: The exit statuses of every gputui command, as ``gputui --help`` lists them.
+EXIT_CODES_HELP = """exit status (every command):
+  0  done
+  1  ran, and the answer is "no": nothing fits, a check failed, an action was refused, declined or failed
+  2  bad usage or config, including an argument that names nothing here (no such PID, container or GPU)
+  3  the machine could not be read (no NVIDIA driver, Docker unreachable for migrate)"""
+
 __all__ = [
     "EXIT_NO", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "Context", "UsageError",
     "build_parser", "load_context", "main", "parse_gpu_list",
@@ -41,7 +48,20 @@ __all__ = [
 # -- parsing ----------------------------------------------------------------------
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Wraps descriptions as usual but keeps the exit-status table as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("exit status"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # one sentence, exit 2, no usage dump
         raise UsageError(f"{message[0].upper()}{message[1:]} (see 'gputui --help').")
 
@@ -84,6 +104,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="gputui",
         description="Who is on which GPU, in which container, what is imbalanced, and what to do about it.",
+        epilog=EXIT_CODES_HELP,
     )
     parser.add_argument("--version", action="version", version=f"gputui {__version__}")
     _common(parser, top=True)
@@ -92,17 +113,27 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                         help=f"refresh period of the dashboard (default 1.0, minimum {MIN_INTERVAL})")
     parser.add_argument("--theme", metavar="NAME", help="Textual theme of the dashboard")
     parser.add_argument("--bell", action="store_true", default=None, help="ring the terminal bell on new alerts")
-    parser.add_argument("--window", type=seconds_arg, metavar="SECONDS",
-                        help="imbalance window in seconds (default 60)")
+    parser.add_argument("--imbalance-window", dest="window", type=seconds_arg, metavar="SECONDS",
+                        help="the window the imbalance judge averages over, in seconds (default 60)")
+    # The older name, kept for scripts; hidden because under 'snapshot' --window meant something else.
+    parser.add_argument("--window", dest="window", type=seconds_arg, help=argparse.SUPPRESS)
     parser.add_argument("--temp-warning", type=int, metavar="C", help="temperature warning threshold (default 83)")
     parser.add_argument("--temp-critical", type=int, metavar="C", help="temperature critical threshold (default 90)")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
-    snap = sub.add_parser("snapshot", help="print one snapshot of the machine (JSON with --json)")
+    snap = sub.add_parser(
+        "snapshot", help="print one snapshot of the machine (JSON with --json)",
+        description="Read every GPU, its processes and their containers once (or for --observe seconds), judge "
+                    "them (imbalance, alerts, stale processes, container grants) and print the result: the "
+                    "table of 'gputui --once', or with --json one JSON document (the schema is in the README). "
+                    "Verdicts judged on less observation than their documented window are marked provisional.",
+        epilog=EXIT_CODES_HELP)
     _common(snap, top=False)
     snap.add_argument("--json", action="store_true", help="print one JSON document")
-    snap.add_argument("--window", dest="observe", type=seconds_arg, metavar="SECONDS", default=0.0,
-                      help="observe for this long before judging (imbalance, idle holders)")
+    snap.add_argument("--window", dest="observe", type=seconds_arg, help=argparse.SUPPRESS)  # the older name
+    snap.add_argument("--observe", dest="observe", type=seconds_arg, metavar="SECONDS", default=0.0,
+                      help="keep polling for this long before judging, so windowed verdicts (imbalance, idle "
+                           "holders, idle grants) rest on more than one sample (default 0: one poll)")
 
     import importlib
 

@@ -80,9 +80,12 @@ def test_nvml_failures_name_the_fix(kind, fix_part):
     checks = C.judge(replace(GOOD, nvml=NvmlFacts(ok=False, error="NVML could not start.", error_kind=kind)))
     nvml = _by_name(checks)["nvml"]
     assert nvml.status == "fail" and fix_part in nvml.fix
-    # without NVML the GPU checks are not made up, the rest still runs
+    # without NVML the GPU checks are not made up (skip, saying why), the rest still runs
     names = {c.name for c in checks}
-    assert "persistence-mode" not in names and "throttling" not in names
+    by = _by_name(checks)
+    assert by["persistence-mode"].status == by["throttling"].status == "skip"
+    assert "NVML is not reachable" in by["throttling"].message
+    assert [c.name for c in checks] == list(C.ALL_CHECKS)
     assert {"device-nodes", "container", "docker-gpus"} <= names
     assert C.exit_status(checks) == 1
 
@@ -254,8 +257,10 @@ def test_json_document_shape_on_the_demo(capsys):
     assert doc["demo"] is True
     for c in doc["checks"]:
         assert set(c) == {"name", "status", "message", "fix"}
-        assert c["status"] in ("pass", "warn", "fail")
-        assert (c["fix"] is None) == (c["status"] == "pass")
+        assert c["status"] in ("pass", "warn", "fail", "skip")
+        assert (c["fix"] is None) == (c["status"] in ("pass", "skip"))
+    # The demo lists the same checks as a real run (the README's 18).
+    assert [c["name"] for c in doc["checks"]] == list(C.ALL_CHECKS) and len(C.ALL_CHECKS) == 18
     by = {c["name"]: c for c in doc["checks"]}
     assert by["nvml"]["message"].startswith("Demo:")
     assert by["containers-env"]["status"] == "warn" and "eval-server" in by["containers-env"]["message"]
@@ -267,3 +272,23 @@ def test_docker_29_2_registers_the_nvidia_driver_through_the_cdi_hook():
     assert _by_name(C.check_docker(replace(facts, server_version="29.2.0")))["docker-gpus"].status == "pass"
     # older daemons do not know the CDI hook: --gpus still needs the runtime hook
     assert _by_name(C.check_docker(replace(facts, server_version="28.5.2")))["docker-gpus"].status == "fail"
+
+
+def test_without_a_driver_every_check_is_listed_and_nothing_unchecked_passes(fake_nvml):
+    """Issue 13: without a driver doctor showed 'PASS containers-unpinned Not checked: …' and left 11 checks out."""
+    from tests.fakenvml.scenario import gpu, scenario
+
+    fake_nvml.write(scenario([gpu(0)], init_error="driver_not_loaded"))
+    res = fake_nvml.run_gputui("doctor", "--json", "--no-docker")
+    assert res.returncode == 1, res.stderr
+    doc = json.loads(res.stdout)
+    by = {c["name"]: c for c in doc["checks"]}
+    assert list(by) == list(C.ALL_CHECKS)
+    assert by["nvml"]["status"] == "fail"
+    for name in ("containers-unpinned", "containers-env", "gpu-lost", "throttling", "nvml-functions", "docker-gpus"):
+        assert by[name]["status"] == "skip", name
+        assert by[name]["message"].startswith("Not checked:")
+    assert not any(c["status"] == "pass" and c["message"].startswith("Not checked") for c in doc["checks"])
+    res = fake_nvml.run_gputui("doctor", "--no-docker")
+    assert "SKIP  containers-unpinned  Not checked: --no-docker was given." in res.stdout
+    assert res.stdout.rstrip().endswith("skipped.")

@@ -28,9 +28,10 @@ def add_parser(sub, common):
         "doctor",
         help="check driver, NVML, device nodes, Docker's GPU set-up, containers and GPU health",
         description=(
-            "Walk the troubleshooting checklist: each check prints pass, warn or fail with one sentence, and the "
-            "fix when it is not a pass. Exit 0 when nothing failed, 1 when a check failed, 2 when doctor could "
-            "not run."
+            "Walk the troubleshooting checklist: every check prints pass, warn, fail or skip (it could not run: "
+            "no driver, Docker not asked or not reachable) with one sentence, and the fix after a warning or a "
+            "failure. Every run lists the same 18 checks. Exit 0 when nothing failed, 1 when a check failed, 2 "
+            "when doctor could not run."
         ),
     )
     common(p)

@@ -8,8 +8,11 @@ probes in :mod:`gputui.core.doctor` gather the facts (NVML, /dev, /proc, the
 Docker API); the functions here judge them. Keeping the judging pure means every
 sentence and every fix can be tested without a GPU, a daemon or root.
 
-Every check is pass, warn or fail with one sentence; anything but a pass carries
-the fix. A warning never fails the run: ``doctor`` exits 1 only on a failure.
+Every check is pass, warn, fail or skip with one sentence; a warning or a failure
+carries the fix. A warning never fails the run: ``doctor`` exits 1 only on a
+failure. Every run lists every check of :data:`ALL_CHECKS`, in that order: one that
+could not run (no driver, Docker not asked or not reachable) is ``skip`` and says
+why, never a silent omission and never a pass.
 """
 
 from __future__ import annotations
@@ -20,7 +23,17 @@ from typing import Any, Literal
 
 from gputui.core.judges.text import gpus_phrase, plural
 
-Status = Literal["pass", "warn", "fail"]
+Status = Literal["pass", "warn", "fail", "skip"]
+
+#: Every check doctor knows, in checklist order: each run reports each of them exactly once.
+ALL_CHECKS = (
+    "nvml", "nvml-functions", "gpu-models", "gpu-drivers", "persistence-mode", "device-nodes", "container",
+    "cgroup-namespace", "docker-socket", "docker-daemon", "nvidia-runtime", "docker-gpus", "containers-unpinned",
+    "containers-env", "gpu-lost", "ecc-errors", "memory-repair", "throttling",
+)
+_NVML_CHECKS = frozenset({"nvml-functions", "gpu-models", "gpu-drivers", "persistence-mode", "gpu-lost",
+                          "ecc-errors", "memory-repair", "throttling"})
+_DOCKER_CHECKS = frozenset({"docker-daemon", "nvidia-runtime", "docker-gpus"})
 
 #: Throttle reasons that mean "too hot" and "power" respectively (names from model.THROTTLE_REASONS).
 THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown")
@@ -48,6 +61,10 @@ def _warn(name: str, message: str, fix: str) -> Check:
 
 def _fail(name: str, message: str, fix: str) -> Check:
     return Check(name, "fail", message, fix)
+
+
+def _skip(name: str, message: str) -> Check:
+    return Check(name, "skip", message, None)
 
 
 # -- facts -----------------------------------------------------------------------------
@@ -394,7 +411,7 @@ _TOOLKIT_FIX = ("Install the NVIDIA Container Toolkit (`sudo apt-get install nvi
 def check_docker(d: DockerFacts) -> list[Check]:
     """Socket, daemon, NVIDIA runtime/toolkit and whether ``--gpus`` can work."""
     if not d.checked:
-        return [_pass("docker-socket", "Not checked: --no-docker was given.")]
+        return [_skip("docker-socket", "Not checked: --no-docker was given.")]
     if d.demo:
         return [
             _pass("docker-socket", "Demo: the simulated server's Docker answers."),
@@ -511,7 +528,7 @@ def check_containers(findings: tuple[ContainerFinding, ...] | None, error: str |
     out: list[Check] = []
     for kind, (name, fix) in CONTAINER_FINDINGS.items():
         if findings is None:
-            out.append(_pass(name, f"Not checked: {error or 'container information is not available'}."))
+            out.append(_skip(name, f"Not checked: {error or 'container information is not available'}."))
             continue
         hits = [f for f in findings if f.kind == kind]
         if not hits:
@@ -626,7 +643,26 @@ def judge(facts: DoctorFacts) -> list[Check]:
     checks += check_containers(facts.container_findings, facts.containers_error, facts.demo)
     if facts.nvml.ok:
         checks += check_health(facts.nvml)
-    return checks
+    return complete(checks, facts)
+
+
+def complete(checks: list[Check], facts: DoctorFacts) -> list[Check]:
+    """Every check of :data:`ALL_CHECKS` in order, those that could not run as ``skip`` with the reason."""
+    have = {c.name for c in checks}
+    for name in ALL_CHECKS:
+        if name in have:
+            continue
+        if name in _NVML_CHECKS:
+            why = ("Demo: the simulated server has no real driver to ask." if facts.demo
+                   else "Not checked: NVML is not reachable (see the nvml check).")
+        elif name in _DOCKER_CHECKS:
+            why = ("Not checked: --no-docker was given." if not facts.docker.checked
+                   else "Not checked: Docker did not answer (see the docker-socket check).")
+        else:
+            why = "Not checked."
+        checks.append(_skip(name, why))
+    order = {n: i for i, n in enumerate(ALL_CHECKS)}
+    return sorted(checks, key=lambda c: order.get(c.name, len(order)))
 
 
 def exit_status(checks: list[Check]) -> int:
@@ -642,7 +678,8 @@ def render(checks: list[Check], header: str | None = None) -> str:
         lines.append(f"{c.status.upper():<4}  {c.name:<{width}}  {c.message}")
         if c.fix:
             lines.append(f"{'':<4}  {'':<{width}}  fix: {c.fix}")
-    counts = {s: sum(1 for c in checks if c.status == s) for s in ("pass", "warn", "fail")}
+    counts = {s: sum(1 for c in checks if c.status == s) for s in ("pass", "warn", "fail", "skip")}
+    skipped = f", {counts['skip']} skipped" if counts["skip"] else ""
     lines.append(f"{plural(len(checks), 'check')}: {counts['pass']} passed, {plural(counts['warn'], 'warning')}, "
-                 f"{counts['fail']} failed.")
+                 f"{counts['fail']} failed{skipped}.")
     return "\n".join(lines) + "\n"
