@@ -16,8 +16,8 @@ def test_sizes_durations_and_missing_values():
     assert fmt.size(600 * 1024**2) == "600M"
     assert fmt.size(None) == "N/A"
     assert fmt.size_pair(int(64.6 * GIB), 80 * GIB) == "64.6/80.0 GiB"
-    assert fmt.power_pair(312.4, 400.0) == "312/400W"
-    assert fmt.power_pair(None, 400.0) == "N/A/400W"
+    assert fmt.power_pair(312.4, 400.0) == "312/400 W"
+    assert fmt.power_pair(None, 400.0) == "N/A / 400 W"  # N/A stands alone, never glued to a unit
     assert [fmt.duration(s) for s in (5, 59, 60, 3599, 3600 * 5 + 1200, 86400 * 3 + 3600 * 4)] == [
         "<1m", "<1m", "1m", "59m", "5h20m", "3d04h"]
     assert fmt.percent(None) == " N/A"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from rich.table import Table
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -76,6 +77,8 @@ def help_sections(app=None) -> list[tuple[str, list[tuple[str, str]]]]:
 #: Sections per column of the help, in the order of :func:`help_sections`: the
 #: dashboard alone; the table, banner, panel and details; the other views, mouse, anywhere.
 COLUMNS = (1, 4, 3)
+#: Below this width the sections are stacked in one column (three would be clipped mid-word).
+WIDE = 120
 
 
 class HelpScreen(ModalScreen[None]):
@@ -89,11 +92,20 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Static(self._render_help(), id="help-text")
+            yield Static(self._render_help(self.app.size.width), id="help-text")
 
-    def _render_help(self) -> Table:
+    def on_resize(self, event: events.Resize) -> None:
+        wide = event.size.width >= WIDE
+        if wide != self._wide:
+            self.query_one("#help-text", Static).update(self._render_help(event.size.width))
+
+    _wide: bool | None = None
+
+    def _render_help(self, width: int) -> Table:
+        self._wide = wide = width >= WIDE
+        layout = COLUMNS if wide else (sum(COLUMNS),)
         outer = Table.grid(padding=(0, 3))
-        for _ in COLUMNS:
+        for _ in layout:
             outer.add_column()
         sections = help_sections(self.app)
         tables = []
@@ -111,7 +123,7 @@ class HelpScreen(ModalScreen[None]):
             tables.append(t)
         columns = []
         start = 0
-        for count in COLUMNS:
+        for count in layout:
             col = Table.grid()
             for t in tables[start:start + count]:
                 col.add_row(t)
@@ -120,7 +132,8 @@ class HelpScreen(ModalScreen[None]):
         outer.add_row(*columns)
         page = Table.grid()
         page.add_row(Text("gputui keys", style="bold"))
-        page.add_row(Text("Escape, ? or q closes this help.", style="dim"))
+        close = "Escape, ? or q closes this help." + ("" if wide else " ↑/↓ and page keys scroll it.")
+        page.add_row(Text(close, style="dim"))
         page.add_row("")
         page.add_row(outer)
         return page

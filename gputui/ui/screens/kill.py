@@ -250,12 +250,12 @@ class KillScreen(ModalScreen["KillReport | None"]):
         self.state = "done"
         self.report = message.report
         if message.report is None:
-            self.app.notify(message.error or "The kill failed.", title="Kill", severity="error", timeout=8)
+            self.app.notify(message.error or "The kill failed.", title="Kill", severity="error", timeout=5)
         else:
             report = message.report
             severity: SeverityLevel = "information" if report.ok else "warning"
             body = "\n".join([report.summary(), *report.lines()])
-            self.app.notify(body, title="Kill", severity=severity, timeout=8)
+            self.app.notify(body, title="Kill", severity=severity, timeout=5)
         request = getattr(self.app, "request_poll", None)
         if callable(request):
             request()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
@@ -51,6 +51,10 @@ _MARKS = {"pending": ("·", "dim"), "running": ("…", "bold"), "done": ("✓", 
           "failed": ("✗", "bold red"), "undoing": ("↶", "yellow"), "undone": ("↶", "yellow")}
 
 
+#: Seconds a result toast stays (the result is also in the audit log and the refreshed table).
+RESULT_TOAST_S = 5
+
+
 class MigrateScreen(ModalScreen["MigrationResult | None"]):
     """Migrate one container to another GPU. Dismisses with the result (None if cancelled)."""
 
@@ -76,7 +80,10 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
     MigrateScreen #migrate-result { height: auto; text-style: bold; }
     MigrateScreen #migrate-result.-ok { color: $success; }
     MigrateScreen #migrate-result.-failed { color: $error; }
-    MigrateScreen #migrate-hint { color: $foreground 60%; margin-top: 1; }
+    MigrateScreen #migrate-hint { color: $foreground 60%; margin-top: 1; dock: bottom; height: auto; }
+    MigrateScreen.-short #migrate-hint { margin-top: 0; }
+    MigrateScreen.-short #migrate-current { margin-bottom: 0; }
+    MigrateScreen.-short #migrate-targets { margin-bottom: 0; }
     """
 
     BINDINGS = [
@@ -217,6 +224,20 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         self._show_progress()
         self._show_hint()
         self.query_one("#migrate-targets").focus()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit_height(event.size.height)
+
+    def _fit_height(self, height: int) -> None:
+        """Keep the key line on screen: on a short terminal the target list and the plan give up
+        lines (they scroll) instead of pushing the hint out of the dialog."""
+        short = height < 30
+        self.set_class(short, "-short")
+        # border 2, title 1, current (up to 3), result/progress 2, hint 1 (+1 margin when not short)
+        room = max(4, height - (9 if short else 13))
+        targets = max(2, min(10, room // 2))
+        self.query_one("#migrate-targets").styles.max_height = targets
+        self.query_one("#migrate-plan-box").styles.max_height = max(2, min(14, room - targets))
 
     # -- the protocol the app calls -------------------------------------------------------
     def update_snapshot(self, snapshot: Snapshot) -> None:
@@ -513,9 +534,16 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         request = getattr(self.app, "request_poll", None)
         if callable(request):
             request()
-        self.app.notify(message.result.message, severity="information" if message.result.ok else "error",
-                        timeout=8)
+        # The dialog shows the result itself; the toast comes when the dialog closes (a toast over the
+        # dialog would cover its border and key line on a small terminal).
+        self._toast = (message.result.message, "information" if message.result.ok else "error")
+
+    _toast: tuple[str, str] | None = None
 
     def on_unmount(self) -> None:
+        if self._toast is not None:
+            text, severity = self._toast
+            self._toast = None
+            self.app.notify(text, severity=severity, timeout=RESULT_TOAST_S)  # type: ignore[arg-type]
         if self._engine is not None and self.state != "running":
             self._engine.close()
