@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command. On a fresh machine it installs what the tests drive for real
 # (gcc for the fake NVML driver, tmux, dockerd and busybox, when running as root with apt),
-# creates .venv with gputui and the test dependencies, then runs pytest.
+# creates the test environment .venv-test (never the README's .venv: the demo's environment stays as the
+# user made it) with gputui and the test dependencies, then runs pytest.
 # The integration tests start and stop their own dockerd and tmux servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,8 @@ if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null;
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import gputui, pytest, pytest_asyncio, mypy, ruff, importlinter" 2>/dev/null; then
-  bash scripts/install-dev.sh
+venv="${GPUTUI_TEST_VENV:-.venv-test}"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import gputui, pytest, pytest_asyncio, mypy, ruff, importlinter" 2>/dev/null; then
+  GPUTUI_TEST_VENV="$venv" bash scripts/install-dev.sh
 fi
-exec .venv/bin/python -m pytest -q "$@"
+exec "$venv/bin/python" -m pytest -q "$@"

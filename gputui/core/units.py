@@ -64,7 +64,7 @@ def throttle_label(reasons: tuple[str, ...] | None) -> str:
 # * A missing value is "N/A" and stands alone: never "N/AW", "PN/A" or "N/A W".
 # * Sizes: GiB with one decimal from 1 GiB up, whole MiB below (50 MiB, not 0.0 GiB).
 # * A used amount below its total never reads as the total: 32426 of 32510 MiB is
-#   "31.6 / 31.7 GiB" and 99%, never "31.7 / 31.7 GiB 100%".
+#   "31.6 / 31.7 GiB" and 99%, never "31.7 / 31.7 GiB 100%" (under 0.1 GiB free: both in MiB).
 # * Power keeps its cap and its unit at any size: "1006 / 1000 W".
 
 
@@ -98,6 +98,8 @@ def fmt_size_pair(used: int | None, total: int | None, sep: str = " / ") -> str:
     used_text = f"{used / _GIB:.1f}"
     if used < total and float(used_text) >= float(total_text):
         used_text = f"{_floor1(used / _GIB):.1f}"
+        if float(used_text) >= float(total_text):  # less than 0.1 GiB free: only MiB tell them apart
+            return f"{used // _MIB}{sep}{total // _MIB} MiB"
     return f"{used_text}{sep}{total_text} GiB"
 
 
