@@ -253,7 +253,7 @@ def test_snapshot_help_has_a_description_and_window_means_one_thing():
 def test_readme_documents_migrate_from_and_observe():
     readme = (REPO / "README.md").read_text()
     assert "--from" in readme and "snapshot --json [--observe S]" in readme
-    assert "0 ok" in readme or "Exit status" in readme
+    assert "Exit codes (also in `gputui --help`)" in readme and "no such PID" in readme
 
 
 # -- 18: the test set-up leaves the README's .venv alone -----------------------------------------
