@@ -40,9 +40,13 @@ Mode = Literal["cards", "compact"]
 ModeChoice = Literal["auto", "cards", "compact"]
 
 CARD_HEIGHT = 5
-#: Cells of the power pair ("1006/1000 W") and the memory pair ("1023 MiB/141.0 GiB"): never cut.
+#: Most cells the power pair ("1006/1000 W") and the memory pair ("1023 MiB/141.0 GiB") can take. The
+#: panel gives each the width its widest GPU needs (at least the minimum), so no value is ever cut and
+#: every card and row aligns.
 POWER_W = 11
 MEM_W = 18
+MIN_POWER_W = 9
+MIN_MEM_W = 13
 MIN_CARD_WIDTH = 54
 GAP = 1
 #: Samples kept per GPU for the sparklines (more than any card is wide).
@@ -213,6 +217,8 @@ class GpuPanel(ScrollView, can_focus=True):
         #: (first slot of a card row, line) -> (the card strips it was joined from, the joined line)
         self._joined: dict[tuple[int, int], tuple[tuple[Strip, ...], Strip]] = {}
         self._styles: dict[str, Style] = {}
+        #: Cells given to the memory pair and the power pair (see MEM_W, POWER_W).
+        self._mem_w, self._pow_w = MIN_MEM_W, MIN_POWER_W
         #: Position of each GPU index in ``views``.
         self._slot: dict[int, int] = {}
 
@@ -251,6 +257,12 @@ class GpuPanel(ScrollView, can_focus=True):
         self._slot = {v.gpu.index: i for i, v in enumerate(views)}
         if self.selected not in self._slot:
             self.selected = views[0].gpu.index if views else None
+        live = [v.gpu for v in views if not v.gpu.lost]
+        widths = (max([MIN_MEM_W] + [len(fmt.size_pair(g.memory_used, g.memory_total)) for g in live]),
+                  max([MIN_POWER_W] + [len(fmt.power_pair(g.power_draw, g.power_limit)) for g in live]))
+        if widths != (self._mem_w, self._pow_w):
+            self._mem_w, self._pow_w = widths
+            count_changed = True  # every card and row is laid out anew
         if count_changed:
             self._relayout()
         else:
@@ -379,9 +391,9 @@ class GpuPanel(ScrollView, can_focus=True):
         the title, the clocks line and the bottom border come from the cache.
         """
         g = view.gpu
-        spark_w = max(4, width - 2 - 6 - 1 - 4 - 2 - MEM_W)
+        spark_w = max(4, width - 2 - 6 - 1 - 4 - 1 - self._card_field() - 1)
         selected = g.index == self.selected and self.has_focus
-        frame = (width, selected, g.index == self.filtered, g.lost)
+        frame = (width, selected, g.index == self.filtered, g.lost, self._mem_w, self._pow_w)
         if g.lost:
             keys: tuple[tuple, ...] = (
                 (frame, g.name, len(g.processes), view.alerts, view.critical),
@@ -520,8 +532,13 @@ class GpuPanel(ScrollView, can_focus=True):
         line.add("  ")
         line.add_fit(fmt.temperature(g.temperature), 5, self._temp_style(g.temperature), right=True)
         line.add(" ")
-        line.add_fit(fmt.power_pair(g.power_draw, g.power_limit), POWER_W, s("value"), right=True)
+        line.add_fit(fmt.power_pair(g.power_draw, g.power_limit), self._card_field() - 7, s("value"), right=True)
         return line
+
+    def _card_field(self) -> int:
+        """Cells after a card's graph and percentage: the memory pair, or the temperature (5), a gap
+        and the power pair on the line above, whichever is wider, so both lines end together."""
+        return max(self._mem_w, 7 + self._pow_w)
 
     def _mem_line(self, view: GpuView, spark_w: int) -> LineBuilder:
         g, s = view.gpu, self._style
@@ -529,8 +546,8 @@ class GpuPanel(ScrollView, can_focus=True):
         line.extend(self._spark(view.mem, spark_w), spark_w)
         line.add(" ")
         line.add(fmt.mem_percent(g.memory_used, g.memory_total), self._value_style(g.memory_percent))
-        line.add("  ")
-        line.add_fit(fmt.size_pair(g.memory_used, g.memory_total), MEM_W, s("value"), right=True)
+        line.add(" ")
+        line.add_fit(fmt.size_pair(g.memory_used, g.memory_total), self._card_field(), s("value"), right=True)
         return line
 
     def _info_line(self, g: Gpu) -> LineBuilder:
@@ -565,7 +582,7 @@ class GpuPanel(ScrollView, can_focus=True):
         if g.lost:
             line.add("LOST  NVML no longer answers for this GPU (fallen off the bus?)", s("lost"))
             return line.strip(width, base).apply_style(self._base() + base)
-        fixed = 3 + 4 + 1 + 5 + 4 + 1 + 5 + 1 + MEM_W + 6 + POWER_W + 2
+        fixed = 3 + 4 + 1 + 5 + 4 + 1 + 5 + 1 + self._mem_w + 6 + self._pow_w + 2
         name = fmt.short_gpu_name(g.name)
         show_name = width - fixed - len(name) - 2 >= 24
         if show_name:
@@ -583,11 +600,11 @@ class GpuPanel(ScrollView, can_focus=True):
             line.add(" MEM", s("label"))
         line.add(fmt.mem_percent(g.memory_used, g.memory_total), self._value_style(g.memory_percent))
         line.add(" ")
-        line.add_fit(fmt.size_pair(g.memory_used, g.memory_total), MEM_W, s("value"), right=True)
+        line.add_fit(fmt.size_pair(g.memory_used, g.memory_total), self._mem_w, s("value"), right=True)
         line.add(" ")
         line.add_fit(fmt.temperature(g.temperature), 5, self._temp_style(g.temperature), right=True)
         line.add(" ")
-        line.add_fit(fmt.power_pair(g.power_draw, g.power_limit), POWER_W, s("value"), right=True)
+        line.add_fit(fmt.power_pair(g.power_draw, g.power_limit), self._pow_w, s("value"), right=True)
         badge = self._badge(view)
         users = self._users(g)
         rest = width - line.width - (len(badge[0]) + 1 if badge else 0)

@@ -264,8 +264,10 @@ class ImbalanceBanner(CachedStyles, Widget):
     }
     """
 
-    #: Lines the message and the move may each take while the banner is not focused.
+    #: Lines the message and the move may each take while the banner is not focused (on a terminal
+    #: shorter than SHORT_TERMINAL rows, one less).
     MAX_PART_LINES = 3
+    SHORT_TERMINAL = 30
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -320,14 +322,15 @@ class ImbalanceBanner(CachedStyles, Widget):
     def _strips(self, width: int, imbalance: Imbalance | None = None) -> list[Strip]:
         imb = self.imbalance if imbalance is None else imbalance
         full = self.has_focus
-        key = (imb, width, full)
+        cap = self.MAX_PART_LINES - (1 if self.is_attached and self.app.size.height < self.SHORT_TERMINAL else 0)
+        key = (imb, width, full, cap)
         if imbalance is None and self._wrap_cache is not None and self._wrap_cache[0] == key:
             return self._wrap_cache[1]
         strips: list[Strip] = []
         if imb.flagged or imb.message:
             for part in (self._message_text(imb), self._suggestion_text(imb)):
                 if part is not None:
-                    strips += wrap_text(part, max(1, width), None if full else self.MAX_PART_LINES)
+                    strips += wrap_text(part, max(1, width), None if full else cap)
         if imbalance is None:
             self._wrap_cache = (key, strips)
         return strips
