@@ -9,6 +9,7 @@ Textual's Pilot. Real-world driver cases replayed through the fake driver are in
 from __future__ import annotations
 
 import io
+import itertools
 import re
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import replace
@@ -184,7 +185,9 @@ def test_an_invisible_pid_is_not_visible_from_here_with_why():
 
 def test_first_samples_are_provisional_until_the_hold_has_passed():
     feed = Feed(Settings(imbalance_hold=10.0))
-    piled = lambda t: [gpu(0, util=95, used_gib=10)] + [gpu(i, util=5, used_gib=10) for i in (1, 2, 3)]  # noqa: E731
+    def piled(t):
+        return [gpu(0, util=95, used_gib=10)] + [gpu(i, util=5, used_gib=10) for i in (1, 2, 3)]
+
     first = feed.step(piled(0))
     assert first.imbalance.flagged and first.imbalance.provisional
     assert first.imbalance.to_json()["provisional"] is True
@@ -282,7 +285,7 @@ async def test_every_press_of_v_changes_the_panel(size):
             await pilot.press("v")
             await pilot.pause()
             modes.append(panel.mode)
-        assert all(a != b for a, b in zip(modes, modes[1:])), modes
+        assert all(a != b for a, b in itertools.pairwise(modes)), modes
         assert panel.mode_choice == "auto"  # every second press is back to auto, which follows resizes
 
 

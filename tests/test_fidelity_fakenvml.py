@@ -14,12 +14,12 @@ import subprocess
 
 import pytest
 
-from tests.fakenvml.scenario import GiB, MiB, FakeNvml, gpu, process, scenario
+from tests.fakenvml.scenario import FakeNvml, GiB, MiB, gpu, process, scenario
 
 pytestmark = pytest.mark.integration
 
-B200 = dict(name="NVIDIA B200", memory_total=183359 * MiB, power_limit=1000.0)
-H200 = dict(name="NVIDIA H200", memory_total=143771 * MiB, power_limit=700.0)
+B200 = {"name": "NVIDIA B200", "memory_total": 183359 * MiB, "power_limit": 1000.0}
+H200 = {"name": "NVIDIA H200", "memory_total": 143771 * MiB, "power_limit": 700.0}
 LONG_NAME = "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"
 assert len(LONG_NAME) == 55
 

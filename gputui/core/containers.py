@@ -259,10 +259,11 @@ def _idle_grant(r: ContainerRecord, granted: tuple[int, ...], used_now: tuple[in
     if observed >= window * 0.98:
         return f"{held} but ran nothing there during the last {duration(window)}.", False
     if observed <= 0:
-        return (f"Provisional: {held} but runs nothing there in one sample (the idle window is "
-                f"{duration(window)}).", True)
-    return (f"Provisional: {held} but ran nothing there in the {duration(observed)} watched so far (the idle "
-            f"window is {duration(window)}).", True)
+        message = f"Provisional: {held} but runs nothing there in one sample (the idle window is {duration(window)})."
+        return message, True
+    message = (f"Provisional: {held} but ran nothing there in the {duration(observed)} watched so far (the idle "
+               f"window is {duration(window)}).")
+    return message, True
 
 
 # -- wording ----------------------------------------------------------------------

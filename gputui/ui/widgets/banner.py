@@ -19,7 +19,6 @@ from textual import events
 from textual.binding import Binding
 
 from gputui.core.model import Imbalance
-
 from gputui.ui.widgets.status import ImbalanceBanner
 
 

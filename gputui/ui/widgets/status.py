@@ -125,7 +125,6 @@ class StatusLine(_OneLine):
         def st(name: str) -> Style:
             return component_style(self, f"status-line--{name}")
 
-        snap, status = self.snapshot, self.status
         right = self._right(width, st)
         out = self._left(max(0, width - right.width), st)
         out.pad_to(width - right.width)
@@ -348,9 +347,8 @@ def wrap_text(text: Text, width: int, max_lines: int | None = None) -> list[Stri
     """``text`` wrapped at word boundaries into strips of ``width`` cells; with ``max_lines``, the
     last kept line ends in "…" when more was left."""
     console = Console(width=width, color_system=None, legacy_windows=False)
-    lines = text.wrap(console, width, overflow="fold")
-    cut = max_lines is not None and len(lines) > max_lines
-    if cut:
+    lines = list(text.wrap(console, width, overflow="fold"))
+    if max_lines is not None and len(lines) > max_lines:
         lines = lines[:max_lines]
         last = lines[-1]
         last.rstrip()
