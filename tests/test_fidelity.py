@@ -27,7 +27,7 @@ from gputui.core.model import Gpu, GpuReading, Process
 from gputui.core.render import render_text
 from gputui.ui import format as fmt
 from gputui.ui.app import make_app
-from gputui.ui.showcase import wait_for_polls
+from tests.fixtures.showcase import wait_for_polls
 from tests.fixtures.synthetic import Feed, gpu, proc, snapshot
 
 MIB = 1024**2

@@ -50,8 +50,8 @@ from typing import Any, Literal
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.hysteresis import Latch, advance, effective_hold
-from gputui.core.judges.suspect import suspect, suspect_message
 from gputui.core.judges.imbalance import contrast, memory_condition, trusted_loads, utilization_condition
+from gputui.core.judges.suspect import suspect, suspect_message
 from gputui.core.judges.text import join_and
 from gputui.core.model import THERMAL_OR_POWER, Alert, Gpu, Severity, Snapshot
 from gputui.core.units import fmt_percent, fmt_size, used_percent

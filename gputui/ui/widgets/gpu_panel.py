@@ -28,9 +28,9 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from gputui.core import units
 from gputui.core.config import Settings
 from gputui.core.history import GpuSample
-from gputui.core import units
 from gputui.core.judges.suspect import activity
 from gputui.core.model import THERMAL_OR_POWER, Gpu, Snapshot
 from gputui.ui import format as fmt

@@ -28,8 +28,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
 
-from gputui.core.model import Process, Snapshot
 from gputui.core.judges.text import invisible_phrase
+from gputui.core.model import Process, Snapshot
 from gputui.ui import format as fmt
 from gputui.ui.widgets.lines import CachedStyles, LineBuilder, base_style, component_style
 
