@@ -91,7 +91,7 @@ def test_memory_full_with_hysteresis():
     feed = Feed()
     snaps = feed.run(15, lambda t: two(used=77))  # 96%
     a = of(snaps[-1], "memory-full")
-    assert a.severity == "warning" and "96% used (77.0 GiB of 80.0 GiB)" in a.message
+    assert a.severity == "warning" and "96% used (77.0 GiB of 80.0 GiB, 3.0 GiB free)" in a.message
     assert all(of(s, "memory-full") for s in feed.run(30, lambda t: two(used=74)))  # 92.5%: within 5 points
     snaps = feed.run(15, lambda t: two(used=60))
     assert of(snaps[5], "memory-full") is not None

@@ -97,7 +97,7 @@ def test_dashboard_in_tmux_shows_the_scenario_follows_changes_and_quits(fake_nvm
     # The scenario's values are on the screen.
     screen = tmux.wait_for(lambda s: "H100 80GB HBM3" in s and str(sleeper.pid) in s, 20, "the first picture")
     assert "550.54.15" in screen  # driver version in the status line
-    assert "73%" in screen and "61°C" in screen and "312/700W" in screen
+    assert "73%" in screen and "61°C" in screen and "312/700 W" in screen
     assert "12.0G" in screen  # the process's GPU memory
     assert "sleep 300" in screen  # its command, read from the real /proc
     assert "27%" in screen  # GPU 1's fan
@@ -109,7 +109,7 @@ def test_dashboard_in_tmux_shows_the_scenario_follows_changes_and_quits(fake_nvm
         gpu(1, utilization_gpu=4, temperature=33, fan_speed=27),
     ], driver_version="550.54.15"))
     written = time.monotonic()
-    screen = tmux.wait_for(lambda s: "88°C" in s and "655/700W" in s and "20.0G" in s, 2 * INTERVAL + 1,
+    screen = tmux.wait_for(lambda s: "88°C" in s and "655/700 W" in s and "20.0G" in s, 2 * INTERVAL + 1,
                            "the changed scenario")
     took = time.monotonic() - written
     assert took <= 2 * INTERVAL, f"the change took {took:.2f} s to show (interval {INTERVAL} s)"
