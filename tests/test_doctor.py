@@ -274,6 +274,7 @@ def test_docker_29_2_registers_the_nvidia_driver_through_the_cdi_hook():
     assert _by_name(C.check_docker(replace(facts, server_version="28.5.2")))["docker-gpus"].status == "fail"
 
 
+@pytest.mark.integration
 def test_without_a_driver_every_check_is_listed_and_nothing_unchecked_passes(fake_nvml):
     """Issue 13: without a driver doctor showed 'PASS containers-unpinned Not checked: …' and left 11 checks out."""
     from tests.fakenvml.scenario import gpu, scenario

@@ -61,6 +61,7 @@ def test_truncation_is_visible():
     assert units.truncate("CUDA", 4) == "CUDA"
 
 
+@pytest.mark.functional
 async def test_status_line_drops_whole_fields_instead_of_cutting_versions():
     from gputui.ui.widgets.status import StatusLine
 
@@ -150,6 +151,7 @@ class _Busy:
         pass
 
 
+@pytest.mark.functional
 async def test_card_header_says_busy_with_no_visible_process_not_idle():
     from gputui.ui.widgets.gpu_panel import GpuPanel
 
@@ -228,6 +230,7 @@ def run(*argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+@pytest.mark.functional
 def test_help_lists_the_exit_codes():
     code, out, _ = run("--help")
     assert code == 0
@@ -235,12 +238,14 @@ def test_help_lists_the_exit_codes():
         assert line in out, line
 
 
+@pytest.mark.functional
 def test_not_found_is_exit_2_everywhere():
     assert run("--demo", "kill", "99999", "--yes")[0] == 2
     assert run("--demo", "migrate", "nosuch", "--to", "1", "--yes")[0] == 2
     assert run("--demo", "--gpu", "42", "--once")[0] == 2
 
 
+@pytest.mark.functional
 def test_snapshot_help_has_a_description_and_window_means_one_thing():
     code, out, _ = run("snapshot", "--help")
     assert code == 0
@@ -272,6 +277,7 @@ def test_the_test_scripts_never_install_into_the_readmes_venv():
 
 # -- 12: every press of v changes what is on screen -----------------------------------------------
 
+@pytest.mark.functional
 @pytest.mark.parametrize("size", [(160, 48), (100, 24)])
 async def test_every_press_of_v_changes_the_panel(size):
     from gputui.ui.widgets.gpu_panel import GpuPanel
@@ -295,6 +301,7 @@ def _screen_lines(app) -> list[str]:
     return [strip.text for strip in app.screen._compositor.render_strips()]
 
 
+@pytest.mark.functional
 async def test_at_60x15_the_migrate_dialog_keeps_its_keys_and_help_is_not_clipped():
     from gputui.ui.screens.help import HelpScreen
     from gputui.ui.screens.migrate import MigrateScreen
@@ -322,6 +329,7 @@ async def test_at_60x15_the_migrate_dialog_keeps_its_keys_and_help_is_not_clippe
         assert "…" not in text
 
 
+@pytest.mark.functional
 async def test_toasts_stay_off_the_selection_bar_and_footer():
     from textual.widgets import Footer
     from textual.widgets._toast import ToastRack

@@ -197,6 +197,7 @@ def test_cli_only_refusals_exit_1_with_one_sentence_each():
     assert res.stderr.strip().splitlines() == ["gputui: PID 1 is the system's init process; gputui never signals it."]
 
 
+@pytest.mark.functional
 def test_cli_a_pid_that_names_no_process_is_usage_and_nothing_is_killed():
     """Issue 13: "not found" is exit 2 everywhere (like 'migrate nosuch' and '--gpu 9'), and a list with a
     wrong PID acts on none of them."""
@@ -237,6 +238,7 @@ def test_cli_asks_on_a_terminal(answer, code, said):
     assert _audit()[-1]["result"] == ("ok" if answer == "y" else "refused")
 
 
+@pytest.mark.functional
 def test_demo_kills_never_reach_the_real_audit_log():
     """Issue 13: '--demo kill' used to append a record to the real audit log with no demo marker."""
     res = _gputui("--demo", "kill", "5388", "--yes")
