@@ -24,9 +24,9 @@ from gputui.core.docker_source import (
     describe_error,
     docker_client,
     parse_docker_time,
-    resolve_grant,
     restart_policy,
 )
+from gputui.core.grants import HostGpus, read_grant
 from gputui.core.sources import SourceUnavailable
 from tests.conftest import require
 
@@ -36,6 +36,10 @@ UUIDS = ("GPU-0000aaaa-1111-2222-3333-444455556666", "GPU-1111bbbb-1111-2222-333
 #: minor numbers differ from NVML indices here on purpose: /dev/nvidia3 is GPU 1
 MINORS = {2: UUIDS[0], 3: UUIDS[1], 0: UUIDS[2], 1: UUIDS[3]}
 GPU_CAPS = [["gpu"]]
+
+
+def resolve_grant(attrs):
+    return read_grant(attrs, HostGpus.from_uuids(UUIDS, MINORS))
 
 
 def inspect(device_requests=None, runtime="runc", env=(), devices=None) -> dict:
@@ -85,15 +89,15 @@ def req(ids=None, count=0, driver="", caps=GPU_CAPS) -> dict:
     (inspect(), (), "none", 0),
 ])
 def test_every_grant_form_resolves_to_this_hosts_uuids(attrs, gpus, source, problems):
-    grant = resolve_grant(attrs, UUIDS, MINORS)
+    grant = resolve_grant(attrs)
     assert (grant.gpus, grant.source, len(grant.problems)) == (gpus, source, problems)
 
 
 def test_grant_problems_and_raw_values_read_well():
-    grant = resolve_grant(inspect([req(["1", "9"])]), UUIDS, MINORS)
+    grant = resolve_grant(inspect([req(["1", "9"])]))
     assert grant.raw == ("1", "9")
     assert grant.problems == ("its device request names GPU 9, which does not exist on this host (4 GPUs)",)
-    assert resolve_grant(inspect([req(count=3)]), UUIDS, MINORS).raw == ("count=3",)
+    assert resolve_grant(inspect([req(count=3)])).raw == ("count=3",)
 
 
 def test_small_parsers():

@@ -17,9 +17,9 @@ from gputui.actions.migrate import (
     MigrationRefused,
     body_diff,
     plan_migration,
-    read_grant,
     target_options,
 )
+from gputui.core.grants import HostGpus, read_grant
 from gputui.core.model import ContainerRef, Gpu, Imbalance, Process, Snapshot, Suggestion
 
 GIB = 1024**3
@@ -223,10 +223,37 @@ def test_legacy_runtime_nvidia_visible_devices_is_rewritten():
                       f"+ Config.Env.NVIDIA_VISIBLE_DEVICES = \"{uuid(3)}\"")
 
 
+@pytest.mark.parametrize("runtime", ["nvidia-experimental", "NVIDIA"])
+def test_any_nvidia_runtime_name_is_a_grant_migrate_can_move(runtime):
+    attrs = inspect(HostConfig__Runtime=runtime, HostConfig__DeviceRequests=None,
+                    Config__Env=["NVIDIA_VISIBLE_DEVICES=1", "PATH=/bin"])
+    p = plan(attrs, target="3")
+    assert (p.grant_form, p.from_gpus) == ("nvidia_runtime_env", (1,))
+    assert f"NVIDIA_VISIBLE_DEVICES={uuid(3)}" in p.body["Env"]
+
+
+def test_a_device_request_plus_a_device_node_holds_two_gpus_and_from_picks_one():
+    node = {"PathOnHost": "/dev/nvidia13", "PathInContainer": "/dev/nvidia13", "CgroupPermissions": "rwm"}
+    attrs = inspect(HostConfig__Devices=[node])  # --gpus device=0 plus GPU 3's node (minor 13)
+    with pytest.raises(MigrationRefused, match="holds GPUs 0, 3; say which one"):
+        plan(attrs)
+    p = plan(attrs, from_gpu="3")
+    assert p.from_gpus == (3,) and p.grant_form == "devices"
+    assert p.body["HostConfig"]["Devices"][0]["PathOnHost"] == "/dev/nvidia12"
+    assert p.body["HostConfig"]["DeviceRequests"][0]["DeviceIDs"] == ["0"]
+    assert p.grant_after == "GPU 0 via --gpus; GPU 2 (/dev/nvidia12) via device node"
+
+
+def test_from_a_gpu_the_container_does_not_hold_is_refused():
+    with pytest.raises(MigrationRefused, match=r"trainer does not hold GPU 2 \(it holds GPU 0\)") as info:
+        plan(target="3", from_gpu="2")
+    assert info.value.kind == "not-held"
+
+
 def test_nvidia_visible_devices_without_the_nvidia_runtime_is_not_a_grant():
     # CUDA images set NVIDIA_VISIBLE_DEVICES=all by default; with runc it grants nothing.
     attrs = inspect(HostConfig__DeviceRequests=None, Config__Env=["NVIDIA_VISIBLE_DEVICES=all"])
-    assert read_grant(attrs, gpus()) is None
+    assert not read_grant(attrs, HostGpus.of(gpus()))
     with pytest.raises(MigrationRefused, match="has no GPU grant"):
         plan(attrs)
 

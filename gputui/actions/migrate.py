@@ -34,7 +34,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import re
 import threading
 import time
@@ -43,16 +42,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gputui.actions.journal import Journal, JournalError, PendingJournal, pending_journals
-from gputui.core.docker_source import is_gpu_request
-from gputui.core.model import Gpu, Snapshot, match_uuid
+from gputui.core.grants import Grant, GrantEntry, GrantForm, HostGpu, HostGpus, read_grant, rewrite_grant
+from gputui.core.model import Gpu, Snapshot
 from gputui.core.units import fmt_bytes
 
 if TYPE_CHECKING:
     from gputui.core.config import Settings
     from gputui.core.demo import DemoMachine
     from gputui.core.machine import Machine
-
-GrantForm = Literal["device_request", "nvidia_runtime_env", "cdi", "devices"]
 
 #: The executor's steps, in order. Progress callbacks and hooks receive these names.
 STEPS: tuple[str, ...] = ("journal", "restart-policy", "stop", "rename", "create", "start", "verify", "remove-old")
@@ -74,8 +71,6 @@ BACKUP_INFIX = "-gputui-old-"
 READ_ONLY = "Migration is disabled: gputui runs read-only (--read-only or read_only in the config file)."
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_NODE_NAME = re.compile(r"^nvidia(\d+)$")
-_CDI_PREFIX = "nvidia.com/gpu="
 
 
 # -- errors ---------------------------------------------------------------------------
@@ -95,130 +90,6 @@ class MigrationNotFound(Exception):
 
 class MigrationUnavailable(Exception):
     """The container engine cannot be reached. One sentence."""
-
-
-# -- the grant ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GrantEntry:
-    """One GPU named by a grant, as written, and the host GPU index it means (None if unknown)."""
-
-    raw: str
-    index: int | None
-
-
-@dataclass(frozen=True)
-class Grant:
-    """How a container was given GPUs, read back from its inspect data."""
-
-    form: GrantForm
-    #: The named GPUs; empty when the grant is "all" or a count.
-    entries: tuple[GrantEntry, ...] = ()
-    #: True for ``--gpus all`` / ``NVIDIA_VISIBLE_DEVICES=all`` / CDI ``all``.
-    all: bool = False
-    #: ``--gpus N``: the first N GPUs.
-    count: int = 0
-
-    @property
-    def indices(self) -> tuple[int, ...]:
-        return tuple(e.index for e in self.entries if e.index is not None)
-
-    def describe(self, gpus: tuple[Gpu, ...] = ()) -> str:
-        """e.g. "--gpus device=0 (GPU 0)", "all GPUs (--gpus all)"."""
-        how = {
-            "device_request": "--gpus",
-            "nvidia_runtime_env": "NVIDIA_VISIBLE_DEVICES (nvidia runtime)",
-            "cdi": "CDI device",
-            "devices": "device node",
-        }[self.form]
-        if self.all:
-            return f"all GPUs ({how} all)"
-        if self.count:
-            return f"the first {self.count} GPU{'s' if self.count > 1 else ''} ({how} {self.count})"
-        parts = []
-        for e in self.entries:
-            label = f"GPU {e.index}" if e.index is not None else "a GPU this host does not have"
-            parts.append(f"{label} ({e.raw})" if e.raw != str(e.index) else label)
-        return f"{', '.join(parts)} via {how}"
-
-
-def _env_dict(env: Iterable[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in env or ():
-        key, _, value = item.partition("=")
-        out[key] = value
-    return out
-
-
-def _resolve_id(raw: str, gpus: tuple[Gpu, ...]) -> int | None:
-    """A device id as a grant writes it (index, UUID or a UUID prefix) -> host index."""
-    text = raw.strip()
-    if text.isdigit():
-        idx = int(text)
-        return idx if any(g.index == idx for g in gpus) else None
-    uuid = match_uuid(text, (g.uuid for g in gpus))
-    return next((g.index for g in gpus if g.uuid == uuid), None)
-
-
-def read_grant(attrs: dict[str, Any], gpus: tuple[Gpu, ...]) -> Grant | None:
-    """The container's GPU grant in the form it was written, or None if it has none.
-
-    Order matters: dockerd injects ``NVIDIA_VISIBLE_DEVICES`` from a device
-    request over whatever the environment says, so a device request wins; the
-    environment variable is trusted only with the legacy ``nvidia`` runtime
-    (CUDA images default it to ``all``).
-    """
-    hc = attrs.get("HostConfig") or {}
-    cfg = attrs.get("Config") or {}
-    for req in hc.get("DeviceRequests") or []:
-        if (req.get("Driver") or "").lower() == "cdi":
-            ids = [d for d in req.get("DeviceIDs") or [] if d.startswith(_CDI_PREFIX)]
-            if ids:
-                return _grant_from_ids("cdi", [d[len(_CDI_PREFIX):] for d in ids], gpus)
-            continue
-        if not is_gpu_request(req):
-            continue
-        count = int(req.get("Count") or 0)
-        ids = list(req.get("DeviceIDs") or [])
-        if count < 0:
-            return Grant("device_request", all=True)
-        if count > 0 and not ids:
-            return Grant("device_request", count=count)
-        return _grant_from_ids("device_request", ids, gpus)
-    if (hc.get("Runtime") or "") == "nvidia":
-        value = _env_dict(cfg.get("Env")).get("NVIDIA_VISIBLE_DEVICES")
-        if value is not None and value.strip() not in ("", "none", "void"):
-            return _grant_from_ids("nvidia_runtime_env", [v for v in value.split(",") if v.strip()], gpus)
-    cdi_paths = [d.get("PathOnHost", "") for d in hc.get("Devices") or []
-                 if (d.get("PathOnHost") or "").startswith(_CDI_PREFIX)]
-    if cdi_paths:
-        return _grant_from_ids("cdi", [p[len(_CDI_PREFIX):] for p in cdi_paths], gpus)
-    minors = {g.minor_number: g.index for g in gpus if g.minor_number is not None}
-    nodes = []
-    for dev in hc.get("Devices") or []:
-        minor = _node_minor(dev)
-        if minor is not None:
-            nodes.append(GrantEntry(dev.get("PathOnHost") or dev.get("PathInContainer") or "", minors.get(minor)))
-    if nodes:
-        return Grant("devices", entries=tuple(nodes))
-    return None
-
-
-def _node_minor(dev: dict[str, Any]) -> int | None:
-    """N of an ``nvidiaN`` device node (by its name on the host, else inside the container)."""
-    for key in ("PathOnHost", "PathInContainer"):
-        m = _NODE_NAME.match(os.path.basename(dev.get(key) or ""))
-        if m:
-            return int(m.group(1))
-    return None
-
-
-def _grant_from_ids(form: GrantForm, ids: list[str], gpus: tuple[Gpu, ...]) -> Grant:
-    ids = [i.strip() for i in ids]
-    if any(i.lower() == "all" for i in ids):
-        return Grant(form, all=True)
-    return Grant(form, entries=tuple(GrantEntry(i, _resolve_id(i, gpus)) for i in ids))
 
 
 # -- the plan -------------------------------------------------------------------------
@@ -333,7 +204,8 @@ def resolve_target(gpus: tuple[Gpu, ...], text: str) -> Gpu:
     t = str(text).strip()
     if t.lower().startswith("mig-"):
         raise MigrationRefused("mig", f"{t} is a MIG instance; gputui migrates containers between whole GPUs only.")
-    idx = _resolve_id(t, gpus) if (t.isdigit() or t.lower().startswith("gpu-")) else None
+    key = HostGpus.of(gpus).resolve(t, "")[0] if (t.isdigit() or t.lower().startswith("gpu-")) else None
+    idx = next((g.index for g in gpus if g.uuid == key), None)
     if idx is None:
         present = ", ".join(str(g.index) for g in gpus) or "none"
         raise MigrationNotFound(f"There is no GPU {t!r} on this machine (GPUs present: {present}).")
@@ -516,72 +388,6 @@ def _endpoint(ep: dict[str, Any], cid: str) -> dict[str, Any]:
     return out
 
 
-def _rewrite_grant(body: dict[str, Any], grant: Grant, replace: set[str], target: Gpu) -> None:
-    """Rewrite, in place, the grant entries ``replace`` (raw values; all of them for all/count) to the target."""
-    hc = body["HostConfig"]
-    whole = grant.all or grant.count > 0 or not grant.entries
-
-    def swap(values: list[str], new: str) -> list[str]:
-        if whole:
-            return [new]
-        out: list[str] = []
-        for v in values:
-            nv = new if v.strip() in replace else v
-            if nv not in out:
-                out.append(nv)
-        return out
-
-    if grant.form == "device_request":
-        for req in hc.get("DeviceRequests") or []:
-            if is_gpu_request(req):
-                req["Count"] = 0
-                req["DeviceIDs"] = swap(list(req.get("DeviceIDs") or []), target.uuid)
-                break
-    elif grant.form == "cdi":
-        # Keep the naming the CDI spec uses: nvidia-ctk names devices by index unless told otherwise.
-        uuid_form = any(e.raw.lower().startswith("gpu-") for e in grant.entries if e.raw in replace)
-        new_value = target.uuid if uuid_form else str(target.index)
-        for req in hc.get("DeviceRequests") or []:
-            ids = list(req.get("DeviceIDs") or [])
-            gpu_ids = [i[len(_CDI_PREFIX):] for i in ids if i.startswith(_CDI_PREFIX)]
-            if (req.get("Driver") or "").lower() == "cdi" and gpu_ids:
-                others = [i for i in ids if not i.startswith(_CDI_PREFIX)]
-                req["DeviceIDs"] = others + [_CDI_PREFIX + v for v in swap(gpu_ids, new_value)]
-                break
-        else:
-            devices, placed = [], False
-            for dev in hc.get("Devices") or []:
-                path = dev.get("PathOnHost") or ""
-                if path.startswith(_CDI_PREFIX) and (whole or path[len(_CDI_PREFIX):] in replace):
-                    if placed:
-                        continue  # "all" or duplicates collapse into the one target device
-                    dev = dict(dev, PathOnHost=_CDI_PREFIX + new_value, PathInContainer=_CDI_PREFIX + new_value)
-                    placed = True
-                devices.append(dev)
-            hc["Devices"] = devices
-    elif grant.form == "nvidia_runtime_env":
-        env = list(body.get("Env") or [])
-        for i, item in enumerate(env):
-            if item.startswith("NVIDIA_VISIBLE_DEVICES="):
-                values = [v for v in item.split("=", 1)[1].split(",") if v.strip()]
-                env[i] = "NVIDIA_VISIBLE_DEVICES=" + ",".join(swap(values, target.uuid))
-        body["Env"] = env
-    elif grant.form == "devices":
-        node = f"nvidia{target.minor_number}"
-        devices = []
-        for dev in hc.get("Devices") or []:
-            path = dev.get("PathOnHost") or dev.get("PathInContainer") or ""
-            if path in replace and _node_minor(dev) is not None:
-                old_name = f"nvidia{_node_minor(dev)}"
-                dev = dict(dev)
-                for key in ("PathOnHost", "PathInContainer"):
-                    value = dev.get(key) or ""
-                    if os.path.basename(value) == old_name:
-                        dev[key] = os.path.join(os.path.dirname(value), node)
-            devices.append(dev)
-        hc["Devices"] = devices
-
-
 def _rewrite_cuda_visible(body: dict[str, Any], from_uuids: set[str], target: Gpu,
                           visible_after: int, name: str) -> list[str]:
     """Rewrite host UUIDs in CUDA_VISIBLE_DEVICES; container-relative indices stay. Returns warnings."""
@@ -682,6 +488,40 @@ def target_refusal(target: Gpu, peak_memory: int | None, usage_on_target: int = 
     return None
 
 
+def _moving(grant: Grant, host: HostGpus, gpus: tuple[Gpu, ...], tgt: Gpu, from_gpu: str | int | None,
+            name: str) -> tuple[list[GrantEntry], bool, tuple[int, ...]]:
+    """Which grant entries move to ``tgt``: (entries, granted all GPUs?, host indices they leave)."""
+    src = resolve_target(gpus, str(from_gpu)) if from_gpu is not None else None
+    whole = [e for e in grant.entries if e.kind != "id"]
+    if whole:
+        if grant.all:
+            from_idx = tuple(sorted(g.index for g in gpus))
+        else:
+            from_idx = tuple(i for i in (host.index_of(e.key) for e in whole) if i is not None)
+        if src is not None and src.index not in from_idx:
+            raise MigrationRefused("not-held", f"{name} does not hold GPU {src.index}.")
+        if not grant.all and len(set(from_idx)) == 1 and from_idx[0] == tgt.index:
+            raise MigrationRefused("same-gpu", f"{name} is already on GPU {tgt.index}.")
+        return whole, grant.all, tuple(dict.fromkeys(from_idx))
+    held = tuple(i for i in (host.index_of(k) for k in grant.keys) if i is not None)
+    if tgt.index in held:
+        raise MigrationRefused("same-gpu", f"{name} is already on GPU {tgt.index}." if len(held) == 1
+                               else f"{name} already holds GPU {tgt.index}.")
+    if src is not None:
+        moving = [e for e in grant.entries if e.key == src.uuid]
+        if not moving:
+            holds = f" (it holds GPU {', '.join(map(str, held))})" if held else ""
+            raise MigrationRefused("not-held", f"{name} does not hold GPU {src.index}{holds}.")
+    elif len(held) > 1:
+        raise MigrationRefused("ambiguous", f"{name} holds GPUs {', '.join(map(str, held))}; say which one to "
+                                            f"move with --from.")
+    elif held:
+        moving = [e for e in grant.entries if host.index_of(e.key) == held[0]]
+    else:
+        moving = list(grant.entries)  # names only GPUs this host lacks: moving it makes it usable again
+    return moving, False, tuple(dict.fromkeys(i for i in (host.index_of(e.key) for e in moving) if i is not None))
+
+
 def plan_migration(
     attrs: dict[str, Any],
     gpus: tuple[Gpu, ...],
@@ -709,47 +549,19 @@ def plan_migration(
         raise MigrationRefused("read-only", READ_ONLY)
     _preflight(attrs, others)
     tgt = resolve_target(gpus, str(target))
-    grant = read_grant(attrs, gpus)
-    if grant is None:
+    host = HostGpus.of(gpus)
+    grant = read_grant(attrs, host)
+    if not grant:
         raise MigrationRefused("no-grant", f"{name} has no GPU grant to move; give it one with "
                                            f"--gpus when you create it.")
-    if any(e.raw.lower().startswith("mig-") for e in grant.entries):
+    if any(e.ident.lower().startswith("mig-") for e in grant.entries):
         raise MigrationRefused("mig", f"{name} uses a MIG instance; gputui migrates whole GPUs only.")
     if tgt.lost:
         raise MigrationRefused("target-lost", target_refusal(tgt, None) or "")
-    if grant.form == "devices" and tgt.minor_number is None:
+    moving, from_all, from_idx = _moving(grant, host, gpus, tgt, from_gpu, name)
+    if any(e.form == "devices" for e in moving) and tgt.minor_number is None:
         raise MigrationRefused("target-minor", f"{name} is given GPUs as /dev/nvidiaN nodes and the device "
                                                f"node of GPU {tgt.index} is not known.")
-
-    # Which granted GPU moves.
-    uuids = {g.index: g.uuid for g in gpus}
-    if grant.all or grant.count:
-        from_all = grant.all
-        from_idx = tuple(sorted(uuids)) if grant.all else tuple(sorted(uuids))[: grant.count]
-        replace: set[str] = set()
-        if grant.count == 1 and from_idx == (tgt.index,):
-            raise MigrationRefused("same-gpu", f"{name} is already on GPU {tgt.index}.")
-    else:
-        from_all = False
-        held = grant.indices
-        if tgt.index in held and len(grant.entries) == 1:
-            raise MigrationRefused("same-gpu", f"{name} is already on GPU {tgt.index}.")
-        if tgt.index in held:
-            raise MigrationRefused("same-gpu", f"{name} already holds GPU {tgt.index}.")
-        if len(grant.entries) == 1:
-            moving = list(grant.entries)
-        else:
-            if from_gpu is None:
-                listed = ", ".join(str(i) for i in held) or ", ".join(e.raw for e in grant.entries)
-                raise MigrationRefused("ambiguous", f"{name} holds GPUs {listed}; say which one to move "
-                                                    f"with --from.")
-            src = resolve_target(gpus, str(from_gpu))
-            moving = [e for e in grant.entries if e.index == src.index]
-            if not moving:
-                raise MigrationRefused("ambiguous", f"{name} does not hold GPU {src.index}.")
-        replace = {e.raw.strip() for e in moving}
-        from_all = False
-        from_idx = tuple(e.index for e in moving if e.index is not None)
 
     usage = usage or {}
     refusal = target_refusal(tgt, peak_memory, usage.get(tgt.index, 0), force, name)
@@ -771,14 +583,15 @@ def plan_migration(
 
     base, connect, keeps = _create_body(attrs, image_ref)
     new = copy.deepcopy(base)
-    _rewrite_grant(new, grant, replace, tgt)
-    after_grant = read_grant({"HostConfig": new["HostConfig"], "Config": {"Env": new.get("Env")}}, gpus)
-    visible_after = 1 if after_grant is None or after_grant.all else max(1, len(after_grant.entries))
-    from_uuids = {uuids[i] for i in from_idx if i in uuids}
+    rewrite_grant(new, grant, moving, HostGpu(tgt.index, tgt.uuid, tgt.minor_number))
+    after_grant = read_grant(new, host)
+    visible_after = 1 if after_grant.all else max(1, len(after_grant.keys))
+    from_uuids = {g.uuid for g in gpus if g.index in from_idx}
     warnings += _rewrite_cuda_visible(new, from_uuids, tgt, visible_after, name)
     if from_all or grant.count > 1:
-        warnings.append(f"{name} was granted {grant.describe(gpus).split(' (')[0]}; after the move it is "
-                        f"granted GPU {tgt.index} only.")
+        only = f"GPU {tgt.index} only" if after_grant.keys == (tgt.uuid,) else after_grant.describe(host)
+        warnings.append(f"{name} was granted {grant.describe(host).split(' (')[0]}; after the move it is "
+                        f"granted {only}.")
     hc = attrs.get("HostConfig") or {}
     for port, bindings in (hc.get("PortBindings") or {}).items():
         for b in bindings or []:
@@ -806,9 +619,9 @@ def plan_migration(
         container_name=name,
         image=image,
         image_ref=image_ref,
-        grant_form=grant.form,
-        grant_before=grant.describe(gpus),
-        grant_after=(after_grant.describe(gpus) if after_grant else "none"),
+        grant_form=moving[0].form,
+        grant_before=grant.describe(host),
+        grant_after=after_grant.describe(host),
         from_gpus=from_idx,
         from_all=from_all,
         to_gpu=tgt.index,
@@ -1539,7 +1352,7 @@ __all__ = [
     "STEPS", "READ_ONLY", "MigrationPlan", "MigrationRefused", "MigrationNotFound", "MigrationUnavailable",
     "MigrationHooks",
     "MigrationRun", "MigrationResult", "MigrationEngine", "DockerMigrationEngine", "DemoMigrationEngine",
-    "Progress", "Grant", "read_grant", "plan_migration", "body_diff", "target_options", "target_refusal",
+    "Progress", "plan_migration", "body_diff", "target_options", "target_refusal",
     "observed_peak", "container_usage", "engine_for", "docker_client", "pending_journals", "audit_refusal",
     "JournalError", "leftover_backups", "compose_change", "resolve_target", "verify_container",
 ]

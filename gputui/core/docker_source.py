@@ -12,12 +12,8 @@ Why this shape:
   cgroup (a restart: a new ``State.Pid``), or after ``refresh_after`` seconds
   (``docker update`` can change a restart policy without a restart). Names come
   from the list call, so a rename shows at once.
-* **Every grant form, resolved to this host's GPU UUIDs** (:func:`resolve_grant`):
-  ``HostConfig.DeviceRequests`` (ids by index or UUID, a count, or all), CDI
-  (``nvidia.com/gpu=…``), the legacy ``nvidia`` runtime with
-  ``NVIDIA_VISIBLE_DEVICES`` (trusted only with that runtime: CUDA images set it to
-  ``all`` for everyone), and raw ``/dev/nvidiaN`` devices (N is the minor number,
-  not the NVML index).
+* **Every grant form, resolved to this host's GPU UUIDs** by the one grant model
+  migrate also uses (:func:`gputui.core.grants.read_grant`).
 * The docker SDK costs ~0.3 s to import, so it is imported on first use only.
 
 Also exported for the migrate and kill commands: :func:`docker_client` (a client
@@ -38,14 +34,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gputui.core.model import ContainerInventory, ContainerRecord, GpuGrant, GrantSource
+from gputui.core.grants import HostGpus, env_dict, read_grant
+from gputui.core.model import ContainerInventory, ContainerRecord
 from gputui.core.sources import SourceUnavailable
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
 #: Container states worth listing: those that can have processes.
 LIVE_STATES = ("running", "paused", "restarting")
-_DEVICE_NODE = re.compile(r"^nvidia(\d+)$")
-_GRANT_ORDER: tuple[GrantSource, ...] = ("device_request", "cdi", "nvidia_runtime_env", "devices")
 
 
 # -- connecting -------------------------------------------------------------------
@@ -176,145 +171,9 @@ def _short(value: Any, limit: int = 120) -> str:
 
 
 # -- reading grants ---------------------------------------------------------------
+# One model for the view and migrate: gputui.core.grants.
 
-@dataclass(frozen=True)
-class Grant:
-    """A container's GPU grant as resolved against this host."""
-
-    gpus: GpuGrant = ()
-    source: GrantSource = "none"
-    raw: tuple[str, ...] = ()
-    problems: tuple[str, ...] = ()
-
-
-def _env(config_env: list[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in config_env or ():
-        key, sep, value = item.partition("=")
-        if sep and key not in out:  # the first occurrence is what getenv() returns in the process
-            out[key] = value
-    return out
-
-
-def _resolve_id(ident: str, gpu_uuids: tuple[str, ...], what: str) -> tuple[str | None, str | None]:
-    """One GPU identifier (index, UUID, or MIG 'index:n') -> (uuid, problem)."""
-    ident = ident.strip()
-    lowered = {u.lower(): u for u in gpu_uuids}
-    if re.fullmatch(r"\d+(:\d+)?", ident):
-        index = int(ident.split(":")[0])
-        if index < len(gpu_uuids):
-            return gpu_uuids[index], None
-        return None, f"{what} names GPU {index}, which does not exist on this host ({len(gpu_uuids)} GPUs)"
-    if ident.lower() in lowered:
-        return lowered[ident.lower()], None
-    if ident.upper().startswith("GPU-"):
-        return None, f"{what} names {ident}, which is not a GPU on this host"
-    if ident.upper().startswith("MIG-"):
-        return None, f"{what} names MIG device {ident}, which gputui cannot place on a GPU"
-    return None, f"{what} names {ident!r}, which gputui does not recognise as a GPU"
-
-
-def is_gpu_request(req: Mapping[str, Any]) -> bool:
-    """Is this ``HostConfig.DeviceRequests`` entry a GPU request for the nvidia driver
-    (``--gpus``: driver "nvidia", or no driver and the "gpu" capability)? CDI requests
-    are not: they are read as their own form. Migration rewrites the same entries."""
-    driver = (req.get("Driver") or "").lower()
-    if driver == "cdi":
-        return False
-    if driver.startswith("nvidia"):
-        return True
-    caps = req.get("Capabilities") or []
-    return driver == "" and any("gpu" in (group or []) for group in caps)
-
-
-def resolve_grant(attrs: Mapping[str, Any], gpu_uuids: tuple[str, ...], minors: Mapping[int, str],
-                  env: Mapping[str, str] | None = None) -> Grant:
-    """The GPUs a container was granted, from its inspect output, in every form Docker knows.
-
-    Forms are combined (a container can hold a device request *and* a raw device);
-    the grant source is the first form present in the order device request, CDI,
-    nvidia runtime env, raw devices. Identifiers that do not exist on this host
-    become ``problems`` instead of GPUs.
-    """
-    host_config = attrs.get("HostConfig") or {}
-    env = _env((attrs.get("Config") or {}).get("Env")) if env is None else env
-    uuids: list[str] = []
-    raw: list[str] = []
-    problems: list[str] = []
-    sources: list[GrantSource] = []
-    everything = False
-
-    def add(uuid: str | None, problem: str | None) -> None:
-        if uuid is not None and uuid not in uuids:
-            uuids.append(uuid)
-        if problem is not None:
-            problems.append(problem)
-
-    for req in host_config.get("DeviceRequests") or []:
-        driver = (req.get("Driver") or "").lower()
-        ids = [str(i) for i in (req.get("DeviceIDs") or [])]
-        if driver == "cdi":
-            for name in ids:
-                kind, _, dev = name.partition("=")
-                if kind != "nvidia.com/gpu" or not dev:
-                    continue
-                sources.append("cdi")
-                raw.append(name)
-                if dev == "all":
-                    everything = True
-                else:
-                    add(*_resolve_id(dev, gpu_uuids, f"the CDI device {name}"))
-            continue
-        if not is_gpu_request(req):
-            continue
-        count = req.get("Count") or 0
-        if ids:
-            sources.append("device_request")
-            for ident in ids:
-                raw.append(ident)
-                if ident == "all":
-                    everything = True
-                else:
-                    add(*_resolve_id(ident, gpu_uuids, "its device request"))
-        elif count < 0:
-            sources.append("device_request")
-            raw.append("all")
-            everything = True
-        elif count > 0:
-            sources.append("device_request")
-            raw.append(f"count={count}")
-            # Docker turns Count N into NVIDIA_VISIBLE_DEVICES=0..N-1: the first N GPUs, busy or not.
-            for index in range(count):
-                add(*_resolve_id(str(index), gpu_uuids, f"its request for {count} GPUs"))
-
-    runtime = (host_config.get("Runtime") or "").lower()
-    nvd = env.get("NVIDIA_VISIBLE_DEVICES")
-    if runtime.startswith("nvidia") and nvd is not None and "device_request" not in sources:
-        value = nvd.strip()
-        if value.lower() not in ("", "none", "void"):
-            sources.append("nvidia_runtime_env")
-            for ident in (v.strip() for v in value.split(",") if v.strip()):
-                raw.append(ident)
-                if ident.lower() == "all":
-                    everything = True
-                else:
-                    add(*_resolve_id(ident, gpu_uuids, "NVIDIA_VISIBLE_DEVICES"))
-
-    for dev in host_config.get("Devices") or []:
-        on_host = os.path.basename(dev.get("PathOnHost") or "")
-        in_container = os.path.basename(dev.get("PathInContainer") or "")
-        m = _DEVICE_NODE.match(on_host) or _DEVICE_NODE.match(in_container)
-        if m is None:
-            continue
-        sources.append("devices")
-        raw.append(dev.get("PathOnHost") or dev.get("PathInContainer"))
-        minor = int(m.group(1))
-        uuid = minors.get(minor)
-        add(uuid, None if uuid else f"/dev/nvidia{minor} is not a GPU on this host")
-
-    source: GrantSource = next((s for s in _GRANT_ORDER if s in sources), "none")
-    gpus: GpuGrant = "all" if everything else tuple(uuids)
-    return Grant(gpus=gpus, source=source, raw=tuple(raw), problems=tuple(problems))
+_env = env_dict
 
 
 def parse_docker_time(value: str | None) -> float | None:
@@ -384,15 +243,14 @@ class DockerSource:
         self._client: Any = None
         self._cache: dict[str, _Cached] = {}
         self._images: dict[str, dict[str, str] | None] = {}
-        self._uuids: tuple[str, ...] = ()
-        self._minors: dict[int, str] = {}
+        self._host = HostGpus()
         self._lock = threading.RLock()
 
     # -- ContainerSource ----------------------------------------------------
     def inventory(self, gpu_uuids: tuple[str, ...], minors: dict[int, str]) -> ContainerInventory:
         started = time.perf_counter()
         with self._lock:
-            self._uuids, self._minors = tuple(gpu_uuids), dict(minors)
+            self._host = HostGpus.from_uuids(gpu_uuids, minors)
             try:
                 client = self._connect()
                 self.stats.list_calls += 1
@@ -527,7 +385,7 @@ class DockerSource:
         config = attrs.get("Config") or {}
         host_config = attrs.get("HostConfig") or {}
         env = _env(config.get("Env"))
-        grant = resolve_grant(attrs, self._uuids, self._minors, env)
+        grant = read_grant(attrs, self._host)
         labels = dict(summary.get("Labels") or config.get("Labels") or {})
         names = summary.get("Names") or []
         name = names[0].lstrip("/") if names else (attrs.get("Name") or "").lstrip("/")
