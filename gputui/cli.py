@@ -198,10 +198,6 @@ def cmd_dashboard(ctx: Context) -> int:
 def report_pending_journals(ctx: Context) -> None:
     """Say once, at start, that an interrupted migration needs ``--recover``
     (the dashboard shows it in its status line; ``gputui migrate`` handles it itself)."""
-    from gputui.core.config import state_home
-
-    if not (state_home() / "journal").is_dir():  # the common case costs one stat
-        return
     from gputui.actions.journal import pending_journals
 
     for journal in pending_journals():
@@ -232,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         ctx = load_context(args)
         command = args.command
-        if command not in ("migrate", None) or getattr(args, "once", False) or not sys.stdout.isatty():
+        # migrate reports journals itself; the dashboard shows them in its status line.
+        if command != "migrate" and (command is not None or getattr(args, "once", False)
+                                     or not sys.stdout.isatty()):
             report_pending_journals(ctx)
         if command is None:
             if args.once or not sys.stdout.isatty():

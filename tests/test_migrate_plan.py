@@ -139,16 +139,20 @@ def test_device_request_is_rewritten_to_the_target_uuid_and_nothing_else_changes
     assert "CUDA_VISIBLE_DEVICES=0" in body["Env"]
 
 
-def test_anonymous_volume_is_reattached_by_name_never_a_new_empty_one():
+def test_anonymous_volume_stays_a_volume_mount_never_a_new_empty_one():
     p = plan()
-    assert p.body["HostConfig"]["Binds"] == ["data1:/data", f"{ANON}:/anon"]
+    anon = {"Type": "volume", "Source": ANON, "Target": "/anon", "ReadOnly": False}
+    assert p.body["HostConfig"]["Binds"] == ["data1:/data"]
+    assert p.body["HostConfig"]["Mounts"] == [anon]
+    assert any("anonymous volume fe9309adbc49 at /anon kept as a volume mount" in k for k in p.keeps)
     ro = inspect()
     ro["Mounts"][1]["RW"] = False
-    assert plan(ro).body["HostConfig"]["Binds"][-1] == f"{ANON}:/anon:ro"
+    assert plan(ro).body["HostConfig"]["Mounts"] == [dict(anon, ReadOnly=True)]
     # "-v /anon" as the SDK writes it: a bind with no source.
     sdk = inspect()
     sdk["HostConfig"]["Binds"] = ["data1:/data", "/anon"]
-    assert plan(sdk).body["HostConfig"]["Binds"] == ["data1:/data", f"{ANON}:/anon"]
+    assert plan(sdk).body["HostConfig"]["Binds"] == ["data1:/data"]
+    assert plan(sdk).body["HostConfig"]["Mounts"] == [anon]
     # --mount type=volume,dst=/cache (no source) gets its volume's name.
     m = inspect()
     m["HostConfig"]["Binds"] = None
@@ -401,8 +405,11 @@ def test_describe_lists_grant_diff_and_steps():
     assert "from GPU 0 to GPU 2" in text
     assert "grant now:   GPU 0 via --gpus" in text
     assert f'+ HostConfig.DeviceRequests[0].DeviceIDs = ["{uuid(2)}"]' in text
-    assert "anonymous volume fe9309adbc49 at /anon re-attached by name" in text
+    assert "anonymous volume fe9309adbc49 at /anon kept as a volume mount" in text
     assert "stop the old container (SIGINT, up to 30 s)" in text
+    assert "restart policy unless-stopped" in text
+    assert "Logs: 'docker logs' of the copy starts empty; the old container's logs are deleted with it at " \
+           "step 8 (save them first: docker logs trainer > FILE)." in text
     assert json.dumps(plan().to_json())  # serialisable for logs and the journal
 
 

@@ -41,7 +41,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from gputui.actions.container_ops import (
+    STOP_GRACE,
+    connect_networks,
+    daemon_would_start,
+    effective_command,
+    running_command,
+    wait_stopped,
+)
 from gputui.actions.journal import Journal, JournalError, PendingJournal, pending_journals
+from gputui.actions.locks import ContainerLock, LockHeld
 from gputui.core.grants import Grant, GrantEntry, GrantForm, HostGpu, HostGpus, read_grant, rewrite_grant
 from gputui.core.model import Gpu, Snapshot
 from gputui.core.units import fmt_bytes
@@ -117,7 +126,12 @@ class MigrationPlan:
     stop_signal: str
     restart_policy: dict[str, Any] = field(hash=False, compare=False, repr=False)
     was_running: bool = True
+    #: Stopped, but dockerd would start it at its next start (restart policy always): the copy is
+    #: started, verified and stopped again, so Docker treats it the same.
+    start_stopped: bool = False
     has_healthcheck: bool = False
+    #: argv the container runs now; the copy must run the same (checked after create).
+    command: tuple[str, ...] | None = None
     #: The create body (inspect-shaped Config + HostConfig + NetworkingConfig) of the new container.
     body: dict[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
     #: The same body with the original grant: what recreates the original if all else is lost.
@@ -173,9 +187,14 @@ class MigrationPlan:
                 text += f" {self.backup_name}"
             if step == "restart-policy" and self.restart_policy.get("Name") in (None, "", "no"):
                 text += " (already 'no')"
-            if step in ("stop", "start", "verify") and not self.was_running:
+            if step == "stop" and not self.was_running or \
+                    step in ("start", "verify") and not (self.was_running or self.start_stopped):
                 text += " (skipped: the container is not running)"
+            elif step == "verify" and self.start_stopped:
+                text += ", then stop it again (the original was stopped)"
             lines.append(f"  {n}. {text}")
+        lines.append(f"Logs: 'docker logs' of the copy starts empty; the old container's logs are deleted with "
+                     f"it at step {len(STEPS)} (save them first: docker logs {self.container_name} > FILE).")
         for w in self.warnings:
             lines.append(f"Warning: {w}")
         if self.compose_change:
@@ -276,7 +295,7 @@ def _split_bind(bind: str) -> tuple[str, str, str]:
 
 
 def _create_body(
-    attrs: dict[str, Any], image_ref: str
+    attrs: dict[str, Any], image_ref: str, image_config: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], list[str]]:
     """The inspect data turned back into a create body, minus what Docker generates.
 
@@ -295,26 +314,27 @@ def _create_body(
     elif cfg.get("Hostname") == cid[:12]:
         cfg.pop("Hostname", None)  # generated from the old id; the new container gets its own
     cfg["Image"] = image_ref
+    if cfg.get("Entrypoint") is None and (image_config or {}).get("Entrypoint"):
+        # `--entrypoint ""`: Docker stores null; posted back, null means "the image's entrypoint".
+        cfg["Entrypoint"] = [""]
+        notes.append("the empty entrypoint (--entrypoint \"\") instead of the image's")
 
-    # Volumes: every volume mounted now stays mounted, by name.
+    # Volumes: every volume mounted now stays mounted, by name; anonymous ones as volume mounts.
     by_dest = {m.get("Destination"): m for m in attrs.get("Mounts") or []}
-    binds = []
+    binds, mounts = [], list(hc.get("Mounts") or [])
     for b in hc.get("Binds") or []:
         src, dest, opts = _split_bind(b)
         live = by_dest.get(dest)
         if not src and live and live.get("Type") == "volume" and live.get("Name"):
-            # "-v /dest" (an anonymous volume written as a bind with no source): pin its name.
-            b = f"{live['Name']}:{dest}" + (f":{opts}" if opts else "")
-            notes.append(f"anonymous volume {live['Name'][:12]} at {dest} re-attached by name")
+            mounts.append(_volume_mount(live, notes))  # "-v /dest" written as a bind with no source
+            continue
         binds.append(b)
-    covered = {_split_bind(b)[1] for b in binds}
-    mounts_cfg = hc.get("Mounts") or []
-    for m in mounts_cfg:
-        covered.add(m.get("Target"))
+    covered = {_split_bind(b)[1] for b in binds} | {m.get("Target") for m in mounts}
+    for m in mounts:
         live = by_dest.get(m.get("Target"))
         if m.get("Type") == "volume" and not m.get("Source") and live and live.get("Name"):
             m["Source"] = live["Name"]
-            notes.append(f"anonymous volume {live['Name'][:12]} at {m.get('Target')} re-attached by name")
+            notes.append(_anon_note(live))
     for m in attrs.get("Mounts") or []:
         dest = m.get("Destination")
         if m.get("Type") != "volume" or not m.get("Name"):
@@ -323,16 +343,19 @@ def _create_body(
             if not _HEX64.match(m["Name"]):
                 notes.append(f"volume {m['Name']} at {dest}")
             continue
-        binds.append(f"{m['Name']}:{dest}" + ("" if m.get("RW", True) else ":ro"))
         covered.add(dest)
-        kind = "anonymous volume" if _HEX64.match(m["Name"]) else "volume"
-        label = m["Name"][:12] if _HEX64.match(m["Name"]) else m["Name"]
-        notes.append(f"{kind} {label} at {dest} re-attached by name")
+        if _HEX64.match(m["Name"]):
+            mounts.append(_volume_mount(m, notes))
+        else:
+            binds.append(f"{m['Name']}:{dest}" + ("" if m.get("RW", True) else ":ro"))
+            notes.append(f"volume {m['Name']} at {dest} re-attached by name")
     for m in attrs.get("Mounts") or []:
         if m.get("Type") == "bind":
             notes.append(f"bind mount {m.get('Source')} at {m.get('Destination')}")
     if binds or hc.get("Binds") is not None:
         hc["Binds"] = binds
+    if mounts:
+        hc["Mounts"] = mounts
 
     # Links are stored as "/other:/this/alias"; the API takes "other:alias".
     if hc.get("Links"):
@@ -353,17 +376,43 @@ def _create_body(
                 connect.append((net, clean))
         body_net = {"EndpointsConfig": endpoints} if endpoints else None
         if networks:
-            notes.append("networks " + ", ".join(sorted(networks)) + " (aliases kept, addresses reassigned)")
+            notes.append("networks " + ", ".join(_network_note(net, ep or {}) for net, ep in sorted(networks.items())))
     body = dict(cfg)
     body["HostConfig"] = hc
     if body_net is not None:
         body["NetworkingConfig"] = body_net
     rp = hc.get("RestartPolicy") or {}
     if rp.get("Name") not in (None, "", "no"):
-        notes.append(f"restart policy {rp['Name']}")
+        notes.append(f"restart policy {_policy_text(rp)}")
     if cfg.get("Healthcheck") and (cfg["Healthcheck"].get("Test") or ["NONE"])[0] != "NONE":
         notes.append("healthcheck " + " ".join(cfg["Healthcheck"].get("Test") or []))
     return body, connect, notes
+
+
+def _network_note(net: str, ep: dict[str, Any]) -> str:
+    ipam = ep.get("IPAMConfig") or {}
+    static = [a for a in (ipam.get("IPv4Address"), ipam.get("IPv6Address")) if a]
+    how = f"static address {', '.join(static)} kept" if static else "address assigned by Docker"
+    return f"{net} (aliases kept, {how})"
+
+
+def _policy_text(policy: dict[str, Any]) -> str:
+    """A restart policy as the docker CLI writes it: "on-failure:5", "unless-stopped", "no"."""
+    name = policy.get("Name") or "no"
+    retries = policy.get("MaximumRetryCount") or 0
+    return f"{name}:{retries}" if name == "on-failure" and retries else name
+
+
+def _anon_note(live: dict[str, Any]) -> str:
+    return (f"anonymous volume {live['Name'][:12]} at {live.get('Destination')} kept as a volume mount "
+            f"(Docker now counts it as named: 'docker rm -v' leaves it; 'docker volume rm' removes it)")
+
+
+def _volume_mount(live: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """An anonymous volume, re-attached as a volume mount (a copy would mount a new, empty one)."""
+    notes.append(_anon_note(live))
+    return {"Type": "volume", "Source": live["Name"], "Target": live.get("Destination"),
+            "ReadOnly": not live.get("RW", True)}
 
 
 def _link(link: str) -> str:
@@ -522,6 +571,21 @@ def _moving(grant: Grant, host: HostGpus, gpus: tuple[Gpu, ...], tgt: Gpu, from_
     return moving, False, tuple(dict.fromkeys(i for i in (host.index_of(e.key) for e in moving) if i is not None))
 
 
+def _command_diff(before: list[str] | None, after: list[str] | None) -> tuple[str, ...]:
+    """The effective command as a diff line pair when the copy would run something else."""
+    if before is None or after is None or before == after:
+        return ()
+    return (f"- (runs) = {json.dumps(before)}", f"+ (runs) = {json.dumps(after)}")
+
+
+def _stopped_note(name: str, start_once: bool) -> str:
+    if start_once:
+        return (f"{name} is stopped with restart policy 'always', so Docker would start it at its next start; "
+                f"the copy is started once, verified and stopped again, so Docker does the same with it.")
+    return (f"{name} is not running: the copy is created but not started, so nothing is verified (it may "
+            f"fail when it is started).")
+
+
 def plan_migration(
     attrs: dict[str, Any],
     gpus: tuple[Gpu, ...],
@@ -529,6 +593,7 @@ def plan_migration(
     *,
     others: Iterable[dict[str, Any]] = (),
     image_tag_id: str | None = None,
+    image_config: dict[str, Any] | None = None,
     peak_memory: int | None = None,
     usage: dict[int, int] | None = None,
     force: bool = False,
@@ -581,7 +646,7 @@ def plan_migration(
             warnings.append(f"The image tag {image} now points to another image; the new container keeps "
                             f"the one {name} runs, by id ({image_ref[:19]}).")
 
-    base, connect, keeps = _create_body(attrs, image_ref)
+    base, connect, keeps = _create_body(attrs, image_ref, image_config)
     new = copy.deepcopy(base)
     rewrite_grant(new, grant, moving, HostGpu(tgt.index, tgt.uuid, tgt.minor_number))
     after_grant = read_grant(new, host)
@@ -613,6 +678,13 @@ def plan_migration(
         change = compose_change(service, tgt.uuid)
     state = attrs.get("State") or {}
     health = cfg.get("Healthcheck") or {}
+    command = running_command(attrs)
+    after = effective_command(new, image_config)
+    if command is not None and after is not None and after != command:
+        warnings.append(f"The copy would run {json.dumps(after)} instead of {json.dumps(command)}; the migration "
+                        f"will be rolled back at the create step.")
+    if not state.get("Running"):
+        warnings.append(_stopped_note(name, daemon_would_start(attrs)))
     stamp = time.strftime("%Y%m%d%H%M%S", time.localtime(now if now is not None else time.time()))
     return MigrationPlan(
         container_id=attrs.get("Id", ""),
@@ -631,11 +703,13 @@ def plan_migration(
         stop_signal=str(cfg.get("StopSignal") or "SIGTERM"),
         restart_policy=dict(hc.get("RestartPolicy") or {"Name": "no", "MaximumRetryCount": 0}),
         was_running=bool(state.get("Running")),
+        start_stopped=daemon_would_start(attrs),
+        command=tuple(command) if command is not None else None,
         has_healthcheck=bool(health.get("Test")) and health["Test"][0] != "NONE",
         body=new,
         original_body=base,
         connect=tuple(connect),
-        diff=body_diff(base, new),
+        diff=body_diff(base, new) + _command_diff(command, effective_command(new, image_config)),
         keeps=tuple(keeps),
         warnings=tuple(warnings),
         compose_change=change,
@@ -734,7 +808,8 @@ ProgressFn = Callable[[Progress], object]  # what it returns is ignored
 class MigrationResult:
     ok: bool
     #: "ok", "rolled-back" (failed, original restored), "failed" (failed and not fully restored: see journal),
-    #: "finished" / "undone" (by --recover)
+    #: "finished" / "undone" (by --recover), "refused" (locked or changed since the plan),
+    #: "busy" (--recover: another gputui holds the container's lock)
     result: str
     message: str
     plan: MigrationPlan | None = None
@@ -766,6 +841,7 @@ class MigrationRun:
     stopped: bool = False
     renamed: bool = False
     verified: bool = False
+    stop_issued_at: float | None = None
 
 
 class MigrationEngine(Protocol):
@@ -819,8 +895,14 @@ def audit_refusal(container: str, target: str | int | None, reason: str, demo: b
 
 
 def _err(exc: BaseException) -> str:
-    """An exception as a clause without a trailing period (Docker's explanation when it has one)."""
-    text = getattr(exc, "explanation", None) or str(exc) or type(exc).__name__
+    """An exception as a clause without a trailing period (Docker's explanation when it has one;
+    a connection failure as one sentence, never Python's exception text)."""
+    text = getattr(exc, "explanation", None)
+    if not text and type(exc).__module__.split(".")[0] in ("docker", "requests", "urllib3"):
+        from gputui.core.docker_source import describe_error
+
+        return describe_error(exc).rstrip(".")
+    text = text or str(exc) or type(exc).__name__
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
     text = " ".join(str(text).split())
@@ -858,9 +940,13 @@ class DockerMigrationEngine:
         except docker.errors.NotFound:
             raise MigrationNotFound(f"There is no container named {container!r}.") from None
         except docker.errors.APIError as exc:
+            if exc.status_code is not None and 400 <= exc.status_code < 500:
+                # e.g. an id prefix that fits several containers: the user's words, not the daemon, are at fault
+                raise MigrationNotFound(f"Docker cannot tell which container {container!r} is: "
+                                        f"{_err(exc)}.") from None
             raise MigrationUnavailable(f"Docker could not inspect {container}: {_err(exc)}.") from None
-        except docker.errors.DockerException as exc:
-            raise MigrationUnavailable(f"Cannot reach the Docker daemon: {_err(exc)}.") from None
+        except Exception as exc:
+            raise MigrationUnavailable(_unreachable(exc)) from None
 
     def plan(self, container: str, target: str | int, snapshot: Snapshot | None, *, force: bool = False,
              from_gpu: str | int | None = None, peak_memory: int | None = None) -> MigrationPlan:
@@ -882,19 +968,59 @@ class DockerMigrationEngine:
                 tag_id = self.api.inspect_image((attrs.get("Config") or {}).get("Image") or "")["Id"]
             except docker.errors.NotFound:
                 tag_id = None
-        except docker.errors.DockerException as exc:
-            raise MigrationUnavailable(f"Cannot reach the Docker daemon: {_err(exc)}.") from None
+            try:
+                image_config = self.api.inspect_image(attrs.get("Image") or "").get("Config") or {}
+            except docker.errors.NotFound:
+                image_config = None
+        except Exception as exc:
+            raise MigrationUnavailable(_unreachable(exc)) from None
         gpus = snapshot.gpus if snapshot is not None else ()
         peak = max(peak_memory or 0, observed_peak(snapshot, attrs["Id"]) or 0) or None
-        return plan_migration(attrs, gpus, target, others=others, image_tag_id=tag_id, peak_memory=peak,
+        return plan_migration(attrs, gpus, target, others=others, image_tag_id=tag_id, image_config=image_config,
+                              peak_memory=peak,
                               usage=container_usage(snapshot, attrs["Id"]), force=force, from_gpu=from_gpu)
 
     # -- execution ---------------------------------------------------------------
     def execute(self, plan: MigrationPlan, progress: ProgressFn | None = None,
                 timeout: float = 5.0) -> MigrationResult:
-        """Run the plan. Always returns; on failure the original container is back (or the journal says why not)."""
+        """Run the plan under the container's lock. Always returns; on failure the original container is
+        back (or the journal says why not)."""
         if self.read_only:
             raise MigrationRefused("read-only", READ_ONLY)
+        try:
+            lock = ContainerLock.acquire("migrate", [plan.container_id, plan.container_name], plan.container_name)
+        except LockHeld as exc:
+            return self._refused(plan, str(exc), progress)
+        except OSError as exc:
+            return self._refused(plan, f"Cannot take the migration lock for {plan.container_name}: "
+                                       f"{exc.strerror or exc}.", progress)
+        try:
+            refusal = self._changed_since(plan)
+            if refusal:
+                return self._refused(plan, refusal, progress)
+            return self._execute(plan, progress, timeout)
+        finally:
+            lock.release()
+
+    def _refused(self, plan: MigrationPlan, message: str, progress: ProgressFn | None) -> MigrationResult:
+        _notify(progress, "journal", "failed", message)
+        _audit("refused", plan, reason=message)
+        return MigrationResult(False, "refused", message, plan)
+
+    def _changed_since(self, plan: MigrationPlan) -> str | None:
+        """Why the plan no longer fits (checked under the lock: another migration may have just run)."""
+        name = plan.container_name
+        for pending in pending_journals("migrate"):
+            if {plan.container_id, name} & set(pending.lock_keys):
+                return f"{name} has an interrupted migration; run 'gputui migrate --recover' first."
+        now = self._safe_inspect(name)
+        if now is None or now.get("Id") != plan.container_id:
+            return f"{name} changed since the plan (it was recreated or removed); plan the migration again."
+        if bool((now.get("State") or {}).get("Running")) != plan.was_running:
+            return f"{name} was started or stopped since the plan; plan the migration again."
+        return None
+
+    def _execute(self, plan: MigrationPlan, progress: ProgressFn | None, timeout: float) -> MigrationResult:
         run = MigrationRun(plan=plan, client=self.client)
         step = "journal"
         _notify(progress, step, "running", STEP_TEXT[step])
@@ -909,6 +1035,7 @@ class DockerMigrationEngine:
                 "restart_policy": plan.restart_policy,
                 "was_running": plan.was_running,
                 "stop_timeout": plan.stop_timeout,
+                "stop_issued_at": None,
                 "new_id": None,
                 "verified": False,
                 "original_body": plan.original_body,
@@ -917,24 +1044,26 @@ class DockerMigrationEngine:
                 "plan": plan.to_json(),
                 "original": plan.attrs,
             })
+            journal.update(step="journal")
         except (Exception, KeyboardInterrupt) as exc:
             message = f"Migration of {plan.container_name} did not start: could not {STEP_TEXT[step]} ({_err(exc)})."
             _notify(progress, step, "failed", message)
             _audit("failed", plan, step=step, error=_err(exc))
             return MigrationResult(False, "failed", message, plan, failed_step=step)
-        journal.update(step="journal")
         _notify(progress, step, "done", STEP_TEXT[step])
 
+        runs = plan.was_running or plan.start_stopped
         try:
-            for step in STEPS[1:]:
-                if step in ("stop", "start", "verify") and not plan.was_running:
-                    _notify(progress, step, "skipped", f"{STEP_TEXT[step]}: skipped, it was not running")
-                    journal.update(step=step, verified=step == "verify" or run.verified)
-                    if step == "verify":
-                        run.verified = True
+            for step in STEPS[1:-1]:
+                skip = (step == "stop" and not plan.was_running) or (step in ("start", "verify") and not runs)
+                if step == "restart-policy" and plan.restart_policy.get("Name") in (None, "", "no"):
+                    _notify(progress, step, "skipped", "the old container's restart policy is already 'no'")
                     continue
-                if step == "remove-old":
-                    break
+                if skip:
+                    _notify(progress, step, "skipped", f"{STEP_TEXT[step]}: skipped, it was not running")
+                    run.verified = run.verified or step == "verify"
+                    journal.update(step=step, verified=run.verified)
+                    continue
                 _notify(progress, step, "running", self._step_text(step, plan, timeout))
                 self.hooks.before(step, run)
                 getattr(self, "_do_" + step.replace("-", "_"))(run, journal, timeout)
@@ -960,6 +1089,10 @@ class DockerMigrationEngine:
         journal.finish()
         _notify(progress, step, "done", STEP_TEXT[step])
         message = f"{plan.container_name} moved from {plan.from_label} to GPU {plan.to_gpu} ({plan.to_uuid})."
+        if not runs:
+            message += " It was not running, so the copy was not started and nothing was verified."
+        elif plan.start_stopped:
+            message += " The copy was started, verified and stopped again, as the original was stopped."
         _audit("ok", plan, new_id=run.new_id)
         return MigrationResult(True, "ok", message, plan, run.new_id)
 
@@ -970,7 +1103,11 @@ class DockerMigrationEngine:
             if plan.has_healthcheck:
                 every = ((plan.body.get("Healthcheck") or {}).get("Interval") or 30_000_000_000) / 1e9
                 extra = f" and healthy (its healthcheck runs every {every:g} s)"
-            return f"{STEP_TEXT[step]}: still running after {timeout:g} s{extra}, not restarting"
+            again = ", then stop it again" if plan.start_stopped and not plan.was_running else ""
+            return f"{STEP_TEXT[step]}: still running after {timeout:g} s{extra}, not restarting{again}"
+        if step == "stop":
+            return (f"{STEP_TEXT[step]}: {plan.stop_signal}, waiting up to {plan.stop_timeout} s for it to exit "
+                    f"before Docker kills it")
         if step == "rename":
             return f"{STEP_TEXT[step]} {plan.backup_name}"
         return STEP_TEXT[step]
@@ -984,14 +1121,15 @@ class DockerMigrationEngine:
 
     # The steps. Each records what it did on ``run`` so a rollback undoes exactly that.
     def _do_restart_policy(self, run: MigrationRun, journal: Journal, timeout: float) -> None:
-        if run.plan.restart_policy.get("Name") in (None, "", "no"):
-            return
         self.api.update_container(run.plan.container_id, restart_policy={"Name": "no", "MaximumRetryCount": 0})
         run.policy_changed = True
 
     def _do_stop(self, run: MigrationRun, journal: Journal, timeout: float) -> None:
         # dockerd sends the container's own StopSignal; the timeout is its StopTimeout (default 10 s).
+        # Docker goes on with a stop after we give up or die: undo and recover wait for it (stop_issued_at).
         run.stopped = True  # set first: a stop that fails half-way must still be undone by a start
+        run.stop_issued_at = time.time()
+        journal.update(stop_issued_at=run.stop_issued_at)
         self.api.stop(run.plan.container_id, timeout=run.plan.stop_timeout)
 
     def _do_rename(self, run: MigrationRun, journal: Journal, timeout: float) -> None:
@@ -1003,15 +1141,11 @@ class DockerMigrationEngine:
         created = self.api.create_container_from_config(copy.deepcopy(plan.body), plan.container_name)
         run.new_id = created["Id"]
         journal.update(new_id=run.new_id)
-        for net, endpoint in plan.connect:
-            self.api.connect_container_to_network(
-                run.new_id, net,
-                aliases=endpoint.get("Aliases"), links=endpoint.get("Links"),
-                ipv4_address=(endpoint.get("IPAMConfig") or {}).get("IPv4Address"),
-                ipv6_address=(endpoint.get("IPAMConfig") or {}).get("IPv6Address"),
-                link_local_ips=(endpoint.get("IPAMConfig") or {}).get("LinkLocalIPs"),
-                driver_opt=endpoint.get("DriverOpts"),
-            )
+        connect_networks(self.api, run.new_id, plan.connect)
+        runs = running_command(self.api.inspect_container(run.new_id))
+        if plan.command is not None and runs is not None and tuple(runs) != plan.command:
+            raise RuntimeError(f"the new container would run {json.dumps(runs)} instead of "
+                               f"{json.dumps(list(plan.command))}")
 
     def _do_start(self, run: MigrationRun, journal: Journal, timeout: float) -> None:
         self.api.start(run.new_id)
@@ -1019,6 +1153,8 @@ class DockerMigrationEngine:
     def _do_verify(self, run: MigrationRun, journal: Journal, timeout: float) -> None:
         assert run.new_id is not None, "verify follows create, which sets new_id"
         verify_container(self.api, run.new_id, run.plan, timeout, self.poll_interval, self._sleep)
+        if not run.plan.was_running:
+            self.api.stop(run.new_id, timeout=run.plan.stop_timeout)  # it was stopped: so is the copy
         run.verified = True
 
     def _fail(self, run: MigrationRun, journal: Journal, step: str, exc: BaseException,
@@ -1027,13 +1163,14 @@ class DockerMigrationEngine:
         cause = f"could not {STEP_TEXT[step]} ({_err(exc)})"
         if isinstance(exc, KeyboardInterrupt):
             cause = f"was interrupted during '{step}'"
-        _notify(progress, step, "failed", f"{STEP_TEXT[step]}: {_err(exc)}")
+        what = "interrupted" if isinstance(exc, KeyboardInterrupt) else _err(exc)
+        _notify(progress, step, "failed", f"{STEP_TEXT[step]}: {what}")
         problems = self._undo(run, progress)
         if not problems:
             journal.finish()
             state = "running" if plan.was_running else "stopped"
             message = (f"Migration of {plan.container_name} failed: it {cause}; the original container is back "
-                       f"({state}, restart policy {plan.restart_policy.get('Name') or 'no'}).")
+                       f"({state}, restart policy {_policy_text(plan.restart_policy)}).")
             _audit("rolled-back", plan, step=step, error=_err(exc))
             return MigrationResult(False, "rolled-back", message, plan, failed_step=step)
         journal.release()
@@ -1067,53 +1204,73 @@ class DockerMigrationEngine:
             except Exception as exc:
                 problems.append(f"restoring its restart policy: {_err(exc)}")
         if run.stopped and plan.was_running:
-            _notify(progress, "stop", "undoing", "start the old container again")
-            try:
-                self.api.start(plan.container_id)
-                if not self._wait_running(plan.container_id):
-                    problems.append("starting it again: it does not stay running")
-            except Exception as exc:
-                problems.append(f"starting it again: {_err(exc)}")
+            problem = self._start_again(plan.container_id, plan.container_name, run.stop_issued_at,
+                                        plan.stop_timeout, progress)
+            if problem:
+                problems.append(problem)
         return problems
 
+    def _start_again(self, cid: str, name: str, stop_issued_at: float | None, stop_timeout: float,
+                     progress: ProgressFn | None) -> str | None:
+        """Start the original again once any stop still in flight has finished; None if it runs."""
+        try:
+            state = (self._safe_inspect(cid) or {}).get("State") or {}
+            if stop_issued_at is not None and state.get("Running"):
+                deadline = stop_issued_at + stop_timeout + STOP_GRACE
+                left = max(0.0, deadline - time.time())
+                if left > 0:
+                    _notify(progress, "stop", "undoing", f"wait for the stop Docker is still carrying out "
+                                                         f"(up to {left:.0f} s) before starting {name} again")
+                    wait_stopped(self._safe_inspect, cid, deadline, self._sleep)
+            _notify(progress, "stop", "undoing", f"start {name} again")
+            self.api.start(cid)
+            if not self._wait_running(cid):
+                return f"starting {name} again: it does not stay running"
+        except Exception as exc:
+            return f"starting {name} again: {_err(exc)}"
+        return None
+
     def _wait_running(self, cid: str, seconds: float = 2.0) -> bool:
+        """Running now and still running ``seconds`` later (a stop landing late would show)."""
         deadline = time.monotonic() + seconds
         while True:
             state = (self._safe_inspect(cid) or {}).get("State") or {}
-            if state.get("Running") and not state.get("Restarting"):
-                return True
-            if time.monotonic() >= deadline:
+            if not state.get("Running") or state.get("Restarting"):
                 return False
+            if time.monotonic() >= deadline:
+                return True
             self._sleep(0.1)
 
     # -- recovery ----------------------------------------------------------------
     def recover(self, pending: PendingJournal, progress: ProgressFn | None = None) -> MigrationResult:
-        """Finish or undo an interrupted migration, judged from what Docker shows now.
+        """Finish or undo an interrupted migration, judged from what Docker shows now (under its lock).
 
         Finish only when the journal says the new container passed verification and
         it still runs; otherwise undo: remove the new container, give the old one its
-        name, restart policy and running state back (recreating it from the journal
-        if it is gone).
+        name, restart policy and running state back (recreating it from the journal,
+        networks and static addresses included, if it is gone). The journal is kept
+        until the original verifiably runs.
         """
-        import docker
+        try:
+            lock = ContainerLock.acquire("migrate", pending.lock_keys, str(pending.lock_keys[-1:] or "?"))
+        except LockHeld as exc:
+            return MigrationResult(False, "busy", str(exc), journal=str(pending.path))
+        except OSError as exc:
+            return MigrationResult(False, "failed", f"Cannot take the migration lock: {exc.strerror or exc}.",
+                                   journal=str(pending.path))
+        try:
+            return self._recover(Journal.take(pending), pending, progress)
+        finally:
+            lock.release()
 
-        journal = Journal.take(pending)
+    def _recover(self, journal: Journal, pending: PendingJournal, progress: ProgressFn | None) -> MigrationResult:
         d = journal.data
         name = (d.get("container") or {}).get("name") or "?"
         orig_id = (d.get("container") or {}).get("id") or ""
         summary = d.get("summary") or name
         try:
             old = self._safe_inspect(orig_id) if orig_id else None
-            new = self._safe_inspect(d["new_id"]) if d.get("new_id") else None
-            if new is None and not d.get("new_id") and d.get("step") == "rename":
-                # Created, but the process died before journaling its id: the container under the
-                # name is ours only if it is the body we posted (same image and labels).
-                holder = self._safe_inspect(name)
-                body = d.get("body") or {}
-                if holder is not None and holder.get("Id") != orig_id and \
-                        (holder.get("Config") or {}).get("Image") == body.get("Image") and \
-                        ((holder.get("Config") or {}).get("Labels") or {}) == (body.get("Labels") or {}):
-                    new = holder
+            new = self._find_new(d, name, orig_id)
             new_running = bool(new and (new.get("State") or {}).get("Running"))
             if d.get("verified") and new is not None and (new_running or not d.get("was_running", True)):
                 if old is not None:
@@ -1123,46 +1280,65 @@ class DockerMigrationEngine:
                 message = f"Finished the interrupted migration: {summary}; the new container was verified."
                 _audit("finished", None, container=name, container_id=orig_id, new_id=new.get("Id"),
                        recovered=True)
-                return MigrationResult(True, "finished", message, new_id=new.get("Id"),
-                                       journal=str(pending.path))
+                return MigrationResult(True, "finished", message, new_id=new.get("Id"), journal=str(pending.path))
             if new is not None and new.get("Id") != orig_id:
                 _notify(progress, "create", "undoing", "remove the new container")
                 self.api.remove_container(new["Id"], v=False, force=True)
             if old is None:
-                _notify(progress, "create", "undoing", f"recreate {name} from the journal")
-                body = copy.deepcopy(d.get("original_body") or {})
-                created = self.api.create_container_from_config(body, name)
-                orig_id = created["Id"]
-                for net, endpoint in d.get("connect") or []:
-                    self.api.connect_container_to_network(orig_id, net, aliases=endpoint.get("Aliases"),
-                                                          links=endpoint.get("Links"),
-                                                          driver_opt=endpoint.get("DriverOpts"))
+                orig_id = self._recreate(d, name, progress)
             else:
                 if _name(old) != name:
                     _notify(progress, "rename", "undoing", f"rename {_name(old)} back to {name}")
                     self.api.rename(orig_id, name)
                 policy = d.get("restart_policy") or {"Name": "no"}
                 current = ((old.get("HostConfig") or {}).get("RestartPolicy") or {})
-                if current.get("Name") != policy.get("Name"):
+                if (current.get("Name"), current.get("MaximumRetryCount") or 0) != \
+                        (policy.get("Name"), policy.get("MaximumRetryCount") or 0):
                     _notify(progress, "restart-policy", "undoing", "restore the restart policy")
                     self.api.update_container(orig_id, restart_policy=policy)
             if d.get("was_running", True):
-                state = (self._safe_inspect(orig_id) or {}).get("State") or {}
-                if not state.get("Running"):
-                    _notify(progress, "stop", "undoing", f"start {name} again")
-                    self.api.start(orig_id)
-                if not self._wait_running(orig_id):
-                    raise RuntimeError(f"{name} does not stay running")
-        except (docker.errors.DockerException, RuntimeError, KeyError) as exc:
+                problem = self._start_again(orig_id, name, d.get("stop_issued_at") if old is not None else None,
+                                            float(d.get("stop_timeout") or 10), progress)
+                if problem:
+                    raise RuntimeError(problem)
+        except Exception as exc:  # Docker's errors, requests' connection errors, ours
             journal.release()
             message = (f"Could not recover the interrupted migration of {name}: {_err(exc)}; "
                        f"the journal is kept at {pending.path}.")
             _audit("failed", None, container=name, container_id=orig_id, recovered=True, error=_err(exc))
             return MigrationResult(False, "failed", message, journal=str(pending.path))
         journal.finish()
-        message = f"Undid the interrupted migration of {name}: the original container is back."
+        state = "running" if d.get("was_running", True) else "stopped"
+        message = f"Undid the interrupted migration of {name}: the original container is back ({state})."
         _audit("undone", None, container=name, container_id=orig_id, recovered=True)
         return MigrationResult(True, "undone", message, journal=str(pending.path))
+
+    def _find_new(self, d: dict[str, Any], name: str, orig_id: str) -> dict[str, Any] | None:
+        """The copy the interrupted run created, if any."""
+        if d.get("new_id"):
+            return self._safe_inspect(d["new_id"])
+        if d.get("step") != "rename":
+            return None
+        # Created, but the process died before journaling its id: the container under the
+        # name is ours only if it is the body we posted (same image and labels).
+        holder = self._safe_inspect(name)
+        body = d.get("body") or {}
+        cfg = (holder or {}).get("Config") or {}
+        if holder is not None and holder.get("Id") != orig_id and cfg.get("Image") == body.get("Image") and \
+                (cfg.get("Labels") or {}) == (body.get("Labels") or {}):
+            return holder
+        return None
+
+    def _recreate(self, d: dict[str, Any], name: str, progress: ProgressFn | None) -> str:
+        """The original is gone (its backup was removed): create it again from the journal."""
+        holder = self._safe_inspect(name)
+        if holder is not None:
+            raise RuntimeError(f"the original container is gone and the name {name} is taken by container "
+                               f"{holder.get('Id', '')[:12]}; rename or remove that one and run --recover again")
+        _notify(progress, "create", "undoing", f"recreate {name} from the journal")
+        created = self.api.create_container_from_config(copy.deepcopy(d.get("original_body") or {}), name)
+        connect_networks(self.api, created["Id"], d.get("connect") or [])
+        return str(created["Id"])
 
 
 def verify_container(api: Any, cid: str, plan: MigrationPlan, timeout: float, interval: float = 0.25,
@@ -1322,6 +1498,13 @@ def docker_client(timeout: float = 5.0) -> Any:
         return client
     except Exception as exc:  # SourceUnavailable, requests' connection errors and the like
         raise MigrationUnavailable(_sentence(describe_error(exc))) from None
+
+
+def _unreachable(exc: BaseException) -> str:
+    """A failure talking to the daemon as one sentence (never Python's exception text)."""
+    from gputui.core.docker_source import describe_error
+
+    return _sentence(describe_error(exc))
 
 
 def _sentence(text: str) -> str:

@@ -14,10 +14,14 @@ without a terminal); 3 NVML or Docker could not be reached.
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from gputui.actions.journal import JournalError, pending_journals
+from gputui.actions.journal import JournalError, journal_dirs, pending_journals, system_journal_dir
 from gputui.actions.migrate import (
+    BACKUP_INFIX,
     READ_ONLY,
     MigrationNotFound,
     MigrationRefused,
@@ -57,6 +61,9 @@ def add_parser(sub, common):
                    help="move even if the target GPU lacks the free memory the container has used")
     p.add_argument("--recover", action="store_true",
                    help="finish or undo a migration that was interrupted (from its journal)")
+    p.add_argument("--discard", action="store_true",
+                   help="with --recover: forget the interrupted migrations it cannot finish (their journals are "
+                        "moved aside; no container is touched)")
     return p
 
 
@@ -66,6 +73,8 @@ def run(ctx) -> int:
         if args.container or args.to:
             raise UsageError("--recover takes no container or --to; it acts on interrupted migrations.")
         return _recover(ctx)
+    if args.discard:
+        raise UsageError("--discard goes with --recover.")
     if not args.container or args.to is None:
         raise UsageError("Usage: gputui migrate CONTAINER --to GPU (or gputui migrate --recover).")
     if getattr(args, "no_docker", False) and not ctx.demo:
@@ -127,11 +136,14 @@ def run(ctx) -> int:
                 return EXIT_NO
 
         def progress(p: Progress) -> None:
-            if p.state in ("done", "skipped", "failed", "undoing"):
+            # Steps that wait (a slow stop, verification) say so while they wait.
+            if p.state in ("done", "skipped", "failed", "undoing") or \
+                    (p.state == "running" and p.step in ("stop", "verify")):
                 print(p.line(), file=out)
                 out.flush()
 
-        result = engine.execute(plan, progress=progress, timeout=args.timeout)
+        with _sigterm_interrupts():
+            result = engine.execute(plan, progress=progress, timeout=args.timeout)
         if result.ok:
             print(result.message, file=out)
             if plan.compose_change:
@@ -148,6 +160,23 @@ def run(ctx) -> int:
         machine.close()
 
 
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM during a migration rolls it back like Ctrl-C does (instead of dying between two steps)."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _recover(ctx) -> int:
     out, err = ctx.stdout, ctx.stderr
     args = ctx.args
@@ -155,6 +184,8 @@ def _recover(ctx) -> int:
         print("The demo keeps no journals: there is nothing to recover.", file=out)
         return EXIT_OK
     pending = pending_journals("migrate")
+    for p in pending:
+        print(p.describe(), file=out)
     if ctx.settings.read_only:
         print(f"gputui: {READ_ONLY}", file=err)
         return EXIT_NO
@@ -171,12 +202,12 @@ def _recover(ctx) -> int:
             print("No interrupted migration to recover.", file=out)
             _report_backups(client, out)
             return EXIT_OK
-        for p in pending:
-            print(p.describe(), file=out)
         if not args.yes:
             if not interactive():
                 raise UsageError("Refusing to recover without confirmation: stdin is not a terminal; add --yes.")
-            if ask("Finish or undo these migrations now? [y/N] ", out) not in ("y", "yes"):
+            question = "Finish or undo these migrations now" + (" (and discard what cannot be)" if args.discard
+                                                                 else "")
+            if ask(f"{question}? [y/N] ", out) not in ("y", "yes"):
                 print("Nothing was changed.", file=out)
                 return EXIT_NO
         failed = False
@@ -186,26 +217,47 @@ def _recover(ctx) -> int:
             out.flush()
 
         for p in pending:
+            busy = False
             try:
                 result = engine.recover(p, progress=progress)
+                ok, message, busy = result.ok, result.message, result.result == "busy"
             except JournalError as exc:
-                print(f"gputui: {exc}", file=err)
-                failed = True
+                ok, message = False, str(exc)
+            if ok:
+                print(message, file=out)
                 continue
-            if result.ok:
-                print(result.message, file=out)
+            print(f"gputui: {message}", file=err)
+            if args.discard and not busy and p.path.exists():
+                print(_discard(p), file=out)
             else:
                 failed = True
-                print(f"gputui: {result.message}", file=err)
         _report_backups(client, out)
         return EXIT_NO if failed else EXIT_OK
     finally:
         engine.close()
 
 
+def _discard(p: Any) -> str:
+    """Move a journal that cannot be finished aside (kept for the record, no longer pending)."""
+    aside = p.path.parent / "discarded"
+    try:
+        aside.mkdir(mode=0o700, exist_ok=True)
+        p.path.rename(aside / p.path.name)
+    except OSError as exc:
+        return f"Could not discard the journal {p.path}: {exc.strerror or exc}."
+    backup = (p.data or {}).get("backup_name")
+    keep = (f" Container {backup}, if it still exists, may be the only copy of the original: keep it."
+            if backup else "")
+    return f"Discarded the journal {p.path.name} (moved to {aside}); no container was touched.{keep}"
+
+
 def _report_backups(client: Any, out) -> None:
     journaled = {str((p.data or {}).get("backup_name")) for p in pending_journals("migrate")}
     for name in leftover_backups(client):
-        if name not in journaled:
-            print(f"Note: container {name} looks like a migration backup with no journal; check it and remove "
-                  f"it with 'docker rm {name}' (without -v, to keep its volumes).", file=out)
+        if name in journaled:
+            continue
+        original = name.split(BACKUP_INFIX, 1)[0]
+        print(f"Note: container {name} looks like a migration backup with no journal this user can read "
+              f"(journals are in {', '.join(str(d) for d in journal_dirs()) or system_journal_dir()}). If no "
+              f"container {original} runs, it is the only copy of the original: do not remove it; "
+              f"'docker rename {name} {original}' and 'docker start {original}' bring it back.", file=out)
