@@ -437,3 +437,33 @@ def test_target_options_put_the_suggestion_first_and_mark_what_cannot_fit():
     assert "GPU 1 has 5.0 GiB free" in opts[3].refusal
     forced = {o.index: o for o in target_options(snap, CID, peak_memory=20 * GIB, force=True, current=(0,))}
     assert forced[1].refusal is None and forced[0].refusal is not None
+
+
+# -- issue 11: the effective command, wording ----------------------------------------------------
+
+
+def test_an_empty_entrypoint_is_posted_as_empty_and_the_effective_command_is_compared():
+    attrs = inspect(Config__Entrypoint=None)
+    attrs["Path"], attrs["Args"] = "python", ["train.py"]
+    image = {"Entrypoint": ["/opt/nvidia/entrypoint.sh"], "Cmd": ["bash"]}
+    p = plan(attrs, image_config=image)
+    assert p.body["Entrypoint"] == [""] and len(p.diff) == 2  # the grant, nothing else
+    assert p.command == ("python", "train.py")
+    # Had the entrypoint not been kept, the plan would show what the copy runs instead.
+    wrong = plan(dict(attrs, Path="/opt/nvidia/entrypoint.sh", Args=["python", "train.py"]), image_config=image)
+    assert wrong.diff[-2:] == ('- (runs) = ["/opt/nvidia/entrypoint.sh", "python", "train.py"]',
+                               '+ (runs) = ["python", "train.py"]')
+    assert any("will be rolled back at the create step" in w for w in wrong.warnings)
+
+
+def test_wording_restart_policy_retries_static_addresses_and_an_already_no_policy():
+    attrs = inspect(HostConfig__RestartPolicy={"Name": "on-failure", "MaximumRetryCount": 5})
+    assert "restart policy on-failure:5" in plan(attrs).keeps
+    nets = inspect(HostConfig__NetworkMode="front")
+    nets["NetworkSettings"] = {"Networks": {
+        "front": {"IPAMConfig": None, "Aliases": ["trainer"], "IPAddress": "172.18.0.2"},
+        "back": {"IPAMConfig": {"IPv4Address": "10.0.0.183"}, "Aliases": None, "IPAddress": "10.0.0.183"}}}
+    assert ("networks back (aliases kept, static address 10.0.0.183 kept), front (aliases kept, address "
+            "assigned by Docker)") in plan(nets).keeps
+    no = inspect(HostConfig__RestartPolicy={"Name": "no", "MaximumRetryCount": 0})
+    assert "2. set the old container's restart policy to 'no' (already 'no')" in plan(no).describe()

@@ -940,8 +940,9 @@ class DockerMigrationEngine:
         except docker.errors.NotFound:
             raise MigrationNotFound(f"There is no container named {container!r}.") from None
         except docker.errors.APIError as exc:
-            if exc.status_code is not None and 400 <= exc.status_code < 500:
-                # e.g. an id prefix that fits several containers: the user's words, not the daemon, are at fault
+            # An id prefix that fits several containers (Docker 20.10 answers 500, later 400): the user's
+            # words, not the daemon, are at fault.
+            if 400 <= (exc.status_code or 0) < 500 or "multiple ids found" in _err(exc).lower():
                 raise MigrationNotFound(f"Docker cannot tell which container {container!r} is: "
                                         f"{_err(exc)}.") from None
             raise MigrationUnavailable(f"Docker could not inspect {container}: {_err(exc)}.") from None
