@@ -403,3 +403,23 @@ def test_cli_refusals_and_wording(docker_cleanup, fake_host, tmp_path):
     assert gone.returncode == 3
     assert gone.stderr.strip().splitlines()[-1].startswith("gputui: ")
     assert "('Connection aborted." not in gone.stderr and "Error(" not in gone.stderr
+
+
+def test_recover_discards_what_it_cannot_finish_and_touches_no_container(docker_cleanup):
+    d = docker_cleanup
+    d.run("discard-me", gpus="device=0", command=CMD)
+    env = env_for(d)
+    assert subprocess.run([sys.executable, "-c", CRASH_AT_START, "discard-me"], env=env, timeout=120).returncode == 86
+    for n in names(d):  # the backup and the copy are gone, and somebody else took the name
+        d.client.api.remove_container(n, force=True)
+    squatter = d.run("discard-me", command=CMD).id
+    stuck = gputui(env, "migrate", "--recover", "--yes")
+    assert stuck.returncode == 1
+    assert "the name discard-me is taken by container" in stuck.stderr
+    assert len(pending_journals()) == 1
+    gone = gputui(env, "migrate", "--recover", "--discard", "--yes")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert "no container was touched" in gone.stdout
+    assert pending_journals() == [] and len(list((system_journal_dir() / "discarded").glob("*.json"))) == 1
+    assert d.client.api.inspect_container("discard-me")["Id"] == squatter
+    assert gputui(env, "migrate", "--recover", "--yes").stdout.startswith("No interrupted migration to recover.")
