@@ -14,14 +14,16 @@ Container shapes tested (here, and in tests/test_migrate_docker.py marked "(dock
 | journal of another user | --gpus device=0, crash at start, root-only journal | another_user_is_told |
 | stopped, restart always | --gpus device=0, exited | a_stopped_restart_always |
 | stopped, no policy | --gpus device=0, exited | a_stopped_restart_always |
-| legacy runtime, other name | --runtime nvidia-experimental, NVIDIA_VISIBLE_DEVICES=1 (``NVIDIA``: refused by 20.10, read in tests/test_grants.py) | every_grant_form |
+| legacy runtime, other name | --runtime nvidia-experimental, NVIDIA_VISIBLE_DEVICES=1 | every_grant_form |
 | request + device node | --gpus device=0 --device /dev/nvidia3 | every_grant_form |
 | count, UUID, index | --gpus 2 / device=GPU-… / device=2 | every_grant_form |
 | on-failure:5, plain | restart on-failure:5; no policy | cli_refusals_and_wording |
-| subject (docker) | env, labels, named + anonymous volume, healthcheck, mem limit, unless-stopped | test_migrate_docker |
+| subject (docker) | env, labels, named + anonymous volume, healthcheck, mem limit | test_migrate_docker |
 | all GPUs, networks (docker) | --gpus all, two user networks with aliases | test_migrate_docker |
-| legacy runtime, device node (docker) | --runtime nvidia NVIDIA_VISIBLE_DEVICES=0; --device /dev/nvidia0 | test_migrate_docker |
+| legacy runtime, node (docker) | --runtime nvidia NVIDIA_VISIBLE_DEVICES=0; --device /dev/nvidia0 | ... |
 | swarm, k8s, shared netns (docker) | labels; --network container: | test_migrate_docker (refusals) |
+
+``--runtime NVIDIA`` is refused by Docker 20.10 ("Unknown runtime"); tests/test_grants.py reads it.
 """
 
 from __future__ import annotations
