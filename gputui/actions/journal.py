@@ -87,10 +87,9 @@ def journal_dirs() -> list[Path]:
     """Every directory a journal may be in: the system-wide one, this user's, and (for root) every user's."""
     dirs = [system_journal_dir(), state_home() / "journal"]
     if os.geteuid() == 0:
-        for entry in pwd.getpwall():
-            if entry.pw_dir and entry.pw_dir not in ("/", "/nonexistent") and (entry.pw_uid == 0 or
-                                                                              entry.pw_uid >= 1000):
-                dirs.append(Path(entry.pw_dir) / ".local" / "state" / "gputui" / "journal")
+        # Home directories on disk, not the user database: enumerating LDAP users can take seconds.
+        homes = [Path("/root"), *sorted(Path("/home").glob("*"))] if os.path.isdir("/home") else [Path("/root")]
+        dirs.extend(h / ".local" / "state" / "gputui" / "journal" for h in homes)
     out: list[Path] = []
     seen: set[str] = set()
     for d in dirs:
