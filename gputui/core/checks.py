@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gputui.core.grants import is_nvidia_runtime
 from gputui.core.judges.text import gpus_phrase, plural
 
 Status = Literal["pass", "warn", "fail", "skip"]
@@ -456,12 +457,13 @@ def check_docker(d: DockerFacts) -> list[Check]:
     hook = f"hook {d.hook_path}" if d.hook_path else f"no nvidia-container-runtime-hook (looked in {d.hook_searched})"
     cdi = f"CDI specs {', '.join(d.cdi_specs)}" if d.cdi_specs else "no NVIDIA CDI specs"
     summary = f"runtimes {runtimes} (default {d.default_runtime or 'N/A'}); {hook}; {cdi}"
-    has_runtime = "nvidia" in d.runtimes
-    if d.default_runtime == "nvidia":
+    # Any runtime named nvidia* is the legacy form (the one grant model reads it so: core/grants.py).
+    has_runtime = any(is_nvidia_runtime(r) for r in d.runtimes)
+    if is_nvidia_runtime(d.default_runtime):
         out.append(_warn(
             "nvidia-runtime",
-            f"Docker's default runtime is nvidia ({summary}): every container started from a CUDA image gets "
-            "NVIDIA_VISIBLE_DEVICES=all from the image and sees every GPU unless it says otherwise.",
+            f"Docker's default runtime is {d.default_runtime} ({summary}): every container started from a CUDA "
+            "image gets NVIDIA_VISIBLE_DEVICES=all from the image and sees every GPU unless it says otherwise.",
             "Remove \"default-runtime\": \"nvidia\" from /etc/docker/daemon.json, restart Docker and grant GPUs "
             "explicitly with `--gpus '\"device=N\"'`."))
     elif has_runtime or d.hook_path or d.cdi_specs:
