@@ -8,19 +8,24 @@ never lose a container or its data, which shapes everything here:
 * **The planner is pure.** :func:`plan_migration` turns the container's inspect
   data (``container.attrs``) into the create body of its successor. Everything is
   copied except what Docker generates (hostname = short id, endpoint ids, IPs,
-  MACs, the short-id alias); anonymous volumes are re-attached *by name* (a naive
-  copy would mount new empty ones); the image is pinned by id if its tag has
-  moved. The grant is rewritten in the form the container used. The human diff
-  is computed by comparing that body with the same body *without* the grant
-  change, so it can only ever show the grant change.
-* **The executor is journaled.** Before anything changes, the original inspect
-  data goes to a journal (:mod:`gputui.actions.journal`). Then: restart policy
+  MACs, the short-id alias; static addresses are kept); anonymous volumes stay
+  volume mounts of the *same* volume (a naive copy would mount new empty ones);
+  an ``--entrypoint ""`` stays empty; the image is pinned by id if its tag has
+  moved. The grant (read by the one grant model, :mod:`gputui.core.grants`) is
+  rewritten entry by entry in the form the container used. The human diff is
+  computed by comparing that body with the same body *without* the grant change,
+  plus the effective command (what the copy would run), so any other change shows.
+* **The executor is locked and journaled.** It holds the container's lock
+  (:mod:`gputui.actions.locks`) and re-checks that the container is still the
+  one planned. Before anything changes, the original inspect data goes to a
+  journal (:mod:`gputui.actions.journal`). Then: restart policy
   ``no`` (so nothing revives the old one mid-swap), stop, rename to a backup
   name, create under the original name, start, verify, and only then remove the
   old container — never its volumes. Any failure undoes what was done, in
-  reverse, and says what failed in one sentence. A journal left by a crash is
-  found by :func:`gputui.actions.journal.pending_journals` and finished or undone
-  by :meth:`DockerMigrationEngine.recover`.
+  reverse, and says what failed in one sentence; a stop Docker is still carrying
+  out is waited for before the original is started again. A journal left by a
+  crash is found by :func:`gputui.actions.journal.pending_journals` and finished
+  or undone by :meth:`DockerMigrationEngine.recover`.
 * **Engines.** :class:`DockerMigrationEngine` acts on a Docker daemon;
   :class:`DemoMigrationEngine` acts on the simulated server of ``--demo`` with
   the same planner, so the CLI and the UI run one code path.
