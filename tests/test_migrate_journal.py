@@ -35,6 +35,7 @@ def test_journal_is_on_disk_before_the_first_step_and_tracks_each_step(isolated_
     assert not j.path.exists() and pending_journals() == []
 
 
+@pytest.mark.functional  # fresh interpreters
 def test_a_second_lock_on_the_same_container_is_refused_naming_the_holder(isolated_xdg):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import sys
@@ -55,6 +56,7 @@ def test_a_second_lock_on_the_same_container_is_refused_naming_the_holder(isolat
     ContainerLock.acquire("migrate", ["trainer"], "trainer").release()  # died with its holder
 
 
+@pytest.mark.functional  # fresh interpreters
 def test_a_journal_whose_writer_died_is_pending_with_one_sentence(isolated_xdg):
     code = (
         "import os; from gputui.actions.journal import Journal\n"
@@ -115,6 +117,7 @@ KILLER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.functional  # fresh interpreters
 def test_a_kill_at_every_journal_write_leaves_the_old_or_the_new_journal_never_an_empty_one(isolated_xdg):
     steps = [None, "journal", "restart-policy", "stop", "rename", "create", "start", "verify"]
     n, seen = 0, set()
