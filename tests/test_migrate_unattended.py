@@ -29,6 +29,7 @@ Container shapes tested (here, and in tests/test_migrate_docker.py marked "(dock
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -99,9 +100,10 @@ def fake_host(fake_nvml):
 # -- 1. an interrupt during a slow stop ----------------------------------------------------------
 
 
-def test_interrupt_during_a_slow_stop_waits_for_the_stop_and_recover_does_too(docker_cleanup, fake_host):
+def test_interrupt_during_a_slow_stop_waits_for_the_stop_and_recover_does_too(docker_cleanup, fake_host, tmp_path):
     d = docker_cleanup
-    signals = Path(tempfile.mkdtemp(prefix="gputui-sig-"))
+    signals = tmp_path / "signal"
+    signals.mkdir()
     c = d.run("slow-stop", gpus="device=0", command=STUBBORN, stop_timeout=3, volumes=[f"{signals}:/signal"],
               restart_policy={"Name": "unless-stopped"})
     original = c.attrs
@@ -287,7 +289,14 @@ def test_recover_after_the_backup_was_removed_keeps_static_ips_from_another_stat
 def test_another_user_is_told_who_can_recover_and_never_to_remove_the_backup(docker_cleanup, tmp_path):
     d = docker_cleanup
     d.run("other-user", gpus="device=0", command=CMD)
-    shared = Path(tempfile.mkdtemp(prefix="gputui-journals-"))
+    shared = Path(tempfile.mkdtemp(prefix="gputui-journals-"))  # tmp_path is private to root
+    try:
+        _another_user(d, shared)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def _another_user(d, shared: Path) -> None:
     os.chmod(shared, 0o755)
     system = shared / "journal"
     env = env_for(d, GPUTUI_JOURNAL_DIR=str(system))
