@@ -8,6 +8,7 @@ pytest_plugins = [
     "tests.fixtures.env",
     "tests.fixtures.fakenvml",
     "tests.fixtures.dockerd",
+    "tests.fixtures.prometheus",
 ]
 
 #: In CI the integration tests must run: a missing compiler, dockerd or tmux fails instead of skipping.
