@@ -88,6 +88,7 @@ SUBCOMMANDS = {
     "migrate": "recreate a container on another GPU, with rollback",
     "kill": "stop GPU processes safely",
     "doctor": "walk the troubleshooting checklist",
+    "exporter": "serve Prometheus metrics on /metrics",
 }
 
 

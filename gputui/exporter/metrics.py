@@ -1,0 +1,275 @@
+"""The metric contract of ``gputui exporter``: one judged Snapshot -> metric families.
+
+Names follow the Prometheus conventions (base units; ``_bytes``, ``_celsius``,
+``_watts``, ``_hertz``, ``_ratio`` for 0–1). Series are added over time, never
+renamed; the README's "Many servers" section documents each one.
+
+* Every GPU series carries ``gpu`` (the NVML index) and ``uuid``.
+* A value the driver does not report is absent, never 0.
+* The command line is never exported (arguments carry tokens and passwords), nor any
+  environment value: a process is named by the base name of its executable only.
+* Process series are capped (largest GPU memory first);
+  ``gputui_process_series_dropped`` says how many were left out.
+
+Nothing here does I/O: :func:`build_families` is called at scrape time on the
+newest snapshot, which the poll thread published earlier.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from gputui import __version__
+from gputui.core.model import Container, Gpu, Process, Snapshot
+
+MIB = 1024 * 1024
+DEFAULT_MAX_PROCESSES = 200
+PROCESS_LABELS = ["gpu", "uuid", "pid", "user", "exe", "container", "image", "compose_project", "compose_service"]
+CONTAINER_LABELS = ["container", "image", "compose_project", "compose_service"]
+DCGM_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname", "container"]
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What the operator chose on the command line."""
+
+    hostname: str | None = None
+    dcgm_names: bool = False
+    max_processes: int = DEFAULT_MAX_PROCESSES
+    #: False with --no-docker: then there is no docker source to report up or down.
+    docker: bool = True
+
+
+@dataclass(frozen=True)
+class PollStatus:
+    """What the poll thread last saw, published together with the snapshot."""
+
+    snapshot: Snapshot | None
+    #: True when the last poll read NVML; False when it failed (the snapshot is then dropped).
+    nvml_up: bool
+    #: POSIX time of the last successful poll, or None before the first.
+    last_poll: float | None
+
+
+def exe_name(command: str | None) -> str:
+    """The executable's base name from a command line: never an argument.
+
+    ``/usr/bin/python3 train.py --token=…`` -> ``python3``; ``[kworker]`` (no
+    command line) -> ``kworker``; unknown -> ``""``.
+    """
+    if not command:
+        return ""
+    text = command.strip()
+    if text.startswith("[") and text.endswith("]"):
+        return text[1:-1]
+    first = text.split(None, 1)[0] if text else ""
+    return os.path.basename(first)
+
+
+def _gauge(name: str, doc: str, labels: list[str], unit: str = "") -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels, unit=unit)
+
+
+def _s(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+class _Gpus:
+    """The per-GPU families, filled one GPU at a time."""
+
+    def __init__(self) -> None:
+        lab = ["gpu", "uuid"]
+        self.info = _gauge("gputui_gpu_info", "A GPU: 1 per GPU, with its name and PCI bus id.",
+                           ["gpu", "uuid", "name", "pci_bus_id"])
+        self.util = _gauge("gputui_gpu_utilization_ratio", "GPU (SM) utilization, 0-1.", lab)
+        self.mem_util = _gauge("gputui_gpu_memory_utilization_ratio",
+                               "GPU memory controller (bandwidth) utilization, 0-1.", lab)
+        self.mem_used = _gauge("gputui_gpu_memory_used_bytes", "GPU memory in use, bytes.", lab)
+        self.mem_total = _gauge("gputui_gpu_memory_total_bytes", "GPU memory in total, bytes.", lab)
+        self.temp = _gauge("gputui_gpu_temperature_celsius", "GPU core temperature, degrees Celsius.", lab)
+        self.power = _gauge("gputui_gpu_power_watts", "GPU power draw, watts.", lab)
+        self.power_limit = _gauge("gputui_gpu_power_limit_watts", "GPU power limit in force, watts.", lab)
+        self.fan = _gauge("gputui_gpu_fan_ratio", "GPU fan speed as a share of its maximum, 0-1.", lab)
+        self.sm_clock = _gauge("gputui_gpu_sm_clock_hertz", "GPU SM clock, hertz.", lab)
+        self.lost = _gauge("gputui_gpu_lost", "1 when the GPU fell off the bus or stopped answering, else 0.", lab)
+        self.throttled = _gauge("gputui_gpu_throttled", "1 per active clock-throttle reason.", lab + ["reason"])
+        self.stale = _gauge("gputui_stale_processes", "Processes holding GPU memory judged stale, per kind.",
+                            lab + ["kind"])
+        self.stale_memory = _gauge("gputui_stale_gpu_memory_bytes",
+                                   "GPU memory held by processes judged stale, bytes.", lab)
+
+    def add(self, g: Gpu) -> None:
+        lab = [str(g.index), g.uuid]
+        self.info.add_metric([str(g.index), g.uuid, g.name, _s(g.pci_bus_id)], 1)
+        self.lost.add_metric(lab, 1 if g.lost else 0)
+        for family, value, scale in (
+            (self.util, g.utilization_gpu, 0.01),
+            (self.mem_util, g.utilization_memory, 0.01),
+            (self.mem_used, g.memory_used, 1),
+            (self.mem_total, g.memory_total, 1),
+            (self.temp, g.temperature, 1),
+            (self.power, g.power_draw, 1),
+            (self.power_limit, g.power_limit, 1),
+            (self.fan, g.fan_speed, 0.01),
+            (self.sm_clock, g.clock_sm, 1e6),
+        ):
+            if value is not None:
+                family.add_metric(lab, value * scale)
+        for reason in g.throttle_reasons:
+            self.throttled.add_metric(lab + [reason], 1)
+        counts: dict[str, int] = {}
+        held = 0
+        for p in g.processes:
+            if p.stale:
+                held += p.gpu_memory or 0
+            for kind in {f.kind for f in p.stale}:
+                counts[kind] = counts.get(kind, 0) + 1
+        for kind, n in sorted(counts.items()):
+            self.stale.add_metric(lab + [kind], n)
+        self.stale_memory.add_metric(lab, held)
+
+    def families(self) -> list[Metric]:
+        return [self.info, self.util, self.mem_util, self.mem_used, self.mem_total, self.temp, self.power,
+                self.power_limit, self.fan, self.sm_clock, self.lost, self.throttled, self.stale,
+                self.stale_memory]
+
+
+def _container_labels(p: Process) -> list[str]:
+    c = p.container
+    if c is None:
+        return ["", "", "", ""]
+    return [c.label, _s(c.image), _s(c.compose_project), _s(c.compose_service)]
+
+
+def _process_families(snap: Snapshot, cap: int) -> list[Metric]:
+    memory = _gauge("gputui_process_gpu_memory_bytes",
+                    "GPU memory a process holds, bytes; container labels are empty for host processes.",
+                    PROCESS_LABELS)
+    sm = _gauge("gputui_process_sm_utilization_ratio", "A process's share of the GPU's SMs, 0-1.",
+                ["gpu", "uuid", "pid"])
+    dropped = _gauge("gputui_process_series_dropped",
+                     "GPU processes left out of the process series by the cap (smallest GPU memory first).", [])
+    uuid_of = {g.index: g.uuid for g in snap.gpus}
+    procs = [p for g in snap.gpus for p in g.processes]
+    if len(procs) > cap:
+        procs.sort(key=lambda p: p.gpu_memory or 0, reverse=True)
+    kept = procs[:cap]
+    for p in kept:
+        head = [str(p.gpu_index), uuid_of[p.gpu_index], str(p.pid)]
+        if p.gpu_memory is not None:
+            memory.add_metric(head + [_s(p.user), exe_name(p.command)] + _container_labels(p), p.gpu_memory)
+        if p.sm_utilization is not None:
+            sm.add_metric(head, p.sm_utilization / 100)
+    dropped.add_metric([], len(procs) - len(kept))
+    return [memory, sm, dropped]
+
+
+def _container_families(containers: Iterable[Container], gpus: tuple[Gpu, ...]) -> list[Metric]:
+    memory = _gauge("gputui_container_gpu_memory_bytes", "GPU memory a container's processes hold, bytes.",
+                    CONTAINER_LABELS)
+    granted = _gauge("gputui_container_gpu_granted",
+                     "1 per GPU a container is granted ('all' grants expand to every GPU); via = how.",
+                     ["container", "uuid", "gpu", "via"])
+    finding = _gauge("gputui_container_finding", "1 per finding about a container's GPU grant or use.",
+                     ["container", "kind"])
+    uuid_of = {g.index: g.uuid for g in gpus}
+    for c in containers:
+        memory.add_metric([c.name, _s(c.image), _s(c.compose_project), _s(c.compose_service)], c.gpu_memory)
+        for index in c.granted_gpus:
+            granted.add_metric([c.name, uuid_of.get(index, ""), str(index), c.grant_source], 1)
+        for kind in sorted({f.kind for f in c.findings}):
+            finding.add_metric([c.name, kind], 1)
+    return [memory, granted, finding]
+
+
+def _judgement_families(snap: Snapshot) -> list[Metric]:
+    flagged = _gauge("gputui_imbalance_flagged", "1 while the GPUs are judged imbalanced, else 0.", [])
+    flagged.add_metric([], 1 if snap.imbalance.flagged else 0)
+    suggestion = _gauge("gputui_imbalance_suggestion", "1 while a suggested move stands.",
+                        ["container", "pid", "from_gpu", "to_gpu"])
+    s = snap.imbalance.suggestion
+    if s is not None:
+        suggestion.add_metric([_s(s.container), _s(s.pid), str(s.from_gpu), str(s.to_gpu)], 1)
+    alert = _gauge("gputui_alert_active", "1 per active alert (gpu is empty for machine-wide alerts).",
+                   ["gpu", "kind", "severity"])
+    seen: set[tuple[str, str, str]] = set()
+    for a in snap.alerts:
+        key = (_s(a.gpu), a.kind, a.severity)
+        if key not in seen:
+            seen.add(key)
+            alert.add_metric(list(key), 1)
+    return [flagged, suggestion, alert]
+
+
+def _dcgm_container(g: Gpu, snap: Snapshot) -> str:
+    """The one container to name on a GPU's dcgm series: the one holding most memory on it,
+    else the only container granted it; empty when none or ambiguous."""
+    held: dict[str, int] = {}
+    for p in g.processes:
+        if p.container is not None:
+            held[p.container.label] = held.get(p.container.label, 0) + (p.gpu_memory or 0)
+    if held:
+        return max(sorted(held), key=lambda name: held[name])
+    granted = [c.name for c in snap.containers if g.index in c.granted_gpus]
+    return granted[0] if len(granted) == 1 else ""
+
+
+def _dcgm_families(snap: Snapshot, hostname: str) -> list[Metric]:
+    """dcgm-exporter's names and units for the fields gputui has (dcgm dashboards work unchanged)."""
+    spec = [
+        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda g: g.utilization_gpu),
+        ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).",
+         lambda g: None if g.memory_used is None else g.memory_used / MIB),
+        ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
+         lambda g: None if g.memory_free is None else g.memory_free / MIB),
+        ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda g: g.temperature),
+        ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda g: g.power_draw),
+        ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda g: g.clock_sm),
+        ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", lambda g: g.clock_memory),
+    ]
+    out: list[Metric] = []
+    for name, doc, get in spec:
+        family = _gauge(name, doc, DCGM_LABELS)
+        for g in snap.gpus:
+            value = get(g)
+            if value is None:
+                continue
+            device = f"nvidia{g.minor_number if g.minor_number is not None else g.index}"
+            family.add_metric([str(g.index), g.uuid, device, g.name, hostname, _dcgm_container(g, snap)], value)
+        out.append(family)
+    return out
+
+
+def build_families(status: PollStatus, options: ExportOptions) -> Iterator[Metric]:
+    """Every family of the contract for the newest poll (the poll histogram is separate)."""
+    snap = status.snapshot
+    hostname = options.hostname or (snap.host if snap is not None else os.uname().nodename)
+    host = _gauge("gputui_host_info", "The machine and the exporter: 1, with versions as labels.",
+                  ["hostname", "driver_version", "cuda_version", "gputui_version"])
+    host.add_metric([hostname, _s(snap and snap.driver_version), _s(snap and snap.cuda_driver_version),
+                     __version__], 1)
+    yield host
+    up = _gauge("gputui_source_up", "1 when the source answered the last poll, else 0.", ["source"])
+    up.add_metric(["nvml"], 1 if status.nvml_up else 0)
+    if options.docker:
+        up.add_metric(["docker"], 1 if snap is not None and snap.docker.available else 0)
+    yield up
+    if status.last_poll is not None:
+        last = _gauge("gputui_last_poll_timestamp_seconds", "When the last successful poll ran, Unix time.", [])
+        last.add_metric([], status.last_poll)
+        yield last
+    if snap is None:
+        return
+    gpus = _Gpus()
+    for g in snap.gpus:
+        gpus.add(g)
+    yield from gpus.families()
+    yield from _process_families(snap, options.max_processes)
+    yield from _container_families(snap.containers, snap.gpus)
+    yield from _judgement_families(snap)
+    if options.dcgm_names:
+        yield from _dcgm_families(snap, hostname)

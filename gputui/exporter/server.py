@@ -1,0 +1,222 @@
+"""The exporter's two moving parts: a poll loop and an HTTP server that never waits on it.
+
+* :class:`PollLoop` runs ``Poller.poll()`` on its own thread once per interval
+  (polls never overlap; a slow poll skips ticks instead of piling up) and
+  publishes a :class:`~gputui.exporter.metrics.PollStatus` by swapping one
+  reference. Docker is read by the poller's own ``ContainerWatcher`` thread, so a
+  hung daemon only turns ``gputui_source_up{source="docker"}`` to 0.
+* :class:`SnapshotCollector` builds the metric families from the newest status at
+  scrape time: a scrape costs a few hundred microseconds of Python and no I/O.
+* :func:`bind_server` binds the listening socket (TLS when given a certificate) and
+  routes ``/metrics`` to prometheus-client's WSGI app; every other path is 404.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from typing import Any, Callable, Iterable
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, disable_created_metrics, make_wsgi_app
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from gputui.core.poller import Poller
+from gputui.core.safe_text import clean
+from gputui.exporter.metrics import ExportOptions, PollStatus, build_families
+
+#: Buckets of gputui_poll_duration_seconds: a poll of 8 GPUs × 64 processes costs a few ms.
+POLL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class ListenError(Exception):
+    """The exporter cannot listen as asked; ``str(exc)`` is one sentence (exit 2)."""
+
+
+class PollLoop:
+    """Polls on its own daemon thread; ``status()`` never blocks."""
+
+    def __init__(self, poller: Poller, interval: float, histogram: Histogram, first: PollStatus,
+                 stale_after: float | None = None, log: Callable[[str], None] | None = None) -> None:
+        self.poller = poller
+        self.interval = interval
+        self.histogram = histogram
+        #: a poll running longer than this turns nvml down until it returns (a hung driver)
+        self.stale_after = stale_after if stale_after is not None else max(5.0, 3 * interval)
+        self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        self._status = first
+        self._poll_started: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gputui-exporter-poll", daemon=True)
+        self._last_error: str | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, wait: float = 0.5) -> None:
+        self._stop.set()
+        self._thread.join(wait)  # a poll stuck in the driver must not hold up SIGTERM
+
+    def status(self) -> PollStatus:
+        status, started = self._status, self._poll_started
+        if started is not None and time.monotonic() - started > self.stale_after:
+            return PollStatus(None, False, status.last_poll)
+        return status
+
+    def _run(self) -> None:
+        due = time.monotonic() + self.interval
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
+            self._poll_once()
+            due += self.interval
+            now = time.monotonic()
+            if due <= now:  # the poll took longer than the interval: skip the missed ticks
+                due = now + self.interval
+
+    def _poll_once(self) -> None:
+        self._poll_started = t0 = time.monotonic()
+        try:
+            snap = self.poller.poll()
+        except Exception as exc:  # a lost driver changes the data, never the availability of /metrics
+            self._status = PollStatus(None, False, self._status.last_poll)
+            message = clean(str(exc)) or type(exc).__name__
+            if message != self._last_error:
+                self._log(f"gputui exporter: poll failed: {message}")
+            self._last_error = message
+        else:
+            self._status = PollStatus(snap, True, time.time())
+            if self._last_error is not None:
+                self._log("gputui exporter: polling works again.")
+            self._last_error = None
+        finally:
+            self.histogram.observe(time.monotonic() - t0)
+            self._poll_started = None
+
+
+class SnapshotCollector(Collector):
+    """The contract's families, built from the newest poll at scrape time."""
+
+    def __init__(self, status: Callable[[], PollStatus], options: ExportOptions) -> None:
+        self._status = status
+        self.options = options
+
+    def collect(self) -> Iterable[Metric]:
+        return list(build_families(self._status(), self.options))
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # no collect at registration
+
+
+def make_registry() -> tuple[CollectorRegistry, Histogram]:
+    """A private registry with the poll histogram and the exporter's own process metrics."""
+    disable_created_metrics()  # no *_created series: they double the histogram's families for nothing
+    registry = CollectorRegistry(auto_describe=False)
+    histogram = Histogram("gputui_poll_duration_seconds", "How long one poll of NVML, /proc and the judges took.",
+                          buckets=POLL_BUCKETS, registry=registry)
+    ProcessCollector(registry=registry)
+    return registry, histogram
+
+
+# -- HTTP ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ListenAddress:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_listen(text: str) -> ListenAddress:
+    """``ADDR:PORT`` (``[::1]:9835`` for IPv6). Raises ValueError with one sentence."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"--listen needs ADDR:PORT such as 127.0.0.1:9835, not {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"--listen: write an IPv6 address in brackets, e.g. [::1]:9835, not {text!r}")
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"--listen: {port_text!r} is not a TCP port (1-65535)")
+    return ListenAddress(host, int(port_text))
+
+
+class _Handler(WSGIRequestHandler):
+    timeout = 30  # a client that stops talking frees its thread
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (base class signature)
+        pass  # no access log on stderr per scrape
+
+
+def _make_server_class(family: socket.AddressFamily) -> type[WSGIServer]:
+    class _Server(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        address_family = family
+        allow_reuse_address = True
+
+    return _Server
+
+
+def _route(metrics_app: Callable[..., Any]) -> Callable[..., Any]:
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if environ.get("PATH_INFO") == "/metrics":
+            return metrics_app(environ, start_response)
+        body = b"Not found: gputui exporter serves /metrics only.\n"
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8"),
+                                         ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
+
+
+def tls_context(certfile: str, keyfile: str) -> ssl.SSLContext:
+    """A server TLS context; ListenError naming the file when it cannot be used."""
+    for path in (certfile, keyfile):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise ListenError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(certfile, keyfile)
+    except (ssl.SSLError, OSError) as exc:
+        raise ListenError(f"Cannot use the certificate {certfile} with the key {keyfile}: "
+                          f"{getattr(exc, 'reason', None) or exc}.") from None
+    return ctx
+
+
+def bind_server(address: ListenAddress, registry: CollectorRegistry,
+                tls: ssl.SSLContext | None = None) -> WSGIServer:
+    """Bind (but do not yet serve). Raises ListenError with one sentence."""
+    try:
+        infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ListenError(f"Cannot listen on {address}: {exc.strerror}.") from None
+    family, _, _, _, sockaddr = infos[0]
+    server_class = _make_server_class(family)
+    try:
+        server = server_class(sockaddr[:2], _Handler)
+    except OSError as exc:
+        raise ListenError(f"Cannot listen on {address}: {exc.strerror or exc}.") from None
+    server.set_app(_route(make_wsgi_app(registry)))
+    if tls is not None:
+        # The handshake happens in the request's own thread: a slow client never stalls accept().
+        server.socket = tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    return server
+
+
+def serve_in_thread(server: WSGIServer) -> threading.Thread:
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.25},
+                              name="gputui-exporter-http", daemon=True)
+    thread.start()
+    return thread
+
