@@ -1,0 +1,74 @@
+"""Start and stop ``gputui exporter`` subprocesses for the tests (real nvidia-ml-py over the fake driver)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from typing import Iterator, Mapping
+
+import pytest
+
+from tests.fakenvml.scenario import REPO_ROOT, FakeNvml
+from tests.fixtures.prometheus import free_port
+
+
+class Exporter:
+    """One ``python -m gputui exporter`` process on a free loopback port."""
+
+    def __init__(self, args: list[str], env: Mapping[str, str]) -> None:
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        full_env = dict(env)
+        full_env.setdefault("PYTHONPATH", str(REPO_ROOT))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gputui", "exporter", "--listen", self.address, *args],
+            env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+        assert self.proc.stderr is not None
+        first = self.proc.stderr.readline()  # "serving ..." once it listens, or the error
+        self.banner = first
+        if "serving" not in first:
+            rest = self.proc.stderr.read()
+            self.proc.wait(timeout=10)
+            raise AssertionError(f"exporter did not start (exit {self.proc.returncode}): {first}{rest}")
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}/metrics"
+
+    def metrics(self, timeout: float = 10.0) -> str:
+        with urllib.request.urlopen(self.url, timeout=timeout) as r:
+            return r.read().decode()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def exporters() -> Iterator[list[Exporter]]:
+    started: list[Exporter] = []
+    yield started
+    for e in started:
+        e.stop()
+
+
+def start_exporter(started: list[Exporter], fake: FakeNvml | None, *args: str,
+                   env_extra: Mapping[str, str] | None = None) -> Exporter:
+    env = fake.env() if fake is not None else dict(os.environ)
+    if env_extra:
+        env.update(env_extra)
+    exporter = Exporter(list(args), env)
+    started.append(exporter)
+    return exporter
