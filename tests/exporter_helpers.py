@@ -30,6 +30,8 @@ class Exporter:
         assert self.proc.stderr is not None
         first = self.proc.stderr.readline()  # "serving ..." once it listens, or the error
         self.banner = first
+        #: what it wrote on stderr after the banner, read by stop()
+        self.stderr_rest = ""
         if "serving" not in first:
             rest = self.proc.stderr.read()
             self.proc.wait(timeout=10)
@@ -51,7 +53,8 @@ class Exporter:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
-        if self.proc.stderr is not None:
+        if self.proc.stderr is not None and not self.proc.stderr.closed:
+            self.stderr_rest = self.proc.stderr.read()
             self.proc.stderr.close()
         return self.proc.returncode
 

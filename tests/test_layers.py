@@ -15,6 +15,7 @@ import pytest
 import gputui.actions
 import gputui.commands
 import gputui.core
+import gputui.exporter
 
 #: Loaded only by the faces (textual) or by the code that talks to Docker, at call time (docker).
 HEAVY = ("textual", "docker")
@@ -45,8 +46,9 @@ def test_importing_a_core_module_loads_neither_textual_nor_docker(module: str) -
     assert _loaded_after(f"import {module}") == {"textual": False, "docker": False}
 
 
-def test_every_core_action_and_command_module_at_once_loads_neither() -> None:
+def test_every_core_action_command_and_exporter_module_at_once_loads_neither() -> None:
     names = CORE_MODULES + _modules(gputui.actions) + _modules(gputui.commands) + ["gputui.context", "gputui.cli"]
+    names += ["gputui.exporter", *_modules(gputui.exporter)]
     assert _loaded_after("\n".join(f"import {n}" for n in names)) == {"textual": False, "docker": False}
 
 

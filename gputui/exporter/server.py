@@ -161,6 +161,9 @@ def _make_server_class(family: socket.AddressFamily) -> type[WSGIServer]:
         address_family = family
         allow_reuse_address = True
 
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            pass  # a client that hung up or spoke plain HTTP to the TLS port: its problem, no traceback
+
     return _Server
 
 

@@ -1,0 +1,138 @@
+"""``gputui exporter`` without a Prometheus: the contract on model snapshots, the HTTP surface, signals, TLS."""
+
+from __future__ import annotations
+
+import http.client
+import signal
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gputui.core.model import Alert, ContainerRef, Finding, Gpu, Imbalance, Process, Snapshot, Suggestion
+from gputui.exporter.metrics import ExportOptions, PollStatus, build_families, exe_name
+from gputui.exporter.server import parse_listen
+from tests.exporter_helpers import exporters, start_exporter  # noqa: F401 (fixture)
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _samples(snap: Snapshot | None, **opts) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for family in build_families(PollStatus(snap, snap is not None, 1.0), ExportOptions(**opts)):
+        for s in family.samples:
+            out.setdefault(s.name, []).append(s)
+    return out
+
+
+def _proc(pid: int, mem: int | None, command: str = "python train.py", **kw) -> Process:
+    return Process(pid=pid, gpu_index=0, type="compute", gpu_memory=mem, sm_utilization=kw.pop("sm", None),
+                   user="alice", command=command, **kw)
+
+
+def _snap(*procs: Process, **gpu_kw) -> Snapshot:
+    g = Gpu(index=0, uuid="GPU-0", name="A100", memory_used=5, memory_total=10, processes=tuple(procs), **gpu_kw)
+    return Snapshot(host="h", time=NOW, driver_version="550", cuda_driver_version="12.4", gpus=(g,))
+
+
+def test_values_the_driver_does_not_report_are_absent_not_zero():
+    s = _samples(_snap())
+    assert "gputui_gpu_temperature_celsius" not in s and "gputui_gpu_power_watts" not in s
+    assert "gputui_gpu_utilization_ratio" not in s and "gputui_gpu_fan_ratio" not in s
+    assert s["gputui_gpu_memory_used_bytes"][0].value == 5
+    assert s["gputui_gpu_lost"][0].value == 0
+
+
+def test_process_cap_keeps_the_largest_and_counts_the_rest():
+    procs = [_proc(100 + i, mem=i * 1000) for i in range(10)] + [_proc(99, mem=None)]
+    s = _samples(_snap(*procs), max_processes=3)
+    kept = sorted(int(x.labels["pid"]) for x in s["gputui_process_gpu_memory_bytes"])
+    assert kept == [107, 108, 109]
+    assert s["gputui_process_series_dropped"][0].value == 8
+
+
+def test_command_line_never_exported_only_the_executable_base_name():
+    p = _proc(7, 1, command="/opt/conda/bin/python3 train.py --wandb-key=abc123 PASSWORD=hunter2")
+    s = _samples(_snap(p))
+    labels = s["gputui_process_gpu_memory_bytes"][0].labels
+    assert labels["exe"] == "python3"
+    text = repr(s)
+    assert "abc123" not in text and "hunter2" not in text and "train.py" not in text
+    assert exe_name("[kworker/0:1]") == "kworker/0:1" and exe_name(None) == "" and exe_name("  ") == ""
+
+
+def test_container_and_judgement_series():
+    ref = ContainerRef(id="c1", name="train", image="img:1", compose_project="p", compose_service="s")
+    stale = _proc(8, 3000, stale=(Finding("orphan", "x"), Finding("idle-holder", "y")))
+    snap = _snap(_proc(7, 1000, container=ref, sm=50), stale)
+    snap = replace(snap, imbalance=Imbalance(True, ("util",), "m", Suggestion(0, 3, "r", container="train", pid=7)),
+                   alerts=(Alert(0, "temperature", "critical", "hot", NOW), Alert(None, "docker", "warning", "d", NOW)))
+    s = _samples(snap)
+    mine = next(x for x in s["gputui_process_gpu_memory_bytes"] if x.labels["pid"] == "7")
+    assert (mine.labels["container"], mine.labels["image"], mine.labels["compose_service"]) == ("train", "img:1", "s")
+    assert s["gputui_process_sm_utilization_ratio"][0].value == 0.5
+    kinds = {x.labels["kind"]: x.value for x in s["gputui_stale_processes"]}
+    assert kinds == {"orphan": 1, "idle-holder": 1}
+    assert s["gputui_stale_gpu_memory_bytes"][0].value == 3000
+    assert s["gputui_imbalance_flagged"][0].value == 1
+    sug = s["gputui_imbalance_suggestion"][0].labels
+    assert sug == {"container": "train", "pid": "7", "from_gpu": "0", "to_gpu": "3"}
+    alerts = {(a.labels["gpu"], a.labels["kind"], a.labels["severity"]) for a in s["gputui_alert_active"]}
+    assert alerts == {("0", "temperature", "critical"), ("", "docker", "warning")}
+
+
+def test_before_a_poll_succeeds_only_the_exporter_series_are_served():
+    s = _samples(None)
+    assert s["gputui_source_up"][0].labels == {"source": "nvml"} and s["gputui_source_up"][0].value == 0
+    assert "gputui_gpu_info" not in s
+    assert s["gputui_host_info"][0].value == 1
+
+
+def test_parse_listen():
+    assert str(parse_listen("127.0.0.1:9835")) == "127.0.0.1:9835"
+    assert parse_listen("[::1]:9").host == "::1"
+    for bad in ("9835", "::1:9835", "127.0.0.1:0", "127.0.0.1:http", ":9835"):
+        with pytest.raises(ValueError):
+            parse_listen(bad)
+
+
+def test_demo_serves_metrics_404_elsewhere_and_stops_on_sigterm(exporters):  # noqa: F811
+    e = start_exporter(exporters, None, "--demo", "--read-only", "--no-docker", "--interval", "0.5")
+    families = {f.name: f for f in text_string_to_metric_families(e.metrics())}
+    assert len(families["gputui_gpu_info"].samples) == 8
+    assert [s.labels["source"] for s in families["gputui_source_up"].samples] == ["nvml"]
+    for path in ("/", "/metrics/", "/favicon.ico", "/api/v1/query"):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"http://{e.address}{path}", timeout=10)
+        assert err.value.code == 404
+    e.proc.send_signal(signal.SIGTERM)
+    assert e.proc.wait(timeout=10) == 0
+    with pytest.raises(OSError):  # the port is closed
+        urllib.request.urlopen(e.url, timeout=2)
+
+
+def test_tls(tmp_path: Path, exporters):  # noqa: F811
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True, timeout=60)
+    e = start_exporter(exporters, None, "--demo", "--certfile", str(cert), "--keyfile", str(key))
+    assert "https://" in e.banner
+    ctx = ssl.create_default_context(cafile=str(cert))
+    ctx.check_hostname = False
+    with urllib.request.urlopen(f"https://{e.address}/metrics", context=ctx, timeout=10) as r:
+        assert b"gputui_gpu_info" in r.read()
+    conn = http.client.HTTPConnection("127.0.0.1", e.port, timeout=10)  # plain HTTP to a TLS port: refused
+    with pytest.raises((http.client.HTTPException, OSError)):
+        conn.request("GET", "/metrics")
+        conn.getresponse().read()
+    conn.close()
+    with urllib.request.urlopen(f"https://{e.address}/metrics", context=ctx, timeout=10) as r:
+        assert r.status == 200  # a failed client does not take the server down
+    assert e.stop() == 0
+    assert "Traceback" not in e.stderr_rest, e.stderr_rest
