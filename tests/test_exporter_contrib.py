@@ -1,0 +1,50 @@
+"""The shipped alerting rules and systemd unit: checked by the tools that will load them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.prometheus import promtool
+
+CONTRIB = Path(__file__).resolve().parent.parent / "contrib"
+RULES = CONTRIB / "prometheus" / "gputui-rules.yml"
+UNIT = CONTRIB / "systemd" / "gputui-exporter.service"
+
+
+def test_rules_pass_promtool_check():
+    res = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "SUCCESS: 6 rules found" in res.stdout
+
+
+def test_rules_unit_tests_pass(tmp_path):
+    res = subprocess.run([promtool(), "test", "rules", str(RULES.with_name("gputui-rules.test.yml"))],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    # The unit tests can fail: a rule that never fires makes promtool report it.
+    broken = tmp_path / "gputui-rules.yml"
+    broken.write_text(RULES.read_text().replace("gputui_gpu_lost == 1", "gputui_gpu_lost == 2"))
+    shutil.copy(RULES.with_name("gputui-rules.test.yml"), tmp_path)
+    res = subprocess.run([promtool(), "test", "rules", str(tmp_path / "gputui-rules.test.yml")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0 and "GpuLost" in res.stdout + res.stderr
+
+
+def test_systemd_unit_verifies_and_is_confined(tmp_path):
+    text = UNIT.read_text()
+    for directive in ("NoNewPrivileges=yes", "ProtectSystem=strict", "Restart=on-failure", "User=gputui",
+                      "--listen 127.0.0.1:9835"):
+        assert directive in text
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    gputui = shutil.which("gputui") or str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "gputui")
+    unit = tmp_path / "gputui-exporter.service"
+    unit.write_text(text.replace("/usr/local/bin/gputui", gputui))  # verify checks that the binary exists
+    res = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "gputui-exporter.service" not in res.stderr, res.stderr  # no warning about our unit
