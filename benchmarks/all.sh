@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every benchmark in one command: one-shot commands and poll ticks (run.py), then the live
-# dashboard (ui_bench.py). Exit status 0 only when every target is met.
+# dashboard (ui_bench.py), then the Prometheus exporter (exporter_bench.py). Exit status 0 only
+# when every target is met.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py=.venv/bin/python
@@ -8,4 +9,5 @@ py=.venv/bin/python
 status=0
 "$py" benchmarks/run.py "$@" || status=1
 "$py" benchmarks/ui_bench.py || status=1
+"$py" benchmarks/exporter_bench.py || status=1
 exit $status

@@ -218,7 +218,7 @@ def bind_server(address: ListenAddress, registry: CollectorRegistry,
 
 
 def serve_in_thread(server: WSGIServer) -> threading.Thread:
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.25},
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5},
                               name="gputui-exporter-http", daemon=True)
     thread.start()
     return thread
