@@ -6,6 +6,8 @@ import http.client
 import signal
 import ssl
 import subprocess
+import threading
+import time
 import urllib.error
 import urllib.request
 from dataclasses import replace
@@ -136,3 +138,61 @@ def test_tls(tmp_path: Path, exporters):  # noqa: F811
         assert r.status == 200  # a failed client does not take the server down
     assert e.stop() == 0
     assert "Traceback" not in e.stderr_rest, e.stderr_rest
+
+
+class _Poller:
+    """A stand-in for Poller.poll(): answers, raises, or hangs as the test says."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.mode = "ok"
+        self.release = threading.Event()
+        self.calls = 0
+
+    def poll(self) -> Snapshot:
+        self.calls += 1
+        if self.mode == "raise":
+            raise RuntimeError("NVML: GPU is lost")
+        if self.mode == "hang":
+            self.release.wait(30)
+        return self.snap
+
+
+def _wait(cond, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_poll_loop_turns_nvml_down_when_a_poll_fails_or_hangs_and_recovers():
+    from gputui.exporter.server import PollLoop, make_registry
+
+    _, histogram = make_registry()
+    poller = _Poller(_snap())
+    logged: list[str] = []
+    loop = PollLoop(poller, 0.25, histogram, PollStatus(None, True, None), stale_after=0.5,  # type: ignore[arg-type]
+                    log=logged.append)
+    loop.start()
+    try:
+        _wait(lambda: loop.status().snapshot is not None)
+        assert loop.status().nvml_up
+        poller.mode = "raise"
+        _wait(lambda: not loop.status().nvml_up)
+        assert loop.status().snapshot is None  # no stale GPU data served as if current
+        assert loop.status().last_poll is not None  # when it last worked stays visible
+        _wait(lambda: poller.calls >= 6)
+        assert logged == ["gputui exporter: poll failed: NVML: GPU is lost"]  # said once, not per poll
+        poller.mode = "ok"
+        _wait(lambda: loop.status().nvml_up and loop.status().snapshot is not None)
+        assert logged[-1] == "gputui exporter: polling works again."
+        # A poll stuck in the driver: the scrape still answers at once, and says NVML is down.
+        poller.mode = "hang"
+        _wait(lambda: not loop.status().nvml_up)
+        assert loop._poll_started is not None and loop.status().snapshot is None
+        poller.mode = "ok"
+        poller.release.set()
+        _wait(lambda: loop.status().nvml_up)
+    finally:
+        poller.release.set()
+        loop.stop()
