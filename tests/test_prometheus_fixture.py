@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator
 
 import pytest
 
@@ -12,7 +12,7 @@ from tests.fixtures.prometheus import Prometheus
 
 
 class _Metrics(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server API)
+    def do_GET(self) -> None:
         body = b"# TYPE fixture_probe gauge\nfixture_probe{kind=\"a\"} 42\n"
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
