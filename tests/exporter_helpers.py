@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import pytest
 

@@ -16,21 +16,21 @@ UNIT = CONTRIB / "systemd" / "gputui-exporter.service"
 
 
 def test_rules_pass_promtool_check():
-    res = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([promtool(), "check", "rules", str(RULES)], check=False, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "SUCCESS: 6 rules found" in res.stdout
 
 
 def test_rules_unit_tests_pass(tmp_path):
     res = subprocess.run([promtool(), "test", "rules", str(RULES.with_name("gputui-rules.test.yml"))],
-                         capture_output=True, text=True, timeout=120)
+                         check=False, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
     # The unit tests can fail: a rule that never fires makes promtool report it.
     broken = tmp_path / "gputui-rules.yml"
     broken.write_text(RULES.read_text().replace("gputui_gpu_lost == 1", "gputui_gpu_lost == 2"))
     shutil.copy(RULES.with_name("gputui-rules.test.yml"), tmp_path)
     res = subprocess.run([promtool(), "test", "rules", str(tmp_path / "gputui-rules.test.yml")],
-                         capture_output=True, text=True, timeout=120)
+                         check=False, capture_output=True, text=True, timeout=120)
     assert res.returncode != 0 and "GpuLost" in res.stdout + res.stderr
 
 
@@ -45,6 +45,6 @@ def test_systemd_unit_verifies_and_is_confined(tmp_path):
     gputui = shutil.which("gputui") or str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "gputui")
     unit = tmp_path / "gputui-exporter.service"
     unit.write_text(text.replace("/usr/local/bin/gputui", gputui))  # verify checks that the binary exists
-    res = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([analyze, "verify", str(unit)], check=False, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "gputui-exporter.service" not in res.stderr, res.stderr  # no warning about our unit

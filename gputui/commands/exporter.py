@@ -17,8 +17,9 @@ import gc
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from gputui.core.config import MIN_INTERVAL
 
@@ -69,7 +70,7 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
     p.add_argument("--keyfile", metavar="F", help="the certificate's PEM private key")
 
 
-def _bind(ctx: "Context") -> Any:
+def _bind(ctx: Context) -> Any:
     from gputui.cli import UsageError
     from gputui.exporter.server import ListenError, bind_server, make_registry, parse_listen, tls_context
 
@@ -87,7 +88,7 @@ def _bind(ctx: "Context") -> Any:
     return server, registry, histogram, f"{scheme}://{address}/metrics"
 
 
-def run(ctx: "Context") -> int:
+def run(ctx: Context) -> int:
     from gputui.exporter.metrics import ExportOptions, PollStatus
     from gputui.exporter.server import PollLoop, SnapshotCollector, serve_in_thread
 

@@ -18,8 +18,8 @@ newest snapshot, which the poll thread published earlier.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 

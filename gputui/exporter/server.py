@@ -18,9 +18,10 @@ import ssl
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
-from typing import Any, Callable, Iterable
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, disable_created_metrics, make_wsgi_app
@@ -82,7 +83,7 @@ class PollLoop:
         self._poll_started = t0 = time.monotonic()
         try:
             snap = self.poller.poll()
-        except Exception as exc:  # a lost driver changes the data, never the availability of /metrics
+        except Exception as exc:  # noqa: BLE001 (a lost driver changes the data, never the availability of /metrics)
             self._status = PollStatus(None, False, self._status.last_poll)
             message = clean(str(exc)) or type(exc).__name__
             if message != self._last_error:
@@ -151,7 +152,7 @@ def parse_listen(text: str) -> ListenAddress:
 class _Handler(WSGIRequestHandler):
     timeout = 30  # a client that stops talking frees its thread
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (base class signature)
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # no access log on stderr per scrape
 
 
@@ -207,7 +208,7 @@ def bind_server(address: ListenAddress, registry: CollectorRegistry,
     family, _, _, _, sockaddr = infos[0]
     server_class = _make_server_class(family)
     try:
-        server = server_class(sockaddr[:2], _Handler)
+        server = server_class((str(sockaddr[0]), int(sockaddr[1])), _Handler)
     except OSError as exc:
         raise ListenError(f"Cannot listen on {address}: {exc.strerror or exc}.") from None
     server.set_app(_route(make_wsgi_app(registry)))
