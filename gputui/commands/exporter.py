@@ -129,11 +129,11 @@ def run(ctx: Context) -> int:
         if serving:
             server.shutdown()  # returns within serve_forever's 0.5 s poll interval
         server.server_close()
-        if loop is not None:
-            loop.stop()
-        if poller is not None:
+        # A poll stuck in the driver would make closing NVML wait too: then leave it to the exit.
+        finished = loop.stop() if loop is not None else True
+        if finished and poller is not None:
             poller.close()
-        if machine is not None:
+        if finished and machine is not None:
             machine.close()
         for signum, handler in previous.items():
             signal.signal(signum, handler)

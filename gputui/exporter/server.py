@@ -60,9 +60,12 @@ class PollLoop:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, wait: float = 0.5) -> None:
+    def stop(self, wait: float = 0.5) -> bool:
+        """Stop polling; False when a poll is still stuck (in the driver) after ``wait`` seconds."""
         self._stop.set()
-        self._thread.join(wait)  # a poll stuck in the driver must not hold up SIGTERM
+        if self._thread.is_alive():
+            self._thread.join(wait)  # a poll stuck in the driver must not hold up SIGTERM
+        return not self._thread.is_alive()
 
     def status(self) -> PollStatus:
         status, started = self._status, self._poll_started
