@@ -196,3 +196,21 @@ def test_poll_loop_turns_nvml_down_when_a_poll_fails_or_hangs_and_recovers():
     finally:
         poller.release.set()
         loop.stop()
+
+
+def test_odd_text_and_duplicate_rows_never_break_the_scrape():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gputui.exporter.server import SnapshotCollector
+
+    ref = ContainerRef(id="c1", name="caf\udce9", image="img")  # a byte that was not UTF-8
+    odd = _proc(7, 1000, command="/usr/bin/\udcff\u202ehidden --x", container=ref)
+    snap = _snap(odd, odd)  # NVML listed the same process twice
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(lambda: PollStatus(snap, True, 1.0), ExportOptions()))
+    text = generate_latest(registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    samples = families["gputui_process_gpu_memory_bytes"].samples
+    assert len(samples) == 1
+    assert samples[0].labels["container"] == "caf\\udce9"
+    assert samples[0].labels["exe"] == "\\udcff\u202ehidden"  # escaped: the exposition is valid UTF-8

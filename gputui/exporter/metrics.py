@@ -75,7 +75,14 @@ def _gauge(name: str, doc: str, labels: list[str], unit: str = "") -> GaugeMetri
 
 
 def _s(value: object) -> str:
-    return "" if value is None else str(value)
+    """A label value. Text that is not valid UTF-8 (bytes from /proc kept by surrogateescape) would
+    make the whole scrape fail to encode, so such characters become visible escapes instead."""
+    if value is None:
+        return ""
+    text = str(value)
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class _Gpus:
@@ -104,7 +111,7 @@ class _Gpus:
 
     def add(self, g: Gpu) -> None:
         lab = [str(g.index), g.uuid]
-        self.info.add_metric([str(g.index), g.uuid, g.name, _s(g.pci_bus_id)], 1)
+        self.info.add_metric([str(g.index), _s(g.uuid), _s(g.name), _s(g.pci_bus_id)], 1)
         self.lost.add_metric(lab, 1 if g.lost else 0)
         for family, value, scale in (
             (self.util, g.utilization_gpu, 0.01),
@@ -142,7 +149,7 @@ def _container_labels(p: Process) -> list[str]:
     c = p.container
     if c is None:
         return ["", "", "", ""]
-    return [c.label, _s(c.image), _s(c.compose_project), _s(c.compose_service)]
+    return [_s(c.label), _s(c.image), _s(c.compose_project), _s(c.compose_service)]
 
 
 def _process_families(snap: Snapshot, cap: int) -> list[Metric]:
@@ -158,10 +165,15 @@ def _process_families(snap: Snapshot, cap: int) -> list[Metric]:
     if len(procs) > cap:
         procs.sort(key=lambda p: p.gpu_memory or 0, reverse=True)
     kept = procs[:cap]
+    seen: set[tuple[int, int]] = set()
     for p in kept:
+        key = (p.gpu_index, p.pid)
+        if key in seen:  # one series per (gpu, pid): a duplicate would make Prometheus reject the scrape
+            continue
+        seen.add(key)
         head = [str(p.gpu_index), uuid_of[p.gpu_index], str(p.pid)]
         if p.gpu_memory is not None:
-            memory.add_metric(head + [_s(p.user), exe_name(p.command)] + _container_labels(p), p.gpu_memory)
+            memory.add_metric(head + [_s(p.user), _s(exe_name(p.command))] + _container_labels(p), p.gpu_memory)
         if p.sm_utilization is not None:
             sm.add_metric(head, p.sm_utilization / 100)
     dropped.add_metric([], len(procs) - len(kept))
@@ -178,11 +190,12 @@ def _container_families(containers: Iterable[Container], gpus: tuple[Gpu, ...]) 
                      ["container", "kind"])
     uuid_of = {g.index: g.uuid for g in gpus}
     for c in containers:
-        memory.add_metric([c.name, _s(c.image), _s(c.compose_project), _s(c.compose_service)], c.gpu_memory)
+        name = _s(c.name)
+        memory.add_metric([name, _s(c.image), _s(c.compose_project), _s(c.compose_service)], c.gpu_memory)
         for index in c.granted_gpus:
-            granted.add_metric([c.name, uuid_of.get(index, ""), str(index), c.grant_source], 1)
+            granted.add_metric([name, uuid_of.get(index, ""), str(index), c.grant_source], 1)
         for kind in sorted({f.kind for f in c.findings}):
-            finding.add_metric([c.name, kind], 1)
+            finding.add_metric([name, kind], 1)
     return [memory, granted, finding]
 
 
@@ -239,7 +252,8 @@ def _dcgm_families(snap: Snapshot, hostname: str) -> list[Metric]:
             if value is None:
                 continue
             device = f"nvidia{g.minor_number if g.minor_number is not None else g.index}"
-            family.add_metric([str(g.index), g.uuid, device, g.name, hostname, _dcgm_container(g, snap)], value)
+            family.add_metric([str(g.index), _s(g.uuid), device, _s(g.name), _s(hostname),
+                               _s(_dcgm_container(g, snap))], value)
         out.append(family)
     return out
 
@@ -250,7 +264,7 @@ def build_families(status: PollStatus, options: ExportOptions) -> Iterator[Metri
     hostname = options.hostname or (snap.host if snap is not None else os.uname().nodename)
     host = _gauge("gputui_host_info", "The machine and the exporter: 1, with versions as labels.",
                   ["hostname", "driver_version", "cuda_version", "gputui_version"])
-    host.add_metric([hostname, _s(snap and snap.driver_version), _s(snap and snap.cuda_driver_version),
+    host.add_metric([_s(hostname), _s(snap and snap.driver_version), _s(snap and snap.cuda_driver_version),
                      __version__], 1)
     yield host
     up = _gauge("gputui_source_up", "1 when the source answered the last poll, else 0.", ["source"])
