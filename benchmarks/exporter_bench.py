@@ -60,7 +60,8 @@ def peer_executable(install: bool) -> Path | None:
         return exe if exe.exists() else None
     print(f"exporter benchmark: installing {PEER_REQUIREMENT} into {PEER_VENV} (once) ...", flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
-    res = subprocess.run([str(PEER_VENV / "bin" / "python"), "-m", "pip", "install", "--quiet", PEER_REQUIREMENT], check=False)
+    res = subprocess.run([str(PEER_VENV / "bin" / "python"), "-m", "pip", "install", "--quiet", PEER_REQUIREMENT],
+                         check=False)
     if res.returncode != 0 or not exe.exists():
         print("exporter benchmark: could not install nvitop-exporter; its column will be empty.", file=sys.stderr)
         return None

@@ -104,6 +104,7 @@ def test_parse_listen():
             parse_listen(bad)
 
 
+@pytest.mark.functional
 def test_demo_serves_metrics_404_elsewhere_and_stops_on_sigterm(exporters):  # noqa: F811
     e = start_exporter(exporters, None, "--demo", "--read-only", "--no-docker", "--interval", "0.5")
     families = {f.name: f for f in text_string_to_metric_families(e.metrics())}
@@ -119,6 +120,7 @@ def test_demo_serves_metrics_404_elsewhere_and_stops_on_sigterm(exporters):  # n
         urllib.request.urlopen(e.url, timeout=2)
 
 
+@pytest.mark.functional
 def test_tls(tmp_path: Path, exporters):  # noqa: F811
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
@@ -165,6 +167,7 @@ def _wait(cond, timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.functional
 def test_poll_loop_turns_nvml_down_when_a_poll_fails_or_hangs_and_recovers():
     from gputui.exporter.server import PollLoop, make_registry
 

@@ -10,13 +10,16 @@ import pytest
 
 from tests.fixtures.prometheus import promtool
 
+pytestmark = pytest.mark.functional  # promtool and systemd-analyze in subprocesses
+
 CONTRIB = Path(__file__).resolve().parent.parent / "contrib"
 RULES = CONTRIB / "prometheus" / "gputui-rules.yml"
 UNIT = CONTRIB / "systemd" / "gputui-exporter.service"
 
 
 def test_rules_pass_promtool_check():
-    res = subprocess.run([promtool(), "check", "rules", str(RULES)], check=False, capture_output=True, text=True, timeout=60)
+    res = subprocess.run([promtool(), "check", "rules", str(RULES)], check=False, capture_output=True, text=True,
+                         timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "SUCCESS: 6 rules found" in res.stdout
 

@@ -51,7 +51,8 @@ def secret_process():
 
 
 def _promtool_check(text: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([promtool(), "check", "metrics"], input=text, check=False, capture_output=True, text=True, timeout=60)
+    return subprocess.run([promtool(), "check", "metrics"], input=text, check=False, capture_output=True, text=True,
+                          timeout=60)
 
 
 def test_two_exporters_scraped_by_prometheus(fake_nvml_factory, exporters, prometheus_factory,  # noqa: F811

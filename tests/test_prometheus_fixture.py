@@ -10,6 +10,8 @@ import pytest
 
 from tests.fixtures.prometheus import Prometheus
 
+pytestmark = pytest.mark.functional  # a real prometheus process
+
 
 class _Metrics(BaseHTTPRequestHandler):
     def do_GET(self) -> None:

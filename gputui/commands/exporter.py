@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from gputui.core.config import MIN_INTERVAL
 
 if TYPE_CHECKING:
-    from gputui.cli import Context
+    from gputui.context import Context
 
 EXIT_OK, EXIT_USAGE = 0, 2
 DEFAULT_LISTEN = "127.0.0.1:9835"
@@ -71,7 +71,7 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
 
 
 def _bind(ctx: Context) -> Any:
-    from gputui.cli import UsageError
+    from gputui.context import UsageError
     from gputui.exporter.server import ListenError, bind_server, make_registry, parse_listen, tls_context
 
     args = ctx.args

@@ -18,7 +18,7 @@ newest snapshot, which the poll thread published earlier.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -233,7 +233,7 @@ def _dcgm_container(g: Gpu, snap: Snapshot) -> str:
 
 def _dcgm_families(snap: Snapshot, hostname: str) -> list[Metric]:
     """dcgm-exporter's names and units for the fields gputui has (dcgm dashboards work unchanged)."""
-    spec = [
+    spec: list[tuple[str, str, Callable[[Gpu], float | None]]] = [
         ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda g: g.utilization_gpu),
         ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).",
          lambda g: None if g.memory_used is None else g.memory_used / MIB),

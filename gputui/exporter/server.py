@@ -118,7 +118,7 @@ class SnapshotCollector(Collector):
 
 def make_registry() -> tuple[CollectorRegistry, Histogram]:
     """A private registry with the poll histogram and the exporter's own process metrics."""
-    disable_created_metrics()  # no *_created series: they double the histogram's families for nothing
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus-client leaves it unannotated; no *_created series: they double the histogram's families for nothing
     registry = CollectorRegistry(auto_describe=False)
     histogram = Histogram("gputui_poll_duration_seconds", "How long one poll of NVML, /proc and the judges took.",
                           buckets=POLL_BUCKETS, registry=registry)
