@@ -217,3 +217,17 @@ def test_odd_text_and_duplicate_rows_never_break_the_scrape():
     assert len(samples) == 1
     assert samples[0].labels["container"] == "caf\\udce9"
     assert samples[0].labels["exe"] == "\\udcff\u202ehidden"  # escaped: the exposition is valid UTF-8
+
+
+def test_families_are_built_once_per_poll_however_many_scrape():
+    from gputui.exporter.server import SnapshotCollector
+
+    first, second = PollStatus(_snap(), True, 1.0), PollStatus(_snap(_proc(5, 10)), True, 2.0)
+    current = [first]
+    collector = SnapshotCollector(lambda: current[0], ExportOptions())
+    a, b = collector.collect(), collector.collect()
+    assert a is b  # the second scraper of the same poll gets the same families
+    current[0] = second
+    c = collector.collect()
+    assert c is not a
+    assert any(f.name == "gputui_process_gpu_memory_bytes" and f.samples for f in c)

@@ -108,9 +108,18 @@ class SnapshotCollector(Collector):
     def __init__(self, status: Callable[[], PollStatus], options: ExportOptions) -> None:
         self._status = status
         self.options = options
+        #: the families of the last status built: a second scraper (an HA pair of Prometheus servers)
+        #: within the same poll costs nothing
+        self._cache: tuple[PollStatus, list[Metric]] | None = None
 
     def collect(self) -> Iterable[Metric]:
-        return list(build_families(self._status(), self.options))
+        status = self._status()
+        cache = self._cache
+        if cache is not None and cache[0] is status:
+            return cache[1]
+        families = list(build_families(status, self.options))
+        self._cache = (status, families)
+        return families
 
     def describe(self) -> Iterable[Metric]:
         return []  # no collect at registration
