@@ -126,7 +126,7 @@ class _Gpus:
         ):
             if value is not None:
                 family.add_metric(lab, value * scale)
-        for reason in g.throttle_reasons:
+        for reason in g.throttle_reasons or ():  # None: the driver does not say, so no series
             self.throttled.add_metric(lab + [reason], 1)
         counts: dict[str, int] = {}
         held = 0
