@@ -27,7 +27,7 @@ from gputui.context import (  # re-exported: the names tests and scripts know fr
     parse_gpu_list,
     seconds_arg,
 )
-from gputui.core.config import MIN_INTERVAL, ConfigError, config_path, load_settings
+from gputui.core.config import DRIVERS, MIN_INTERVAL, ConfigError, config_path, load_settings
 from gputui.core.sources import SourceUnavailable
 
 if TYPE_CHECKING:
@@ -218,8 +218,22 @@ def load_context(args: argparse.Namespace) -> Context:
         temp_warning=getattr(args, "temp_warning", None),
         temp_critical=getattr(args, "temp_critical", None),
         read_only=True if getattr(args, "read_only", False) else None,
+        driver=_driver_from_env(),
     )
     return Context(args=args, settings=settings)
+
+
+def _driver_from_env() -> str | None:
+    """``GPUTUI_DRIVER`` (overrides the config file's ``driver``); None when unset."""
+    value = os.environ.get("GPUTUI_DRIVER", "").strip().lower()
+    if not value:
+        return None
+    if value not in DRIVERS:
+        from gputui.core.safe_text import clean
+
+        value = clean(value)
+        raise UsageError(f"GPUTUI_DRIVER must be one of {', '.join(DRIVERS)}, not {value!r}.")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,12 +22,18 @@ class ConfigError(Exception):
     """The config file cannot be used. ``str(exc)`` is one sentence naming file and line."""
 
 
+#: Terminal drivers the dashboard can run (``driver`` key, ``GPUTUI_DRIVER``).
+DRIVERS = ("gputui", "textual")
+
+
 @dataclass(frozen=True)
 class Settings:
     interval: float = 1.0
     theme: str = "textual-dark"
     read_only: bool = False
     bell: bool = False
+    #: terminal driver: "gputui" (sends only changed cells, quiet input thread) or "textual" (Textual's own)
+    driver: str = "gputui"
     #: imbalance judge
     imbalance_window: float = 60.0
     util_high: float = 80.0
@@ -64,7 +70,7 @@ class Settings:
 
 #: config-file keys -> Settings fields; sections flatten with their key names.
 _SECTIONS = {
-    "": {"interval", "theme", "read_only", "bell"},
+    "": {"interval", "theme", "read_only", "bell", "driver"},
     "imbalance": {"window": "imbalance_window", "util_high": "util_high", "util_low": "util_low",
                   "util_spread": "util_spread", "memory_high": "memory_high", "memory_low": "memory_low",
                   "hold": "imbalance_hold", "margin": "imbalance_margin"},
@@ -146,6 +152,8 @@ def load_settings(path: Path | None = None) -> Settings:
                 raise ConfigError(_where(path, text, key, f"unknown key {key!r}"))
             values[key] = _coerce(path, text, key, key, value)
     settings = replace(Settings(), **values)
+    if settings.driver not in DRIVERS:
+        raise ConfigError(_where(path, text, "driver", f"driver must be one of {', '.join(DRIVERS)}"))
     if settings.interval < MIN_INTERVAL:
         raise ConfigError(_where(path, text, "interval", f"interval must be at least {MIN_INTERVAL} seconds"))
     return settings

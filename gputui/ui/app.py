@@ -120,9 +120,9 @@ class GpuTuiApp(App[int]):
         *,
         live: bool = True,
     ) -> None:
+        self.settings = settings  # read by get_driver_class, during Textual's __init__
         super().__init__()
         self.machine = machine
-        self.settings = settings
         self.poller = poller
         #: False polls once at start (and on request) and never by timer: frozen screenshots.
         self.live = live
@@ -156,13 +156,14 @@ class GpuTuiApp(App[int]):
     def get_driver_class(self):
         """Textual's Linux driver, but with an input thread that sleeps while no key comes.
 
-        (See :mod:`gputui.ui.driver`: its 10 Hz wake-ups were a sixth of the idle
-        dashboard's CPU.) Any other driver (Windows, ``TEXTUAL_DRIVER``) is kept.
+        and output that sends only the cells that changed (see :mod:`gputui.ui.driver`).
+        Any other driver (Windows, ``TEXTUAL_DRIVER``) is kept, and ``driver = "textual"``
+        (``GPUTUI_DRIVER=textual``) keeps Textual's own.
         """
         from textual.drivers.linux_driver import LinuxDriver
 
         driver = super().get_driver_class()
-        if driver is LinuxDriver:
+        if driver is LinuxDriver and self.settings.driver == "gputui":
             from gputui.ui.driver import QuietLinuxDriver
 
             return QuietLinuxDriver

@@ -1,6 +1,10 @@
-"""A terminal driver whose input thread sleeps until there is input.
+"""gputui's terminal driver: input that sleeps until a key comes, output that sends only changes.
 
-Textual's Linux driver reads keys in a thread that wakes ten times a second
+Output: every write goes through :class:`gputui.ui.output.ScreenDiff`, which
+sends the terminal only the cells that changed (see that module). Over ssh this
+is most of the bytes of a running dashboard.
+
+Input: Textual's Linux driver reads keys in a thread that wakes ten times a second
 (``select`` with a 0.1 s timeout) to notice shutdown and to time out a lone
 Escape. On an idle dashboard those wake-ups were about a sixth of gputui's whole
 CPU use (measured: ~0.15 % of a core of ~0.95 % at 4 GPUs x 3 processes), so
@@ -9,8 +13,16 @@ app stops reading input. It still polls at 0.1 s while the key parser waits for
 the rest of an escape sequence, so a lone Escape is delivered as promptly as
 before.
 
-Only the input loop differs; everything else (terminal modes, mouse, resize,
-output) is Textual's own driver.
+Everything else (terminal modes, mouse, resize, the writer thread) is Textual's
+own driver. ``GPUTUI_DRIVER=textual`` (or ``driver = "textual"`` in the config
+file) runs Textual's driver unchanged.
+
+Textual internals relied on (tests/test_driver.py fails if any changes):
+``textual._xterm_parser.XTermParser`` with ``feed``/``tick`` and the
+``_timeout_time`` it arms while an escape sequence is incomplete;
+``LinuxDriver.run_input_thread``, ``exit_event``, ``fileno``, ``_file``,
+``process_message``, ``_debug``; and the output vocabulary of Textual's renderer
+(cursor positions, SGR, text, line feeds), which ``ScreenDiff`` models.
 """
 
 from __future__ import annotations
@@ -22,6 +34,8 @@ from codecs import getincrementaldecoder
 
 from textual._xterm_parser import XTermParser
 from textual.drivers.linux_driver import LinuxDriver
+
+from gputui.ui.output import ScreenDiff
 
 #: Seconds between wake-ups while an escape sequence is incomplete (Textual's own period).
 PENDING_POLL = 0.1
@@ -43,14 +57,34 @@ class _WakingEvent(threading.Event):
 
 
 class QuietLinuxDriver(LinuxDriver):
-    """:class:`LinuxDriver` with an input thread that does not poll while idle."""
+    """:class:`LinuxDriver` with an input thread that does not poll while idle and output that sends changes."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self._screen_diff = ScreenDiff(self._terminal_cells())
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_write, False)
         os.set_blocking(self._wake_read, False)
         self.exit_event = _WakingEvent(self._wake_write)
+
+    def _terminal_cells(self) -> tuple[int, int]:
+        try:
+            cols, rows = os.get_terminal_size(self._file.fileno() if self._file is not None else self.fileno)
+        except (OSError, ValueError):  # not a terminal (tests, pipes): a fixed model size
+            return (80, 24)
+        return (cols, rows)
+
+    def write(self, data: str) -> None:
+        diff = self._screen_diff
+        # A terminal may truncate or reflow its cells when resized: a new size forgets them.
+        diff.resize(self._terminal_cells())
+        data = diff.feed(data)
+        if data:
+            super().write(data)
+
+    def start_application_mode(self) -> None:
+        self._screen_diff.forget()
+        super().start_application_mode()
 
     def run_input_thread(self) -> None:
         # select(), as Textual uses: kqueue does not watch terminals on macOS.

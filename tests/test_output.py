@@ -1,0 +1,181 @@
+"""The output layer (gputui.ui.output): fewer bytes, the same screen.
+
+The decisive test records what Textual itself writes for a real ``gputui --demo``
+session in a pseudo-terminal (screens pushed and popped, the clock ticking,
+numbers moving), replays that stream and what :class:`ScreenDiff` makes of it
+into two tmux panes, and compares ``capture-pane -e`` (every cell's character
+and style) at several points. The smaller tests pin the encoding.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from gputui.ui.output import DEFAULT_PEN, ScreenDiff, _parse_sgr, sgr_delta
+from tests.conftest import require
+from tests.pty_term import PtyApp
+
+GPUTUI = Path(sys.executable).parent / "gputui"
+
+
+# -- the encoding ---------------------------------------------------------------------------
+def frame(*lines: tuple[int, int, str]) -> str:
+    """Textual's way of writing: a cursor position, then full-reset style runs."""
+    return "".join(f"\x1b[{y + 1};{x + 1}H{text}" for y, x, text in lines)
+
+
+def test_an_unchanged_frame_sends_nothing_and_a_changed_digit_sends_that_digit():
+    d = ScreenDiff((40, 5))
+    header = "\x1b[38;5;253;48;5;233mgputui  12:00:01\x1b[0m"
+    first = d.feed(frame((0, 0, header)))
+    assert "gputui" in first
+    assert d.feed(frame((0, 0, header))) == ""
+    second = d.feed(frame((0, 0, header.replace("01", "02"))))
+    # Only the last digit, after a one-cell cursor move back: no style (unchanged) and no other text.
+    assert second == "\x1b[D2"
+
+
+def test_style_changes_are_deltas_without_a_reset_between_runs_of_the_same_background():
+    d = ScreenDiff((40, 5))
+    line = "\x1b[38;5;1;48;5;233mab\x1b[0m\x1b[38;5;2;48;5;233mcd\x1b[0m"
+    out = d.feed(frame((0, 0, line)))
+    assert out == "\x1b[1H\x1b[0;38;5;1;48;5;233mab\x1b[38;5;2mcd"
+    assert "\x1b[0m" not in out
+
+
+def test_sgr_delta_turns_off_only_what_goes():
+    bold_red = _parse_sgr(DEFAULT_PEN, "1;31")
+    dim_red = _parse_sgr(DEFAULT_PEN, "2;31")
+    assert sgr_delta(bold_red, dim_red) == "\x1b[22;2m"
+    assert sgr_delta(bold_red, DEFAULT_PEN) == "\x1b[0m"
+    assert sgr_delta(None, bold_red) == "\x1b[0;1;31m"
+    assert _parse_sgr(bold_red, "38;2;1;2;3;48;5;7") == (1, "38;2;1;2;3", "48;5;7", ())
+
+
+def test_wide_characters_take_two_cells():
+    d = ScreenDiff((10, 2))
+    d.feed(frame((0, 0, "a漢b")))
+    assert d.have_chars[0][:4] == ["a", "漢", "", "b"]
+    assert d.feed(frame((0, 0, "a漢c"))) == "\x1b[Dc"
+
+
+def test_a_resize_or_an_unknown_sequence_forgets_the_screen():
+    d = ScreenDiff((20, 3))
+    d.feed(frame((0, 0, "hello")))
+    assert d.feed(frame((0, 0, "hello"))) == ""
+    d.resize((30, 3))
+    assert "hello" in d.feed(frame((0, 0, "hello")))
+    erase = d.feed("\x1b[2J")
+    assert erase.endswith("\x1b[2J")
+    assert "hello" in d.feed(frame((0, 0, "hello")))
+
+
+def test_sync_markers_are_dropped_when_a_frame_changes_nothing():
+    d = ScreenDiff((20, 3))
+    d.feed("\x1b[?2026h" + frame((0, 0, "x")) + "\x1b[?2026l")
+    assert d.feed("\x1b[?2026h") + d.feed(frame((0, 0, "x"))) + d.feed("\x1b[?2026l") == ""
+    changed = d.feed("\x1b[?2026h") + d.feed(frame((0, 0, "y"))) + d.feed("\x1b[?2026l")
+    assert changed == "\x1b[?2026h\ry\x1b[?2026l"
+
+
+def test_a_sequence_cut_between_two_writes_is_joined():
+    d = ScreenDiff((20, 3))
+    assert d.feed("\x1b[1;3") == ""
+    assert d.feed("Hz") == "\x1b[1;3H\x1b[0mz"  # the style is not known yet: reset once
+
+
+# -- the same screen in a real terminal ------------------------------------------------------
+class Tmux:
+    def __init__(self) -> None:
+        self.socket = f"gputui-out-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=False,
+                              timeout=10).stdout
+
+    def show(self, name: str, path: Path, size: tuple[int, int]) -> None:
+        self("new-session", "-d", "-s", name, "-x", str(size[0]), "-y", str(size[1]),
+             f"stty raw -echo; cat {path}; touch {path}.done; exec sleep 600")
+        deadline = time.monotonic() + 10
+        while not Path(f"{path}.done").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def capture(self, name: str) -> str:
+        return self("capture-pane", "-p", "-e", "-t", name)
+
+    def close(self) -> None:
+        self("kill-server")
+        (Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}" / self.socket).unlink(missing_ok=True)
+
+
+def record_textual_stream(tmp_path: Path, size: tuple[int, int]) -> str:
+    """What Textual's own driver writes for a demo session with screens pushed and popped."""
+    env = {**os.environ, "GPUTUI_DRIVER": "textual", "TERM": "xterm-256color",
+           "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    app = PtyApp([str(GPUTUI), "--demo"], env, size)
+    try:
+        app.wait_for(b"GPU", 30)
+        app.wait_quiet(0.3, 5)
+        for key, expect in ((b"?", b"Process table"), (b"\x1b", None), (b"\x1b[B", None), (b"\x1b[B", None),
+                            (b"\r", None), (b"\x1b", None), (b"c", None), (b"\x1b", None)):
+            mark = len(app.output())
+            app.send(key)
+            app.wait_for(expect or b"\x1b[", 20, since=mark)
+            app.wait_quiet(0.3, 5)
+        app.wait_for_more(20_000, 30)  # a few ticks of the clock and the demo's load
+    finally:
+        app.close()
+    return app.output().decode("utf-8", "replace")
+
+
+@pytest.mark.tmux
+def test_replayed_into_a_terminal_the_diffed_stream_shows_exactly_what_textuals_stream_shows(tmp_path):
+    require(shutil.which("tmux") is not None, "tmux is needed to compare screens")
+    require(GPUTUI.exists(), f"the gputui console script is not installed at {GPUTUI}")
+    size = (120, 40)
+    raw = record_textual_stream(tmp_path, size)
+    # Cut where Textual positions the cursor for a new run: every earlier sequence is whole.
+    cuts = [m.start() for m in re.finditer(r"\x1b\[\d+;\d+H", raw)]
+    points = [cuts[len(cuts) * k // 6] for k in range(1, 6)] + [len(raw)]
+    diff = ScreenDiff(size)
+    sent: list[str] = []
+    tmux = Tmux()
+    try:
+        start = 0
+        for n, point in enumerate(points):
+            sent.append(diff.feed(raw[start:point]))
+            start = point
+            (tmp_path / f"raw{n}").write_text(raw[:point])
+            (tmp_path / f"diff{n}").write_text("".join(sent))
+            tmux.show(f"raw{n}", tmp_path / f"raw{n}", size)
+            tmux.show(f"diff{n}", tmp_path / f"diff{n}", size)
+            want, got = tmux.capture(f"raw{n}"), tmux.capture(f"diff{n}")
+            assert "\x1b[" in want and re.search(r"GPU|gputui", want), want
+            assert got == want, f"screens differ after {point} of {len(raw)} characters"
+    finally:
+        tmux.close()
+    assert len("".join(sent)) < len(raw) / 3
+
+
+@pytest.mark.tmux
+def test_the_comparison_sees_a_single_wrong_cell(tmp_path):
+    """The replay test above would notice one cell sent wrong (its capture is not blind to styles)."""
+    require(shutil.which("tmux") is not None, "tmux is needed to compare screens")
+    tmux = Tmux()
+    try:
+        (tmp_path / "a").write_text("\x1b[1;1H\x1b[38;5;1mab\x1b[0m")
+        (tmp_path / "b").write_text("\x1b[1;1H\x1b[38;5;1ma\x1b[38;5;2mb\x1b[0m")
+        tmux.show("a", tmp_path / "a", (20, 3))
+        tmux.show("b", tmp_path / "b", (20, 3))
+        assert tmux.capture("a") != tmux.capture("b")
+    finally:
+        tmux.close()
