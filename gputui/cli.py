@@ -113,6 +113,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--interval", type=interval_arg, metavar="SECONDS",
                         help=f"refresh period of the dashboard (default 1.0, minimum {MIN_INTERVAL})")
     parser.add_argument("--theme", metavar="NAME", help="Textual theme of the dashboard")
+    parser.add_argument("--slow-link", action="store_true", default=None,
+                        help="for the slowest ssh links: graphs in one colour, redrawn every few seconds")
     parser.add_argument("--bell", action="store_true", default=None, help="ring the terminal bell on new alerts")
     parser.add_argument("--imbalance-window", dest="window", type=seconds_arg, metavar="SECONDS",
                         help="the window the imbalance judge averages over, in seconds (default 60)")
@@ -219,6 +221,7 @@ def load_context(args: argparse.Namespace) -> Context:
         temp_critical=getattr(args, "temp_critical", None),
         read_only=True if getattr(args, "read_only", False) else None,
         driver=_driver_from_env(),
+        slow_link=getattr(args, "slow_link", None),
     )
     return Context(args=args, settings=settings)
 

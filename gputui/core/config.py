@@ -34,6 +34,9 @@ class Settings:
     bell: bool = False
     #: terminal driver: "gputui" (sends only changed cells, quiet input thread) or "textual" (Textual's own)
     driver: str = "gputui"
+    #: for slow links: sparklines in one colour, redrawn every ``slow_link_graphs`` seconds
+    slow_link: bool = False
+    slow_link_graphs: float = 5.0
     #: imbalance judge
     imbalance_window: float = 60.0
     util_high: float = 80.0
@@ -70,7 +73,7 @@ class Settings:
 
 #: config-file keys -> Settings fields; sections flatten with their key names.
 _SECTIONS = {
-    "": {"interval", "theme", "read_only", "bell", "driver"},
+    "": {"interval", "theme", "read_only", "bell", "driver", "slow_link", "slow_link_graphs"},
     "imbalance": {"window": "imbalance_window", "util_high": "util_high", "util_low": "util_low",
                   "util_spread": "util_spread", "memory_high": "memory_high", "memory_low": "memory_low",
                   "hold": "imbalance_hold", "margin": "imbalance_margin"},
@@ -152,6 +155,8 @@ def load_settings(path: Path | None = None) -> Settings:
                 raise ConfigError(_where(path, text, key, f"unknown key {key!r}"))
             values[key] = _coerce(path, text, key, key, value)
     settings = replace(Settings(), **values)
+    if settings.slow_link_graphs <= 0:
+        raise ConfigError(_where(path, text, "slow_link_graphs", "slow_link_graphs must be a positive number of seconds"))
     if settings.driver not in DRIVERS:
         raise ConfigError(_where(path, text, "driver", f"driver must be one of {', '.join(DRIVERS)}"))
     if settings.interval < MIN_INTERVAL:

@@ -128,6 +128,7 @@ class GpuTuiApp(App[int]):
         self.live = live
         self.snapshot: Snapshot | None = None
         self.gpu_history: Mapping[int, tuple[GpuSample, ...]] = {}
+        self._graphs_at = 0.0
         self.poll_status = PollStatus(
             interval=settings.interval,
             read_only=settings.read_only,
@@ -176,6 +177,8 @@ class GpuTuiApp(App[int]):
 
     def on_mount(self) -> None:
         self.theme = self.settings.theme
+        if self.settings.slow_link:
+            self.add_class("-slow-link")  # gputui.tcss: one colour per graph
         self._start_poll()
         if self.machine.demo is None:
             self._check_journals()
@@ -279,11 +282,23 @@ class GpuTuiApp(App[int]):
 
     def on_poll_finished(self, message: PollFinished) -> None:
         self.snapshot = message.snapshot
-        self.gpu_history = message.gpu_history
+        self._take_history(message.gpu_history)
         self._set_status(last_ok=message.snapshot.time, error=None, slow_for=None)
         for screen in self._listening_screens():
             screen.update_snapshot(message.snapshot)  # type: ignore[attr-defined]
         self._poll_done(message.duration)
+
+    def _take_history(self, gpu_history: Mapping[int, tuple[GpuSample, ...]]) -> None:
+        """The graphs' samples; with ``slow_link`` they move every ``slow_link_graphs`` seconds only.
+
+        Every moved graph re-sends its cells; the numbers beside the graphs still refresh every poll.
+        """
+        now = time.monotonic()
+        if (self.settings.slow_link and self.gpu_history and gpu_history.keys() == self.gpu_history.keys()
+                and now - self._graphs_at < self.settings.slow_link_graphs):
+            return
+        self.gpu_history = gpu_history
+        self._graphs_at = now
 
     def on_poll_failed(self, message: PollFailed) -> None:
         self._set_status(error=message.error, slow_for=None)
