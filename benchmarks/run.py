@@ -42,7 +42,7 @@ RESULTS = BENCH / "results"
 NVITOP_REQUIREMENT = "nvitop>=1.4,<2"
 
 CONFIGS = {"8x64": (8, 64), "16x1000": (16, 1000)}
-SNAPSHOT_RATIO_TARGET = 0.8  # snapshot --json wall / nvitop --once wall, at 8 x 64
+SNAPSHOT_RATIO_TARGET = 0.6  # snapshot --json wall / nvitop --once wall, at 8 x 64 (issue 17)
 TICK_TARGET_MS = 50.0  # poll tick at 16 x 1000
 
 GiB, MiB = 1024**3, 1024**2

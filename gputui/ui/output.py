@@ -53,6 +53,16 @@ _TOKEN = re.compile(
 _PARTIAL = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*(?:\x1b)?)?\Z")
 
 _ESC = re.compile(r"\x1b.?", re.DOTALL)
+#: A cursor position (row;column), where Textual starts each strip.
+_CUP_SPLIT = re.compile(r"\x1b\[(\d+);(\d+)H")
+#: A strip: only styles and text on one row, perhaps a line feed at the end.
+_SIMPLE_BODY = re.compile(r"(?:\x1b\[[0-9;]*m|[^\x00-\x1f\x7f])*\r?\n?")
+#: A strip exactly as Textual renders one: runs of ``ESC[<style>m text ESC[0m`` or unstyled text.
+_STRIP_BODY = re.compile(r"(?:\x1b\[[0-9;]*m[^\x00-\x1f\x7f]*?\x1b\[0m|[^\x00-\x1f\x7f])*(\r?\n?)")
+_STRIP_RUNS = re.compile(r"\x1b\[([0-9;]*)m([^\x00-\x1f\x7f]*?)\x1b\[0m|([^\x00-\x1f\x7f]+)")
+#: Characters one cell wide each (ASCII, Latin, punctuation, arrows, maths, box drawing, blocks,
+#: shapes): a run of only these needs no width lookup per character.
+_NARROW = re.compile(r"[\x20-\x7e\xa0-\u02ff\u2010-\u2027\u2030-\u205e\u2190-\u22ff\u2500-\u25fc]*")
 
 SYNC_START, SYNC_END = "\x1b[?2026h", "\x1b[?2026l"
 
@@ -155,6 +165,10 @@ class ScreenDiff:
         self._pens: dict[Pen, int] = {DEFAULT_PEN: 0}
         self._pen_list: list[Pen] = [DEFAULT_PEN]
         self._pending = ""
+        self._sgr_cache: dict[tuple[int, str], int] = {}
+        #: (row, column, style) -> (body, end column, its cells' characters and styles, state after it)
+        self._line_cache: dict[tuple[int, int, int], tuple[str, int, list[str | None], list[int],
+                                                           tuple[int, int, int]]] = {}
         # The stream's state (what Textual believes).
         self._x = self._y = 0
         self._pen = 0
@@ -175,6 +189,7 @@ class ScreenDiff:
         self.have_chars: list[list[str | None]] = [[None] * w for _ in range(h)]
         self.have_pens: list[list[int]] = [[-1] * w for _ in range(h)]
         self._dirty: dict[int, list[int]] = {}
+        self._line_cache = {}
         self._out_x = self._out_y = None
         self._out_pen = None
 
@@ -189,6 +204,105 @@ class ScreenDiff:
         data = self._pending + data
         self._pending = ""
         out: list[str] = []
+        pieces = _CUP_SPLIT.split(data)
+        self._tokens(out, pieces[0])
+        for i in range(1, len(pieces), 3):
+            self._positioned(out, int(pieces[i]) - 1, int(pieces[i + 1]) - 1, pieces[i + 2])
+        self._flush(out)
+        if out and self._cursor_visible:
+            self._move(out, self._x, self._y)
+        return "".join(out)
+
+    def _positioned(self, out: list[str], y: int, x: int, body: str) -> None:
+        """What follows a cursor position: Textual rewrites the same strip at the same place most frames.
+
+        A body seen before at this place, whose cells still hold what it drew then, would draw
+        nothing new: it is skipped without being parsed (most of a frame's lines, and the reason
+        the model costs less CPU than the bytes it saves).
+        """
+        self._x, self._y = x, y
+        key = (y, x, self._pen)
+        cache = self._line_cache
+        hit = cache.get(key)
+        if hit is not None and hit[0] == body:
+            _, end, chars, pens, state = hit
+            if self.want_chars[y][x:end] == chars and self.want_pens[y][x:end] == pens:
+                self._x, self._y, self._pen = state
+                return
+        if not (self._pen == 0 and self._strip(body)):
+            self._tokens(out, body)
+        if (0 <= y < self.height and 0 <= x < self.width and not self._pending
+                and _SIMPLE_BODY.fullmatch(body) is not None):
+            end = min(self._x, self.width)
+            cache[key] = (body, end, self.want_chars[y][x:end], self.want_pens[y][x:end],
+                          (self._x, self._y, self._pen))
+
+    def _strip(self, body: str) -> bool:
+        """Draw a body rendered the way Textual renders a strip, without tokenising it; False if it is not one."""
+        m = _STRIP_BODY.fullmatch(body)
+        if m is None:
+            return False
+        chars: list[str] = []
+        pens: list[int] = []
+        pen_for = self._pen_for
+        for params, styled, plain in _STRIP_RUNS.findall(body):
+            text = plain or styled
+            pen = pen_for(params) if not plain else 0
+            if _NARROW.fullmatch(text) is not None:
+                chars.extend(text)
+                pens.extend([pen] * len(text))
+            else:
+                for ch in text:
+                    size = get_character_cell_size(ch)
+                    if size == 0:
+                        if chars:
+                            chars[-1] += ch
+                        continue
+                    chars.append(ch)
+                    pens.append(pen)
+                    if size == 2:
+                        chars.append("")
+                        pens.append(pen)
+        self._put(chars, pens)
+        ending = m.group(1)
+        if ending.startswith("\r"):
+            self._x = 0
+        if ending.endswith("\n"):
+            self._y += 1
+        return True
+
+    def _pen_for(self, params: str) -> int:
+        """The style ``ESC[<params>m`` sets after a reset."""
+        key = (0, params)
+        known = self._sgr_cache.get(key)
+        if known is None:
+            pen = _parse_sgr(DEFAULT_PEN, params)
+            known = self._pens.get(pen, -1)
+            if known < 0:
+                known = self._pens[pen] = len(self._pen_list)
+                self._pen_list.append(pen)
+            self._sgr_cache[key] = known
+        return known
+
+    def _put(self, chars: list[str], pens: list[int]) -> None:
+        """Cells at the stream's cursor, which moves past them."""
+        y, x, n = self._y, self._x, len(chars)
+        self._x = x + n
+        if not 0 <= y < self.height:
+            return
+        x0, x1 = max(x, 0), min(x + n, self.width)
+        if x0 >= x1:
+            return
+        self.want_chars[y][x0:x1] = chars[x0 - x:x1 - x]
+        self.want_pens[y][x0:x1] = pens[x0 - x:x1 - x]
+        span = self._dirty.get(y)
+        if span is None:
+            self._dirty[y] = [x0, x1]
+        else:
+            span[0] = min(span[0], x0)
+            span[1] = max(span[1], x1)
+
+    def _tokens(self, out: list[str], data: str) -> None:
         pos, end = 0, len(data)
         match = _TOKEN.match
         while pos < end:
@@ -224,18 +338,20 @@ class ScreenDiff:
                     self._passthrough(out, c, forget=False)
                 else:
                     self._passthrough(out, c, forget=True)
-        self._flush(out)
-        if out and self._cursor_visible:
-            self._move(out, self._x, self._y)
-        return "".join(out)
 
     def _csi(self, out: list[str], seq: str, params: str, inter: str, final: str) -> None:
         if final == "m" and not inter:
+            key = (self._pen, params)
+            known = self._sgr_cache.get(key)
+            if known is not None:
+                self._pen = known
+                return
             pen = _parse_sgr(self._pen_list[self._pen], params)
             self._pen = self._pens.get(pen, -1)
             if self._pen < 0:
                 self._pen = self._pens[pen] = len(self._pen_list)
                 self._pen_list.append(pen)
+            self._sgr_cache[key] = self._pen
         elif final == "H" and not inter:
             row, _, col = params.partition(";")
             self._y = int(row or 1) - 1
