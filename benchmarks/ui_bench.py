@@ -187,7 +187,7 @@ def first_frames(tmux: Tmux, env: dict[str, str], runs: int = 3) -> dict[str, fl
 
 
 def bench_config(label: str, gpus: int, nprocs: int, seconds: float, nvitop: Path | None, run_mod,
-                 workdir: Path) -> dict[str, Any]:
+                 workdir: Path, textual_driver: bool = False) -> dict[str, Any]:
     from tests.fakenvml.scenario import FakeNvml
 
     fake = FakeNvml(workdir / label)
@@ -206,6 +206,9 @@ def bench_config(label: str, gpus: int, nprocs: int, seconds: float, nvitop: Pat
             frames = first_frames(tmux, env)
             tmux.start("gputui", gputui_argv(), env)
             pids = {"gputui": tmux.pid("gputui")}
+            if textual_driver:  # the same dashboard with Textual's own output, for a ratio in one run
+                tmux.start("gputui-textual", gputui_argv(), {**env, "GPUTUI_DRIVER": "textual"})
+                pids["gputui-textual"] = tmux.pid("gputui-textual")
             if nvitop is not None:
                 tmux.start("nvitop", [str(nvitop)], env)
                 pids["nvitop"] = tmux.pid("nvitop")
@@ -278,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=30.0, help="length of each CPU measurement")
     ap.add_argument("--config", choices=sorted(CONFIGS), action="append", help="only these configurations")
     ap.add_argument("--no-nvitop", action="store_true", help="do not install or run nvitop")
+    ap.add_argument("--textual-driver", action="store_true",
+                    help="also run gputui with GPUTUI_DRIVER=textual (what the output layer costs or saves)")
     args = ap.parse_args(argv)
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -294,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         for label in args.config or list(CONFIGS):
             gpus, nprocs = CONFIGS[label]
             print(f"ui benchmark: {label} ({gpus} GPUs x {nprocs} processes)", flush=True)
-            results["configs"][label] = bench_config(label, gpus, nprocs, args.seconds, nvitop, run_mod, Path(tmp))
+            results["configs"][label] = bench_config(label, gpus, nprocs, args.seconds, nvitop, run_mod, Path(tmp),
+                                                     textual_driver=args.textual_driver)
     results["verdicts"] = verdicts(results)
     print_table(results)
     return run_mod.save_results(results, prefix="ui-")

@@ -25,7 +25,9 @@ GPUTUI = Path(sys.executable).parent / "gputui"
 
 def test_the_textual_internals_the_driver_relies_on_are_still_there():
     from textual import events
-    from textual._xterm_parser import XTermParser  # private: the driver runs its own input loop with it
+    from textual._xterm_parser import (
+        XTermParser,  # private: the driver runs its own input loop with it
+    )
     from textual.app import App
     from textual.drivers.linux_driver import LinuxDriver
 
