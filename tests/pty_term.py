@@ -50,6 +50,10 @@ class PtyApp:
         with self._lock:
             return bytes(self._data)
 
+    def resize(self, size: tuple[int, int]) -> None:
+        """Resize the terminal (the kernel sends the program SIGWINCH)."""
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
+
     def send(self, keys: bytes) -> None:
         os.write(self.fd, keys)
 

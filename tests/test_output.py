@@ -109,12 +109,30 @@ class Tmux:
         while not Path(f"{path}.done").exists() and time.monotonic() < deadline:
             time.sleep(0.02)
 
+    def show_resized(self, name: str, before: Path, after: Path, size: tuple[int, int],
+                     new_size: tuple[int, int]) -> None:
+        """``before`` at ``size``, then the window resized to ``new_size``, then ``after``."""
+        go = Path(f"{before}.go")
+        self("new-session", "-d", "-s", name, "-x", str(size[0]), "-y", str(size[1]),
+             f"stty raw -echo; cat {before}; touch {before}.done; while [ ! -e {go} ]; do sleep 0.02; done; "
+             f"cat {after}; touch {after}.done; exec sleep 600")
+        _wait_file(Path(f"{before}.done"))
+        self("resize-window", "-t", name, "-x", str(new_size[0]), "-y", str(new_size[1]))
+        go.touch()
+        _wait_file(Path(f"{after}.done"))
+
     def capture(self, name: str) -> str:
         return self("capture-pane", "-p", "-e", "-t", name)
 
     def close(self) -> None:
         self("kill-server")
         (Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}" / self.socket).unlink(missing_ok=True)
+
+
+def _wait_file(path: Path, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def record_textual_stream(tmp_path: Path, size: tuple[int, int]) -> str:
@@ -177,5 +195,42 @@ def test_the_comparison_sees_a_single_wrong_cell(tmp_path):
         tmux.show("a", tmp_path / "a", (20, 3))
         tmux.show("b", tmp_path / "b", (20, 3))
         assert tmux.capture("a") != tmux.capture("b")
+    finally:
+        tmux.close()
+
+
+@pytest.mark.tmux
+def test_after_a_resize_the_diffed_stream_still_shows_what_textuals_stream_shows(tmp_path):
+    """The terminal truncates its cells when it shrinks: the model forgets them and the next frame is whole."""
+    require(shutil.which("tmux") is not None, "tmux is needed to compare screens")
+    require(GPUTUI.exists(), f"the gputui console script is not installed at {GPUTUI}")
+    size, small = (120, 40), (90, 30)
+    env = {**os.environ, "GPUTUI_DRIVER": "textual", "TERM": "xterm-256color",
+           "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    app = PtyApp([str(GPUTUI), "--demo"], env, size)
+    try:
+        app.wait_for(b"GPU", 30)
+        app.wait_quiet(0.3, 5)
+        cut = len(app.output())
+        app.resize(small)
+        app.wait_for_more(5_000, 30)
+        app.wait_quiet(0.3, 5)
+    finally:
+        app.close()
+    data = app.output()
+    raw_before, raw_after = data[:cut].decode("utf-8", "replace"), data[cut:].decode("utf-8", "replace")
+    diff = ScreenDiff(size)
+    diff_before = diff.feed(raw_before)
+    diff.resize(small)  # what the driver does when a write finds the terminal resized
+    diff_after = diff.feed(raw_after)
+    tmux = Tmux()
+    try:
+        for name, before, after in (("raw", raw_before, raw_after), ("diff", diff_before, diff_after)):
+            (tmp_path / f"{name}1").write_text(before)
+            (tmp_path / f"{name}2").write_text(after)
+            tmux.show_resized(name, tmp_path / f"{name}1", tmp_path / f"{name}2", size, small)
+        want, got = tmux.capture("raw"), tmux.capture("diff")
+        assert re.search(r"GPU|gputui", want), want
+        assert got == want
     finally:
         tmux.close()
