@@ -58,8 +58,8 @@ _CUP_SPLIT = re.compile(r"\x1b\[(\d+);(\d+)H")
 #: A strip: only styles and text on one row, perhaps a line feed at the end.
 _SIMPLE_BODY = re.compile(r"(?:\x1b\[[0-9;]*m|[^\x00-\x1f\x7f])*\r?\n?")
 #: A strip exactly as Textual renders one: runs of ``ESC[<style>m text ESC[0m`` or unstyled text.
-_STRIP_BODY = re.compile(r"(?:\x1b\[[0-9;]*m[^\x00-\x1f\x7f]*?\x1b\[0m|[^\x00-\x1f\x7f])*(\r?\n?)")
-_STRIP_RUNS = re.compile(r"\x1b\[([0-9;]*)m([^\x00-\x1f\x7f]*?)\x1b\[0m|([^\x00-\x1f\x7f]+)")
+_STRIP_BODY = re.compile(r"(?:\x1b\[[0-9;]*m[^\x00-\x1f\x7f]*\x1b\[0m|[^\x00-\x1f\x7f])*(\r?\n?)")
+_STRIP_RUNS = re.compile(r"\x1b\[([0-9;]*)m([^\x00-\x1f\x7f]*)\x1b\[0m|([^\x00-\x1f\x7f]+)")
 #: Characters one cell wide each (ASCII, Latin, punctuation, arrows, maths, box drawing, blocks,
 #: shapes): a run of only these needs no width lookup per character.
 _NARROW = re.compile(r"[\x20-\x7e\xa0-\u02ff\u2010-\u2027\u2030-\u205e\u2190-\u22ff\u2500-\u25fc]*")
@@ -229,10 +229,11 @@ class ScreenDiff:
             if self.want_chars[y][x:end] == chars and self.want_pens[y][x:end] == pens:
                 self._x, self._y, self._pen = state
                 return
-        if not (self._pen == 0 and self._strip(body)):
+        simple = self._pen == 0 and self._strip(body)
+        if not simple:
             self._tokens(out, body)
         if (0 <= y < self.height and 0 <= x < self.width and not self._pending
-                and _SIMPLE_BODY.fullmatch(body) is not None):
+                and (simple or _SIMPLE_BODY.fullmatch(body) is not None)):
             end = min(self._x, self.width)
             cache[key] = (body, end, self.want_chars[y][x:end], self.want_pens[y][x:end],
                           (self._x, self._y, self._pen))

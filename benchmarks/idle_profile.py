@@ -1,0 +1,138 @@
+"""Where the idle dashboard's CPU goes: ``.venv/bin/python benchmarks/idle_profile.py``.
+
+Runs the installed gputui (1 s refresh, ``--no-docker``) in a 200x50 tmux session against the
+fake driver at 8 GPUs x 64 processes with the load changing every second (as ui_bench.py),
+and samples it with py-spy (every thread, on-CPU samples only) for ``--seconds``. py-spy is
+installed into benchmarks/.venv on first use, beside nvitop: never a gputui dependency.
+
+It writes the collapsed stacks to benchmarks/profiles/idle-8x64.txt (kept in the repository,
+so a change's effect can be compared) and prints the share of samples per part of the
+program: the poll thread, the judges, widget updates, Textual's compositor and rendering,
+the output layer, the event loop's wake-ups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+PROFILES = BENCH / "profiles"
+
+#: Parts of the program, by the first matching frame of a stack (innermost frames are last).
+PARTS = [
+    ("poll: NVML source", "gputui/core/nvml.py"),
+    ("poll: /proc facts", "gputui/core/processes.py"),
+    ("poll: judges", "gputui/core/judges/"),
+    ("poll: history, containers, model", "gputui/core/"),
+    ("output layer (ScreenDiff)", "gputui/ui/output.py"),
+    ("widgets: gputui", "gputui/ui/"),
+    ("Textual: compositor", "textual/_compositor.py"),
+    ("Textual: styles and CSS", "textual/css/"),
+    ("Textual: strips, segments", "textual/strip.py"),
+    ("Textual: rich rendering", "rich/"),
+    ("Textual: other", "textual/"),
+    ("event loop, threads", "asyncio/"),
+]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"gputui_bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def py_spy(run_mod) -> Path:
+    exe = run_mod.VENV / "bin" / "py-spy"
+    if not exe.exists():
+        run_mod.nvitop_executable(install=True)  # creates the venv
+        subprocess.run([str(run_mod.VENV / "bin" / "python"), "-m", "pip", "install", "--quiet", "py-spy"],
+                       check=True)
+    return exe
+
+
+#: Innermost frames of a thread that is waiting, not running (py-spy cannot always tell).
+WAITING = ("Condition.wait", "Selector.select", "_worker (concurrent", "Event.wait", "Queue.get (")
+
+
+def classify(stack: str) -> str:
+    """The part of the innermost frame that belongs to a known part (the standard library's own are skipped)."""
+    for frame in reversed(stack.split(";")):
+        for label, needle in PARTS:
+            if needle in frame:
+                return label
+    return "other (interpreter, threads, selectors)"
+
+
+def summarise(raw: Path) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """(share per part, share per innermost function — the top 15) of the samples on a CPU."""
+    counts: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit() or any(w in stack.split(";")[-1] for w in WAITING):
+            continue
+        counts[classify(stack)] += int(n)
+        own[stack.split(";")[-1]] += int(n)
+        total += int(n)
+    if not total:
+        return [], []
+    return ([(label, n / total) for label, n in counts.most_common()],
+            [(frame, n / total) for frame, n in own.most_common(15)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--out", type=Path, default=PROFILES / "idle-8x64.txt")
+    args = ap.parse_args(argv)
+    run_mod, ui_mod = _load("run"), _load("ui_bench")
+    run_mod._ensure_project_python()
+    sys.path.insert(0, str(REPO))
+    from tests.fakenvml.scenario import FakeNvml
+
+    spy = py_spy(run_mod)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gputui-profile-") as tmp, run_mod.Sleepers(64) as sleepers:
+        work = Path(tmp)
+        fake = FakeNvml(work / "fake")
+        fake.write(ui_mod.live_scenario(8, sleepers.pids, 0))
+        env = {k: v for k, v in fake.env().items() if k in ("LD_LIBRARY_PATH", "GPUTUI_FAKE_NVML_SCENARIO", "PATH",
+                                                               "HOME")}
+        env.update(XDG_STATE_HOME=str(work / "state"), XDG_CONFIG_HOME=str(work / "config"))
+        writer = ui_mod.ScenarioWriter(fake, 8, sleepers.pids)
+        writer.start()
+        tmux = ui_mod.Tmux()
+        try:
+            tmux.start("gputui", ui_mod.gputui_argv(), env)
+            ui_mod.wait_for(tmux, "gputui", lambda s: "GPU MEM" in s and "A100" in s, 30)
+            time.sleep(5)
+            pid = tmux.pid("gputui")
+            print(f"idle profile: sampling gputui (pid {pid}) for {args.seconds} s ...", flush=True)
+            subprocess.run([str(spy), "record", "-p", str(pid), "-d", str(args.seconds), "-r", "1000", "--threads",
+                            "--format", "raw", "-o", str(args.out)], check=True, capture_output=True)
+        finally:
+            writer.stop.set()
+            writer.join()
+            tmux.close()
+    print(f"\nwhere the idle dashboard's CPU goes (8 x 64, 1 s, load changing; {args.out}):")
+    parts, functions = summarise(args.out)
+    for label, share in parts:
+        print(f"  {share:6.1%}  {label}")
+    print("\nbusiest functions (own samples):")
+    for frame, share in functions:
+        print(f"  {share:6.1%}  {frame}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
