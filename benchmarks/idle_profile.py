@@ -118,8 +118,12 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(5)
             pid = tmux.pid("gputui")
             print(f"idle profile: sampling gputui (pid {pid}) for {args.seconds} s ...", flush=True)
+            raw = work / "raw.txt"
             subprocess.run([str(spy), "record", "-p", str(pid), "-d", str(args.seconds), "-r", "1000", "--threads",
-                            "--format", "raw", "-o", str(args.out)], check=True, capture_output=True)
+                            "--format", "raw", "-o", str(raw)], check=True, capture_output=True)
+            # Only the samples on a CPU are kept (a thread waiting is not a cost).
+            args.out.write_text("".join(line + "\n" for line in raw.read_text().splitlines()
+                                        if not any(w in line.rpartition(" ")[0].split(";")[-1] for w in WAITING)))
         finally:
             writer.stop.set()
             writer.join()
