@@ -5,10 +5,11 @@ fake driver at 8 GPUs x 64 processes with the load changing every second (as ui_
 and samples it with py-spy (every thread, on-CPU samples only) for ``--seconds``. py-spy is
 installed into benchmarks/.venv on first use, beside nvitop: never a gputui dependency.
 
-It writes the collapsed stacks to benchmarks/profiles/idle-8x64.txt (kept in the repository,
-so a change's effect can be compared) and prints the share of samples per part of the
-program: the poll thread, the judges, widget updates, Textual's compositor and rendering,
-the output layer, the event loop's wake-ups.
+It writes the on-CPU stacks to benchmarks/results/idle-8x64-stacks.txt (py-spy's collapsed
+format, for a flame graph) and the summary to benchmarks/profiles/idle-8x64.md (kept in the
+repository, so a change's effect can be compared): the share of samples per part of the
+program (the poll thread, the judges, widget updates, Textual's compositor and rendering, the
+output layer, the event loop's wake-ups) and the busiest functions.
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ def summarise(raw: Path) -> tuple[list[tuple[str, float]], list[tuple[str, float
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=int, default=30)
-    ap.add_argument("--out", type=Path, default=PROFILES / "idle-8x64.txt")
+    ap.add_argument("--out", type=Path, default=PROFILES / "idle-8x64.md")
+    ap.add_argument("--stacks", type=Path, default=BENCH / "results" / "idle-8x64-stacks.txt")
     args = ap.parse_args(argv)
     run_mod, ui_mod = _load("run"), _load("ui_bench")
     run_mod._ensure_project_python()
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     spy = py_spy(run_mod)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.stacks.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gputui-profile-") as tmp, run_mod.Sleepers(64) as sleepers:
         work = Path(tmp)
         fake = FakeNvml(work / "fake")
@@ -122,19 +125,22 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run([str(spy), "record", "-p", str(pid), "-d", str(args.seconds), "-r", "1000", "--threads",
                             "--format", "raw", "-o", str(raw)], check=True, capture_output=True)
             # Only the samples on a CPU are kept (a thread waiting is not a cost).
-            args.out.write_text("".join(line + "\n" for line in raw.read_text().splitlines()
+            args.stacks.write_text("".join(line + "\n" for line in raw.read_text().splitlines()
                                         if not any(w in line.rpartition(" ")[0].split(";")[-1] for w in WAITING)))
         finally:
             writer.stop.set()
             writer.join()
             tmux.close()
-    print(f"\nwhere the idle dashboard's CPU goes (8 x 64, 1 s, load changing; {args.out}):")
-    parts, functions = summarise(args.out)
-    for label, share in parts:
-        print(f"  {share:6.1%}  {label}")
-    print("\nbusiest functions (own samples):")
-    for frame, share in functions:
-        print(f"  {share:6.1%}  {frame}")
+    parts, functions = summarise(args.stacks)
+    lines = [f"# Where the idle dashboard's CPU goes ({time.strftime('%Y-%m-%d')})", "",
+             f"gputui at 8 GPUs x 64 processes, 1 s refresh, load changing every second, 200x50 tmux; py-spy, "
+             f"{args.seconds} s at 1000 Hz, on-CPU samples of every thread (benchmarks/idle_profile.py).", "",
+             "| share | part |", "|---|---|"]
+    lines += [f"| {share:.1%} | {label} |" for label, share in parts]
+    lines += ["", "| share | busiest functions (own samples) |", "|---|---|"]
+    lines += [f"| {share:.1%} | `{frame}` |" for frame, share in functions]
+    args.out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
     return 0
 
 
