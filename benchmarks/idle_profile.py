@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             tmux.close()
     parts, functions = summarise(args.stacks)
     lines = [f"# Where the idle dashboard's CPU goes ({time.strftime('%Y-%m-%d')})", "",
-             f"gputui at 8 GPUs x 64 processes, 1 s refresh, load changing every second, 200x50 tmux; py-spy, "
-             f"{args.seconds} s at 1000 Hz, on-CPU samples of every thread (benchmarks/idle_profile.py).", "",
+             (f"gputui at 8 GPUs x 64 processes, 1 s refresh, load changing every second, 200x50 tmux; py-spy, "
+              f"{args.seconds} s at 1000 Hz, on-CPU samples of every thread (benchmarks/idle_profile.py)."), "",
              "| share | part |", "|---|---|"]
     lines += [f"| {share:.1%} | {label} |" for label, share in parts]
     lines += ["", "| share | busiest functions (own samples) |", "|---|---|"]
