@@ -87,6 +87,7 @@ def test_the_config_key_and_the_environment_choose_textuals_own_driver(tmp_path,
         assert app.get_driver_class() is expected
 
 
+@pytest.mark.functional
 @pytest.mark.parametrize("where", ["env", "config"])
 def test_an_unknown_driver_is_one_sentence_and_exit_2(tmp_path, where):
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
@@ -102,6 +103,7 @@ def test_an_unknown_driver_is_one_sentence_and_exit_2(tmp_path, where):
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.functional
 @pytest.mark.parametrize("driver", ["gputui", "textual"])
 def test_keys_typed_in_a_terminal_reach_the_app_through_the_driver(tmp_path, driver):
     """``?`` opens help, a lone Escape (the parser's timeout path) closes it, ``q`` then quits with 0."""

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from gputui.core.config import Settings
-from gputui.ui.showcase import wait_for_polls
 from gputui.ui.widgets.gpu_panel import GpuPanel
+from tests.fixtures.showcase import wait_for_polls
 from tests.test_ui_app import demo_app
+
+pytestmark = pytest.mark.functional  # the Textual app under Pilot
 
 
 async def _poll(app, pilot, clock, seconds: float) -> None:

@@ -156,7 +156,8 @@ def load_settings(path: Path | None = None) -> Settings:
             values[key] = _coerce(path, text, key, key, value)
     settings = replace(Settings(), **values)
     if settings.slow_link_graphs <= 0:
-        raise ConfigError(_where(path, text, "slow_link_graphs", "slow_link_graphs must be a positive number of seconds"))
+        raise ConfigError(_where(path, text, "slow_link_graphs",
+                                 "slow_link_graphs must be a positive number of seconds"))
     if settings.driver not in DRIVERS:
         raise ConfigError(_where(path, text, "driver", f"driver must be one of {', '.join(DRIVERS)}"))
     if settings.interval < MIN_INTERVAL:

@@ -441,8 +441,8 @@ class ScreenDiff:
             wc, wp, hc, hp = self.want_chars[y], self.want_pens[y], self.have_chars[y], self.have_pens[y]
             if wc[x0:x1] == hc[x0:x1] and wp[x0:x1] == hp[x0:x1]:
                 continue
-            changed = [x for x, a, b, c, d in zip(range(x0, x1), wc[x0:x1], hc[x0:x1], wp[x0:x1], hp[x0:x1])
-                       if (a != b or c != d) and a is not None]
+            cells = zip(range(x0, x1), wc[x0:x1], hc[x0:x1], wp[x0:x1], hp[x0:x1], strict=True)
+            changed = [x for x, a, b, c, d in cells if (a != b or c != d) and a is not None]
             if not changed:
                 continue
             start = prev = changed[0]
@@ -464,7 +464,7 @@ class ScreenDiff:
         self._move(out, a, y)
         pen_list = self._pen_list
         x = a
-        for pen, group in groupby(zip(wc[a:b], wp[a:b]), key=lambda cell: cell[1]):
+        for pen, group in groupby(zip(wc[a:b], wp[a:b], strict=True), key=lambda cell: cell[1]):
             text = "".join([c for c, _ in group])  # type: ignore[misc]  # no None: checked above
             style = pen_list[pen]
             if style != self._out_pen:
