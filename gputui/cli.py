@@ -23,9 +23,11 @@ from gputui.context import (  # re-exported: the names tests and scripts know fr
     EXIT_USAGE,
     Context,
     UsageError,
+    celsius_arg,
     interval_arg,
     parse_gpu_list,
     seconds_arg,
+    window_arg,
 )
 from gputui.core.config import DRIVERS, MIN_INTERVAL, ConfigError, config_path, load_settings
 from gputui.core.sources import SourceUnavailable
@@ -116,12 +118,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--slow-link", action="store_true", default=None,
                         help="for the slowest ssh links: graphs in one colour, redrawn every few seconds")
     parser.add_argument("--bell", action="store_true", default=None, help="ring the terminal bell on new alerts")
-    parser.add_argument("--imbalance-window", dest="window", type=seconds_arg, metavar="SECONDS",
+    parser.add_argument("--imbalance-window", dest="window", type=window_arg, metavar="SECONDS",
                         help="the window the imbalance judge averages over, in seconds (default 60)")
     # The older name, kept for scripts; hidden because under 'snapshot' --window meant something else.
-    parser.add_argument("--window", dest="window", type=seconds_arg, help=argparse.SUPPRESS)
-    parser.add_argument("--temp-warning", type=int, metavar="C", help="temperature warning threshold (default 83)")
-    parser.add_argument("--temp-critical", type=int, metavar="C", help="temperature critical threshold (default 90)")
+    parser.add_argument("--window", dest="window", type=window_arg, help=argparse.SUPPRESS)
+    parser.add_argument("--temp-warning", type=celsius_arg, metavar="C",
+                        help="temperature warning threshold (default 83)")
+    parser.add_argument("--temp-critical", type=celsius_arg, metavar="C",
+                        help="temperature critical threshold (default 90)")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     snap = sub.add_parser(

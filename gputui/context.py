@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TextIO
 
-from gputui.core.config import MIN_INTERVAL, Settings
+from gputui.core.config import Settings
+from gputui.core.limits import RANGES, SECONDS_RANGE, flag_type
 
 if TYPE_CHECKING:
     from gputui.core.machine import Machine
@@ -30,24 +31,11 @@ class UsageError(Exception):
 # -- argparse validators shared by several commands -----------------------------------
 
 
-def interval_arg(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"interval must be a number of seconds, not {text!r}") from None
-    if value < MIN_INTERVAL:
-        raise argparse.ArgumentTypeError(f"interval must be at least {MIN_INTERVAL} seconds")
-    return value
-
-
-def seconds_arg(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, not {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("a duration cannot be negative")
-    return value
+#: finite numbers in range, or one sentence and exit 2 (the rule is gputui.core.limits, shared with the config)
+interval_arg = flag_type("the value", *RANGES["interval"], unit="seconds")
+seconds_arg = flag_type("the value", *SECONDS_RANGE, unit="seconds")
+window_arg = flag_type("the value", *RANGES["imbalance_window"], unit="seconds")
+celsius_arg = flag_type("the value", *RANGES["temp_warning"], unit="°C", integer=True)
 
 
 def parse_gpu_list(values: list[str] | None) -> list[str]:

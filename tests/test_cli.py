@@ -73,7 +73,7 @@ def test_gpu_filter_restricts_json_and_table():
         (["--gpu", "9", "--demo", "--once"], "no GPU '9'"),
         (["--gpu", "zero", "--demo", "--once"], "neither a GPU index nor a UUID"),
         (["--frobnicate"], "Unrecognized arguments: --frobnicate"),
-        (["--interval", "0.1", "--demo"], "at least 0.25"),
+        (["--interval", "0.1", "--demo"], "between 0.25 and 3600"),
         (["snapshot", "--window", "soon", "--demo"], "number of seconds"),
     ],
 )

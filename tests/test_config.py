@@ -27,7 +27,7 @@ def test_values_and_sections(tmp_path):
     "text, fragment",
     [
         ("interval = 1\ncolour = 'red'\n", "line 2: unknown key 'colour'"),
-        ("interval = 0.1\n", "line 1: interval must be at least 0.25"),
+        ("interval = 0.1\n", "line 1: interval must be between 0.25 and 3600, not 0.1"),
         ("interval = 'fast'\n", "line 1: interval has a bad value"),
         ("[alerts]\ntemp_warning = true\n", "line 2: temp_warning has a bad value"),
         ("[nope]\nx = 1\n", "line 1: unknown section [nope]"),

@@ -132,8 +132,8 @@ def test_execute_on_demo_frees_memory_and_audits(demo):
     assert "GPU 0: 3.0 GiB freed" in "\n".join(report.lines())
     assert not report.ok  # PID 1 was refused
     records = _audit()
-    assert [(r["pid"], r["result"]) for r in records] == [(1, "refused"), (5388, "ok")]
-    assert records[1]["freed"] == 3 * GIB and records[1]["signals"] == ["TERM"]
+    assert [(r["pid"], r["result"]) for r in records] == [(1, "refused"), (5388, "intent"), (5388, "ok")]
+    assert records[2]["freed"] == 3 * GIB and records[2]["signals"] == ["TERM"]
     assert records[1]["owner"] == "carol" and records[1]["user"]  # who acted vs whose process
     assert 5388 not in {p.pid for p in machine.demo.procs.values()}
 

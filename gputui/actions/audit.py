@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gputui.core.config import state_dir
+from gputui.core.statefile import append_text
 
 
 def audit_path(demo: bool = False) -> Path:
@@ -45,8 +46,6 @@ def audit(action: str, result: str, **details: Any) -> dict[str, Any]:
     if demo:
         record["demo"] = True
     line = json.dumps(record, default=str, sort_keys=False)
-    with open(audit_path(demo), "a", encoding="utf-8") as fh:
-        fh.write(line + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    # never through a symlink, never into a FIFO; created 0600 in a folder only this user may write
+    append_text(audit_path(demo), line + "\n", sync=True)
     return record

@@ -723,11 +723,10 @@ def check_audit_writable(demo: bool = False) -> None:
     """Raise KillError unless the audit log (the demo's own for ``demo``) can be appended to: a kill
     must leave a record."""
     from gputui.actions.audit import audit_path
+    from gputui.core.statefile import open_regular
 
     try:
-        path = audit_path(demo)
-        with open(path, "a", encoding="utf-8"):
-            pass
+        os.close(open_regular(audit_path(demo), os.O_WRONLY | os.O_APPEND | os.O_CREAT))
     except OSError as exc:
         raise KillError(f"Cannot write the audit log ({exc.strerror or exc}); gputui kills nothing it cannot "
                         "record.") from None
@@ -753,6 +752,15 @@ def execute_kill(plan: KillPlan, backend: KillBackend, before: Snapshot,
     outcomes: dict[int, Outcome] = {}
     pinned: dict[int, Any] = {}
     sent: dict[int, list[str]] = {}
+
+    # 0. the intent, on disk before any signal: no path acts without a record
+    for t in plan.targets:
+        problem = _audit("intent", **t.to_json(), signal=plan.signal, timeout=plan.timeout, escalate=plan.escalate)
+        if problem:
+            message = f"Nothing was signalled: {problem[0].lower()}{problem[1:-1]}, and gputui kills nothing it " \
+                      "cannot record."
+            failed = tuple(Outcome(x.pid, "refused", message, x) for x in plan.targets)
+            return KillReport(failed, plan.refusals, notes=tuple(notes))
 
     # 1. containers' main processes: through Docker (it waits and escalates itself)
     for t in plan.targets:

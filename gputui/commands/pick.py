@@ -28,6 +28,7 @@ import argparse
 import time
 
 from gputui.core.config import parse_size
+from gputui.core.limits import flag_type
 from gputui.core.judges.placement import FORMATS, format_pick, gpu_loads, pick, reservations
 
 EXIT_OK, EXIT_NO = 0, 1
@@ -51,23 +52,11 @@ def _size(text: str) -> int:
 
 
 def _percent(text: str) -> float:
-    try:
-        value = float(text.rstrip("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--max-util needs a percentage such as 20, not {text!r}") from None
-    if not 0 <= value <= 100:
-        raise argparse.ArgumentTypeError("--max-util must be between 0 and 100")
-    return value
+    return _max_util(text.rstrip("%"))
 
 
-def _sample(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--sample needs a number of seconds, not {text!r}") from None
-    if not 0 <= value <= 3600:
-        raise argparse.ArgumentTypeError("--sample must be between 0 and 3600 seconds")
-    return value
+_max_util = flag_type("the value", 0.0, 100.0, unit="%")
+_sample = flag_type("the value", 0.0, 3600.0, unit="seconds")
 
 
 def add_parser(sub, common):

@@ -14,6 +14,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from gputui.core.limits import RANGES, NumberError, check_number
+from gputui.core.statefile import CONFIG_LIMIT, ensure_state_dir, read_regular
+
+
 MIN_INTERVAL = 0.25
 GIB = 1024**3
 
@@ -99,21 +103,23 @@ def state_home() -> Path:
 
 
 def state_dir() -> Path:
-    """``state_home()``, created on demand (for writers: audit log, alerts log, journals)."""
-    path = state_home()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """``state_home()``, created on demand (0700) for writers (audit log, alerts log, journals).
+
+    Raises :class:`~gputui.core.statefile.StateFileError` (an ``OSError``) when the
+    folder belongs to another user or others may write to it."""
+    return ensure_state_dir(state_home())
 
 
 def parse_size(text: str | int | float) -> int:
     """'24G', '512MiB', '1.5GB', '1048576' -> bytes (binary units)."""
     if isinstance(text, (int, float)):
-        return int(text)
+        return int(check_number("a size", text, 0, float(1 << 60), "bytes"))
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
     if not m:
         raise ValueError(f"{text!r} is not a size such as 24G or 512MiB")
     number, unit = float(m.group(1)), m.group(2).upper()
-    return int(number * 1024 ** " KMGT".index(unit or " "))
+    value = number * 1024 ** " KMGT".index(unit or " ")
+    return int(check_number("a size", value, 0, float(1 << 60), "bytes"))
 
 
 def load_settings(path: Path | None = None) -> Settings:
@@ -122,9 +128,13 @@ def load_settings(path: Path | None = None) -> Settings:
     if not path.exists():
         return Settings()
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = read_regular(path, limit=CONFIG_LIMIT, follow=True)
     except OSError as exc:
         raise ConfigError(f"Cannot read config file {path}: {exc.strerror or exc}.") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"Config file {path} is not UTF-8 text (byte {exc.start + 1} is not valid).") from None
     if sys.version_info >= (3, 11):  # imported here: most runs have no config file
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
@@ -139,6 +149,8 @@ def load_settings(path: Path | None = None) -> Settings:
         where = f" line {line}" if line else ""
         msg = str(exc).split(" (at line")[0].split("\n")[0]
         raise ConfigError(f"Config file {path}{where} is not valid TOML: {msg}.") from None
+    except RecursionError:
+        raise ConfigError(f"Config file {path} is nested too deeply to be a gputui config.") from None
     values: dict[str, Any] = {}
     for key, value in data.items():
         if isinstance(value, dict):
@@ -169,7 +181,9 @@ def _coerce(path: Path, text: str, key: str, target: str, value: Any) -> Any:
     kind = _TYPES[target]
     try:
         if target == "idle_holder_memory":
-            return parse_size(value)
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise ValueError("expected a size such as 1G")
+            return int(_in_range(target, parse_size(value), key))
         if kind == "bool":
             if not isinstance(value, bool):
                 raise ValueError("expected true or false")
@@ -177,18 +191,25 @@ def _coerce(path: Path, text: str, key: str, target: str, value: Any) -> Any:
         if kind == "int":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError("expected a number")
-            return int(value)
+            return int(_in_range(target, value, key))
         if kind == "float":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError("expected a number")
-            return float(value)
+            return float(_in_range(target, value, key))
         if kind == "str":
             if not isinstance(value, str):
                 raise ValueError("expected a string")
             return value
+    except NumberError as exc:  # not finite, or out of range: checked before anything uses it
+        raise ConfigError(_where(path, text, key, str(exc))) from None
     except ValueError as exc:
         raise ConfigError(_where(path, text, key, f"{key} has a bad value ({exc})")) from None
     return value
+
+
+def _in_range(target: str, value: float, key: str = "the value") -> float:
+    low, high = RANGES[target]
+    return check_number(key, value, low, high)
 
 
 def _where(path: Path, text: str, key: str, problem: str) -> str:

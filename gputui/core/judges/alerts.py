@@ -302,9 +302,9 @@ class AlertRecorder:
             path = self.path
             if path is None:
                 return
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a", encoding="utf-8") as fh:
-                for e in events:
-                    fh.write(json.dumps(e.to_json(host), ensure_ascii=False) + "\n")
+            from gputui.core.statefile import append_text, ensure_state_dir
+
+            ensure_state_dir(path.parent)
+            append_text(path, "".join(json.dumps(e.to_json(host), ensure_ascii=False) + "\n" for e in events))
         except OSError as exc:
             self.error = f"Cannot write the alert log {self._path}: {exc.strerror or exc}; alerts are not logged."
