@@ -30,6 +30,7 @@ from gputui.context import (  # re-exported: the names tests and scripts know fr
     window_arg,
 )
 from gputui.core.config import DRIVERS, MIN_INTERVAL, ConfigError, config_path, load_settings
+from gputui.core.safe_text import clean
 from gputui.core.sources import SourceUnavailable
 
 if TYPE_CHECKING:
@@ -264,14 +265,14 @@ def main(argv: list[str] | None = None) -> int:
 
         return importlib.import_module(f"gputui.commands.{command}").run(ctx)
     except UsageError as exc:
-        print(f"gputui: {exc}", file=sys.stderr)
+        print(f"gputui: {clean(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except ConfigError as exc:
-        print(f"gputui: {exc}", file=sys.stderr)
+        print(f"gputui: {clean(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except SourceUnavailable as exc:
         hint = "" if "--demo" in str(exc) else " Try 'gputui --demo' to see gputui on a simulated server."
-        print(f"gputui: {exc}{hint}", file=sys.stderr)
+        print(f"gputui: {clean(exc)}{hint}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     except KeyboardInterrupt:
         print("gputui: interrupted.", file=sys.stderr)

@@ -11,10 +11,11 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, cast
 
 from gputui.core.config import Settings
 from gputui.core.limits import RANGES, SECONDS_RANGE, flag_type
+from gputui.core.safe_text import SafeStream
 
 if TYPE_CHECKING:
     from gputui.core.machine import Machine
@@ -60,8 +61,9 @@ class Context:
 
     args: argparse.Namespace
     settings: Settings
-    stdout: TextIO = field(default_factory=lambda: sys.stdout)
-    stderr: TextIO = field(default_factory=lambda: sys.stderr)
+    #: every byte a command writes passes the one sanitising rule (gputui.core.safe_text)
+    stdout: TextIO = field(default_factory=lambda: cast(TextIO, SafeStream(sys.stdout)))
+    stderr: TextIO = field(default_factory=lambda: cast(TextIO, SafeStream(sys.stderr)))
     demo_clock: Callable[[], float] | None = None
 
     @property
@@ -79,14 +81,17 @@ class Context:
         wanted = parse_gpu_list(getattr(self.args, "gpu", None))
         if not wanted:
             return None
+        from gputui.core.model import resolve_gpu
+
         indices: set[int] = set()
         for item in wanted:
-            match = [g for g in gpus if str(g.index) == item or g.uuid.lower() == item.lower()
-                     or (item.lower().startswith("gpu-") and g.uuid.lower().startswith(item.lower()))]
-            if not match:
+            gpu = resolve_gpu(item, gpus)  # the one rule: an index, or a unique UUID prefix of 8 or more
+            if gpu is None:
                 present = ", ".join(str(g.index) for g in gpus) or "none"
-                raise UsageError(f"There is no GPU {item!r} on this machine (GPUs present: {present}).")
-            indices.update(g.index for g in match)
+                prefix = "" if item.isdigit() else (" (a UUID prefix must be at least 8 characters and fit "
+                                                    "exactly one GPU)")
+                raise UsageError(f"There is no GPU {item!r} on this machine{prefix} (GPUs present: {present}).")
+            indices.add(gpu.index)
         return lambda g: g.index in indices
 
     def start_polling(

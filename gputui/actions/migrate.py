@@ -58,6 +58,7 @@ from gputui.actions.journal import Journal, JournalError, PendingJournal, pendin
 from gputui.actions.locks import ContainerLock, LockHeld
 from gputui.core.grants import Grant, GrantEntry, GrantForm, HostGpu, HostGpus, read_grant, rewrite_grant
 from gputui.core.model import Gpu, Snapshot
+from gputui.core.safe_text import clean as clean_text
 from gputui.core.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -205,7 +206,8 @@ class MigrationPlan:
         if self.compose_change:
             lines.append("To make the move survive the next 'docker compose up', change the compose file:")
             lines.extend(f"  {ln}" for ln in self.compose_change.splitlines())
-        return "\n".join(lines)
+        # names, labels and env values are other people's text: one rule before any terminal sees them
+        return "\n".join(clean_text(ln) for ln in lines)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -680,7 +682,7 @@ def plan_migration(
         warnings.append(f"{name} belongs to compose project {project}: the next 'docker compose up' that "
                         f"recreates service {service} puts it back on its old GPU unless the compose file "
                         f"changes{f' ({where})' if where else ''}.")
-        change = compose_change(service, tgt.uuid)
+        change = compose_change(clean_text(service), tgt.uuid)  # display text: one line per YAML line
     state = attrs.get("State") or {}
     health = cfg.get("Healthcheck") or {}
     command = running_command(attrs)

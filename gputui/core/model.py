@@ -493,6 +493,18 @@ def match_uuid(ident: str, uuids: Iterable[str]) -> str | None:
     return hits[0] if len(hits) == 1 else None
 
 
+def resolve_gpu(ident: str, gpus: Iterable["Gpu"]) -> "Gpu | None":
+    """The one rule for a GPU identifier a person types (``--gpu``, ``migrate --to``/``--from``):
+    an index, a whole UUID (any case), or a UUID prefix of at least 8 characters that fits
+    exactly one GPU. None when it names no GPU or more than one."""
+    pool = list(gpus)
+    text = str(ident).strip()
+    if text.isdigit():
+        return next((g for g in pool if g.index == int(text)), None)
+    uuid = match_uuid(text, (g.uuid for g in pool))
+    return next((g for g in pool if g.uuid == uuid), None) if uuid is not None else None
+
+
 def throttle_names(mask: int) -> tuple[str, ...]:
     """Names of the set bits of an NVML clock-event-reasons mask, in bit order."""
     return tuple(name for bit, name in THROTTLE_REASONS.items() if mask & bit)

@@ -8,6 +8,7 @@ logs, pipes and ``watch``.
 from __future__ import annotations
 
 from gputui.core.judges.text import invisible_phrase
+from gputui.core.safe_text import clean
 from gputui.core.model import Gpu, Process, Snapshot
 from gputui.core.units import (
     NA,
@@ -25,7 +26,7 @@ from gputui.core.units import (
 
 
 def _cell(value: object, width: int, right: bool = False) -> str:
-    text = truncate(NA if value is None else str(value), width)
+    text = truncate(NA if value is None else clean(value), width)
     return text.rjust(width) if right else text.ljust(width)
 
 
@@ -80,7 +81,7 @@ def _proc_row(p: Process, now: float) -> str:
             _cell(None if p.cpu_percent is None else f"{p.cpu_percent:.0f}%", 5, right=True),
             _cell(uptime, 6, right=True),
             _cell(container, 20),
-            (command or NA) + flags,
+            clean(command or NA) + flags,
         ]
     ).rstrip()
 
@@ -123,4 +124,5 @@ def render_text(snap: Snapshot, now: float | None = None) -> str:
     notes += [f"warning: {w}" for w in snap.warnings]
     if notes:
         lines += [""] + notes
-    return "\n".join(lines) + "\n"
+    # every line once more through the one rule: messages quote container names, labels, NVML strings
+    return "\n".join(clean(line) for line in lines) + "\n"

@@ -21,8 +21,9 @@ JSON output does not use this: ``json.dumps`` already escapes what it must.
 from __future__ import annotations
 
 import unicodedata
+from typing import Any, TextIO
 
-__all__ = ["clean", "clean_or_none"]
+__all__ = ["SafeStream", "clean", "clean_lines", "clean_or_none"]
 
 #: Unicode categories shown as ``\\uXXXX``: format, line/paragraph separators,
 #: surrogates (other than surrogate-escaped bytes), private use, unassigned,
@@ -64,3 +65,35 @@ def clean_or_none(text: object | None) -> str | None:
 def _has_surrogates(s: str) -> bool:
     # NFC normalisation cannot encode lone surrogates; leave such strings as they are.
     return any(0xD800 <= ord(ch) <= 0xDFFF for ch in s)
+
+
+def clean_lines(text: str) -> str:
+    """``text`` with every line passed through :func:`clean`; the newlines between lines are kept."""
+    if text.isascii() and text.replace("\n", "").isprintable():
+        return text
+    return "\n".join(clean(line) for line in text.split("\n"))
+
+
+class SafeStream:
+    """A text stream that writes everything through :func:`clean_lines`.
+
+    The command-line faces (``--once``, ``snapshot``, ``kill`` and ``migrate``
+    confirmations and plans, ``doctor``, ``pick``, error sentences) write to
+    these, so outside text cannot reach the terminal raw whichever message it
+    travels in. gputui's own output has no control characters but newlines, so
+    cleaning it changes nothing; JSON is ASCII-escaped already and passes as is.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(clean_lines(text))
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding ...
+        return getattr(self._stream, name)
