@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
+from gputui.core.plausible import plausible_reading
 from gputui.core.model import (
     ContainerInventory,
     ContainerRecord,
@@ -203,7 +204,9 @@ class DemoMachine:
                 persistence_mode=True, minor_number=i,
             ))
             raw[i] = tuple(RawProcess(p.pid, p.ptype, p.memory, s) for p, s in zip(plist, sms, strict=True))  # type: ignore[arg-type]
-        return GpuReading(self.driver_version, self.cuda_driver_version, tuple(gpus), raw, nvml_version="12.550.127.05")
+        # the same plausibility rule as NVML's readings, so every source is judged alike
+        return plausible_reading(GpuReading(self.driver_version, self.cuda_driver_version, tuple(gpus), raw,
+                                            nvml_version="12.550.127.05"))
 
     def close(self) -> None:
         pass

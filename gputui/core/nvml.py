@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
+from gputui.core.plausible import plausible_reading
 from gputui.core.sources import NvmlUnavailable
 
 #: How long slow values (power limit, ECC, persistence mode) are reused.
@@ -304,14 +305,15 @@ class NvmlSource:
                 gpus.append(gpu)
                 if procs is not None:
                     processes[dev.index] = procs
-            return GpuReading(
+            # values no hardware can report (wrapped counters, driver bugs) become N/A with a warning
+            return plausible_reading(GpuReading(
                 driver_version=self.driver_version,
                 cuda_driver_version=self.cuda_driver_version,
                 gpus=tuple(gpus),
                 processes=processes,
                 errors=self._error_sentences(),
                 nvml_version=self.nvml_version,
-            )
+            ))
 
     def _read_device(self, dev: _Device, now: float) -> tuple[Gpu, tuple[RawProcess, ...]]:
         nv = self._nv

@@ -840,7 +840,8 @@ static nvmlReturn_t running(nvmlDevice_t device, int graphics, unsigned int *cou
     for (unsigned i = 0; i < g->nprocs; i++) {
         fake_proc *p = &g->procs[i];
         if (!(graphics ? p->graphics : p->compute)) continue;
-        unsigned long long mem = p->used_memory < 0 ? ~0ULL : (unsigned long long)p->used_memory;
+        /* -1 is NVML's "not available"; any other negative value wraps, as a driver's counter underflow does */
+        unsigned long long mem = p->used_memory == -1 ? ~0ULL : (unsigned long long)p->used_memory;
         if (v1) {
             nvmlProcessInfo_v1_t *out = (nvmlProcessInfo_v1_t *)infos + k;
             out->pid = p->pid;

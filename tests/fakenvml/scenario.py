@@ -31,7 +31,8 @@ exists: ``name``, ``uuid``, ``pci_bus_id``, ``minor_number``, ``memory_total``,
 ``encoder_utilization``, ``decoder_utilization`` (asked by other monitors such as
 nvitop, so benchmarks compare like with like), ``lost`` (bool: every query on the GPU answers
 GPU_IS_LOST), ``processes`` (list of ``{"pid", "used_memory", "sm", "type",
-"mem_util"}``; ``used_memory`` None = NVML's "not available", ``sm`` None = no
+"mem_util"}``; ``used_memory`` None = NVML's "not available" (a negative number
+wraps to a huge unsigned value, as an underflowing driver counter does), ``sm`` None = no
 utilization sample, ``type`` "compute", "graphics" or "compute+graphics"),
 ``unsupported`` (field names that answer NOT_SUPPORTED) and ``errors``
 ({field: "unknown" | "no_permission" | "timeout" | ... | int}).
