@@ -33,7 +33,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gputui.core.model import ContainerRecord, ContainerRef, Finding, GpuReading, ProcessFacts, Snapshot
+from gputui.core.model import (
+    ContainerRecord,
+    ContainerRef,
+    Finding,
+    GpuReading,
+    ProcessFacts,
+    Snapshot,
+)
 from gputui.core.units import fmt_bytes
 
 if TYPE_CHECKING:

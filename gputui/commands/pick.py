@@ -28,8 +28,14 @@ import argparse
 import time
 
 from gputui.core.config import parse_size
+from gputui.core.judges.placement import (
+    FORMATS,
+    format_pick,
+    gpu_loads,
+    pick,
+    reservations,
+)
 from gputui.core.limits import flag_type
-from gputui.core.judges.placement import FORMATS, format_pick, gpu_loads, pick, reservations
 
 EXIT_OK, EXIT_NO = 0, 1
 

@@ -17,7 +17,6 @@ from typing import Any
 from gputui.core.limits import RANGES, NumberError, check_number
 from gputui.core.statefile import CONFIG_LIMIT, ensure_state_dir, read_regular
 
-
 MIN_INTERVAL = 0.25
 GIB = 1024**3
 

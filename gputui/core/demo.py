@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from gputui.core.plausible import plausible_reading
 from gputui.core.model import (
     ContainerInventory,
     ContainerRecord,
@@ -36,6 +35,7 @@ from gputui.core.model import (
     ProcessFacts,
     RawProcess,
 )
+from gputui.core.plausible import plausible_reading
 
 GIB = 1024**3
 MIB = 1024**2

@@ -21,6 +21,7 @@ JSON output does not use this: ``json.dumps`` already escapes what it must.
 from __future__ import annotations
 
 import unicodedata
+from functools import lru_cache
 from typing import Any, TextIO
 
 __all__ = ["SafeStream", "clean", "clean_lines", "clean_or_none"]
@@ -53,6 +54,12 @@ def clean(text: object) -> str:
         if s.isprintable():
             return s  # the common case costs one scan
         return "".join(_escape_char(ch) if (ch < " " or ch == "\x7f") else ch for ch in s)
+    return _clean_unicode(s)
+
+
+@lru_cache(maxsize=8192)
+def _clean_unicode(s: str) -> str:
+    # Widgets redraw the same names and command lines every second: remember the answers.
     s = unicodedata.normalize("NFC", s) if not _has_surrogates(s) else s
     return "".join(_escape_char(ch) for ch in s)
 

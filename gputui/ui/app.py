@@ -89,6 +89,7 @@ from gputui.core.judges.alerts import AlertRecorder
 from gputui.core.model import Gpu, Snapshot
 from gputui.core.poller import Poller
 from gputui.ui.messages import JournalsChecked, PollFailed, PollFinished
+from gputui.ui.safe import markup
 from gputui.ui.widgets.status import PollStatus
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ class GpuTuiApp(App[int]):
         new = [s for s in message.sentences if s not in self.poll_status.journals]
         self._set_status(journals=message.sentences)
         for sentence in new:
-            self.notify(sentence, title="Interrupted migration", severity="warning", timeout=20)
+            self.notify(markup(sentence), title="Interrupted migration", severity="warning", timeout=20)
         if message.sentences and not self._closing:
             # Keep looking, so the warning goes away once `gputui migrate --recover` has run.
             self.set_timer(JOURNAL_RECHECK, self._check_journals)

@@ -25,6 +25,7 @@ from textual.widgets import Footer, Static
 
 from gputui.core.judges.alerts import AlertEvent, AlertRecorder
 from gputui.core.model import Alert, Snapshot
+from gputui.ui.safe import markup, text
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow"}
 _EVENT_WORD = {"raised": "raised", "changed": "now", "cleared": "cleared"}
@@ -52,7 +53,7 @@ def active_table(alerts: tuple[Alert, ...], now: datetime | None) -> Table | Tex
     t.add_column("Message", ratio=1)
     for a in alerts:
         t.add_row(Text(a.severity.upper(), style=_SEVERITY_STYLE[a.severity]), _where(a), a.kind,
-                  _when(a.since, now), a.message)
+                  _when(a.since, now), markup(a.message))
     return t
 
 
@@ -71,7 +72,7 @@ def history_table(events: tuple[AlertEvent, ...], now: datetime | None) -> Table
             event = Text("cleared", style="green")
         else:
             event = Text(f"{_EVENT_WORD[e.event]} {a.severity}", style=_SEVERITY_STYLE[a.severity])
-        t.add_row(_when(e.time, now), event, _where(a), a.kind, Text(a.message, style="dim" if e.event == "cleared"
+        t.add_row(_when(e.time, now), event, _where(a), a.kind, text(a.message, style="dim" if e.event == "cleared"
                                                                       else ""))
     return t
 
@@ -165,7 +166,7 @@ class AlertsScreen(Screen[None]):
         crit = sum(1 for a in alerts if a.severity == "critical")
         counts = f"{len(alerts)} active" + (f", {crit} critical" if crit else "")
         self.query_one("#alerts-title", Static).update(f"Alerts — {counts}")
-        self.query_one("#alerts-log", Static).update(self._log_line(rec))
+        self.query_one("#alerts-log", Static).update(text(self._log_line(rec)))  # names a path: no markup
         self.query_one("#alerts-active", Static).update(active_table(alerts, now))
         self.query_one("#alerts-history", Static).update(history_table(events, now))
 

@@ -28,6 +28,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from gputui.core.model import Container, Snapshot
 from gputui.ui import format as fmt
+from gputui.ui.safe import markup, plain, text
 from gputui.ui.widgets.status import PollStatus, StatusLine
 
 #: How each grant form is named in the table.
@@ -80,19 +81,19 @@ def via_cell(c: Container) -> str:
 def gpu_strip(c: Container, snapshot: Snapshot) -> Text:
     """Every GPU of the snapshot; the container's used GPUs filled, granted-only underlined, others dim."""
     used, granted = set(c.used_gpus), set(c.granted_gpus)
-    text = Text("GPUs ")
+    out = Text("GPUs ")
     for g in snapshot.gpus:
         style = USED_STYLE if g.index in used else GRANTED_STYLE if g.index in granted else OTHER_STYLE
-        text.append(f" {g.index} ", style=style)
-        text.append(" ")
-    text.append("   ")
-    text.append(" n ", style=USED_STYLE)
-    text.append(" its processes run here  ")
-    text.append(" n ", style=GRANTED_STYLE)
-    text.append(" granted, unused  ")
-    text.append(" n ", style=OTHER_STYLE)
-    text.append(" other")
-    return text
+        out.append(f" {g.index} ", style=style)
+        out.append(" ")
+    out.append("   ")
+    out.append(" n ", style=USED_STYLE)
+    out.append(" its processes run here  ")
+    out.append(" n ", style=GRANTED_STYLE)
+    out.append(" granted, unused  ")
+    out.append(" n ", style=OTHER_STYLE)
+    out.append(" other")
+    return out
 
 
 def detail(c: Container, snapshot: Snapshot) -> Table:
@@ -100,13 +101,14 @@ def detail(c: Container, snapshot: Snapshot) -> Table:
     out = Table.grid(padding=(0, 1), expand=True)
     out.add_column(no_wrap=True, style="bold")
     out.add_column(ratio=1)
-    out.add_row("Container", Text.assemble((c.name, "bold"), f"  {c.id[:12]}  {c.state}"))
+    # names, images, labels and policies are the container owner's text: plain Text, never markup
+    out.add_row("Container", Text.assemble((plain(c.name), "bold"), plain(f"  {c.id[:12]}  {c.state}")))
     if c.image:
-        out.add_row("Image", c.image)
+        out.add_row("Image", markup(c.image))
     if c.compose_project:
-        out.add_row("Compose", f"project {c.compose_project}, service {c.compose_service or '-'}")
+        out.add_row("Compose", markup(f"project {c.compose_project}, service {c.compose_service or '-'}"))
     if c.restart_policy:
-        out.add_row("Restart", c.restart_policy)
+        out.add_row("Restart", markup(c.restart_policy))
     n = len(snapshot.gpus)
     grant = grant_cell(c, n)
     if grant == "unknown":
@@ -118,8 +120,9 @@ def detail(c: Container, snapshot: Snapshot) -> Table:
         what = (f"all {n} GPUs" if c.gpus == "all" else
                 f"GPU{'s' if len(c.granted_gpus) > 1 else ''} {grant}")
         grant_text = f"{what} via {VIA.get(c.grant_source, c.grant_source)}"
-    out.add_row("Grant", grant_text)
-    out.add_row("CUDA_VISIBLE_DEVICES", c.cuda_visible_devices if c.cuda_visible_devices is not None else "not set")
+    out.add_row("Grant", markup(grant_text))
+    out.add_row("CUDA_VISIBLE_DEVICES", markup(c.cuda_visible_devices if c.cuda_visible_devices is not None
+                                             else "not set"))
     uses = (f"GPU {indices(c.used_gpus)}, {fmt.size(c.gpu_memory)} in {len(c.pids)} "
             f"process{'es' if len(c.pids) != 1 else ''}" if c.pids else "nothing on any GPU now")
     out.add_row("Uses", uses)
@@ -128,8 +131,8 @@ def detail(c: Container, snapshot: Snapshot) -> Table:
         for i, f in enumerate(c.findings):
             if i:
                 findings.append("\n")
-            findings.append(f"{f.kind}: ", style=FINDING_STYLE)
-            findings.append(f.message)
+            findings.append(f"{plain(f.kind)}: ", style=FINDING_STYLE)
+            findings.append(plain(f.message))
         out.add_row("Findings", findings)
     else:
         out.add_row("Findings", Text("none", style="dim"))
@@ -156,8 +159,8 @@ def processes_table(c: Container, snapshot: Snapshot) -> Table | Text:
     for p in sorted(procs, key=lambda p: (p.container is None or p.container.id != c.id, p.gpu_index, p.pid)):
         mine = p.container is not None and p.container.id == c.id and p.pid in own
         style = "bold" if mine else "dim"
-        t.add_row("▶" if mine else "", str(p.gpu_index), str(p.pid), p.user or fmt.NA, fmt.size(p.gpu_memory),
-                  p.container.label if p.container else "-", p.command or fmt.NA, style=style)
+        t.add_row("▶" if mine else "", str(p.gpu_index), str(p.pid), markup(p.user or fmt.NA), fmt.size(p.gpu_memory),
+                  markup(p.container.label if p.container else "-"), markup(p.command or fmt.NA), style=style)
     return t
 
 
@@ -258,7 +261,7 @@ class ContainersScreen(Screen[None]):
             title.append(f", {flagged} with findings", style=FINDING_STYLE)
         if not snapshot.docker.available:
             reason = (snapshot.docker.error or "unknown reason").rstrip(".")
-            title.append(f"   Docker unavailable: {reason}", style="bold")
+            title.append(plain(f"   Docker unavailable: {reason}"), style="bold")
         self.query_one("#containers-title", Static).update(title)
 
     def _fill_table(self, snapshot: Snapshot) -> None:
@@ -271,7 +274,7 @@ class ContainersScreen(Screen[None]):
             kinds = Text(", ".join(f.kind for f in c.findings) or "-",
                          style=FINDING_STYLE if c.findings else "dim")
             table.add_row(
-                c.name, c.state, grant_cell(c, n_gpus), via_cell(c), indices(c.used_gpus),
+                markup(c.name), markup(c.state), grant_cell(c, n_gpus), markup(via_cell(c)), indices(c.used_gpus),
                 fmt.size(c.gpu_memory) if c.pids else "-", str(len(c.pids)), kinds, key=c.id,
             )
             self._order.append(c.id)
@@ -302,7 +305,7 @@ class ContainersScreen(Screen[None]):
                 body.update(Text("No container has a GPU grant or a GPU process.", style="dim"))
             else:
                 reason = (snapshot.docker.error or "unknown reason").rstrip(".")
-                body.update(Text(f"Containers unavailable: {reason}.", style="bold"))
+                body.update(text(f"Containers unavailable: {reason}.", style="bold"))
             return
         self.strip = gpu_strip(c, snapshot)
         strip_widget.update(self.strip)

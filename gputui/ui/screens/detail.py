@@ -24,6 +24,7 @@ from gputui.core.history import GpuSample
 from gputui.core.model import Gpu, Snapshot, describe_fields
 from gputui.ui import format as fmt
 from gputui.ui.plots import plot_text
+from gputui.ui.safe import markup, plain
 from gputui.ui.widgets.status import PollStatus, StatusLine
 
 GIB = 1024**3
@@ -175,10 +176,10 @@ class GpuDetailScreen(Screen):
             return
         head = Text()
         head.append(f" GPU {gpu.index} ", style="bold reverse")
-        head.append(f"  {gpu.name}", style="bold")
-        head.append(f"   {gpu.uuid}", style="dim")
+        head.append(f"  {plain(gpu.name)}", style="bold")  # NVML strings: the one rule, as everywhere
+        head.append(f"   {plain(gpu.uuid)}", style="dim")
         if gpu.pci_bus_id:
-            head.append(f"   bus {gpu.pci_bus_id}", style="dim")
+            head.append(f"   bus {plain(gpu.pci_bus_id)}", style="dim")
         if gpu.lost:
             head.append("   LOST: NVML no longer answers for this GPU", style="bold red")
         title.update(head)
@@ -225,20 +226,20 @@ class GpuDetailScreen(Screen):
         for name, value in describe_fields(gpu):
             if name == "processes":
                 continue
-            table.add_row(name.replace("_", " "), _fmt_field(name, value, gpu, settings))
-        table.add_row("free memory", _fmt_field("memory_used", gpu.memory_free, gpu, settings))
+            table.add_row(name.replace("_", " "), markup(_fmt_field(name, value, gpu, settings)))
+        table.add_row("free memory", markup(_fmt_field("memory_used", gpu.memory_free, gpu, settings)))
         alerts = [a for a in snapshot.alerts if a.gpu == gpu.index]
         table.add_row("", "")
         table.add_row(Text("alerts", style="bold"), Text(str(len(alerts)) if alerts else "none"))
         for a in alerts:
             since = a.since.strftime("%H:%M:%S") if isinstance(a.since, datetime) else ""
             table.add_row(Text(a.severity, style="bold red" if a.severity == "critical" else "bold yellow"),
-                          f"{a.message} (since {since})")
+                          markup(f"{a.message} (since {since})"))
         table.add_row("", "")
         table.add_row(Text("processes", style="bold"), Text(str(len(gpu.processes))))
         for p in sorted(gpu.processes, key=lambda p: -(p.gpu_memory or 0)):
             who = f"{p.user or '?'}"
             where = f" [{p.container.label}]" if p.container else ""
             sm = fmt.NA if p.sm_utilization is None else p.sm_utilization
-            table.add_row(f"{p.pid}", f"{who} {fmt.size(p.gpu_memory)} SM {sm}%{where} {p.command or ''}")
+            table.add_row(f"{p.pid}", markup(f"{who} {fmt.size(p.gpu_memory)} SM {sm}%{where} {p.command or ''}"))
         return table

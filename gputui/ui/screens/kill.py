@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -41,6 +42,7 @@ from gputui.actions.kill import (
     plan_kill,
 )
 from gputui.core.model import Process, Snapshot
+from gputui.ui.safe import markup, plain, text
 
 #: Seconds to wait for a process to exit before reporting it (or escalating).
 TIMEOUT = 10.0
@@ -170,14 +172,15 @@ class KillScreen(ModalScreen["KillReport | None"]):
         else:
             lines.append("")
             lines.append("Nothing can be killed.")
-        self.query_one("#kill-plan", Static).update("\n".join(lines))
+        # commands, users, container names: each line through the one rule, never parsed as markup
+        self.query_one("#kill-plan", Static).update(Text("\n".join(plain(ln) for ln in lines)))
         self._show_options()
         self.refresh_bindings()
 
     def _show_options(self) -> None:
         esc = "on: SIGKILL whatever is left after" if self.escalate else "off (e to turn on)"
-        text = f"Signal: SIG{self.signal}   wait {self.timeout:g} s   escalate: {esc}"
-        self.query_one("#kill-options", Static).update(text)
+        options = f"Signal: SIG{self.signal}   wait {self.timeout:g} s   escalate: {esc}"
+        self.query_one("#kill-options", Static).update(options)
 
     # -- actions ---------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -243,18 +246,18 @@ class KillScreen(ModalScreen["KillReport | None"]):
 
     @on(Progress)
     def _progress(self, message: Progress) -> None:
-        self.query_one("#kill-progress", Static).update(message.text)
+        self.query_one("#kill-progress", Static).update(text(message.text))
 
     @on(Finished)
     def _finished(self, message: Finished) -> None:
         self.state = "done"
         self.report = message.report
         if message.report is None:
-            self.app.notify(message.error or "The kill failed.", title="Kill", severity="error", timeout=5)
+            self.app.notify(markup(message.error or "The kill failed."), title="Kill", severity="error", timeout=5)
         else:
             report = message.report
             severity: SeverityLevel = "information" if report.ok else "warning"
-            body = "\n".join([report.summary(), *report.lines()])
+            body = "\n".join(markup(ln) for ln in [report.summary(), *report.lines()])
             self.app.notify(body, title="Kill", severity=severity, timeout=5)
         request = getattr(self.app, "request_poll", None)
         if callable(request):

@@ -45,6 +45,7 @@ from gputui.actions.migrate import (
 )
 from gputui.core.model import Container, Process, Snapshot
 from gputui.core.units import fmt_bytes
+from gputui.ui.safe import markup, plain, text
 
 #: Progress marks per step state.
 _MARKS = {"pending": ("·", "dim"), "running": ("…", "bold"), "done": ("✓", "green"), "skipped": ("–", "dim"),
@@ -202,18 +203,18 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
     def _title(self) -> str:
         if self.container_name is None:
             return "Migrate"
-        return f"Migrate container {self.container_name}"
+        return f"Migrate container {markup(self.container_name)}"
 
     def on_mount(self) -> None:
         app: Any = self.app
         if self.snapshot is None:
             self.snapshot = getattr(app, "snapshot", None)
         if self.problem is not None:
-            self._show_plan_text(Text(self.problem, style="bold"))
+            self._show_plan_text(text(self.problem, style="bold"))
             self.query_one("#migrate-targets").display = False
         elif getattr(app, "settings", None) is not None and app.settings.read_only:
             self.problem = "gputui is read-only (--read-only or read_only in the config): migration is off."
-            self._show_plan_text(Text(self.problem, style="bold"))
+            self._show_plan_text(text(self.problem, style="bold"))
             self.query_one("#migrate-targets").display = False
         else:
             self._show_current()
@@ -265,20 +266,20 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
             parts.append(f"peak GPU memory {fmt_bytes(peak)}")
         if c is not None and c.compose_project:
             parts.append(f"compose project {c.compose_project}")
-        self.query_one("#migrate-current", Static).update(" · ".join(parts))
+        self.query_one("#migrate-current", Static).update(text(" · ".join(parts)))
 
     def _option_prompt(self, o: TargetOption) -> Text:
-        text = Text()
-        text.append(f"GPU {o.index}", style="bold")
-        text.append(f"  {fmt_bytes(o.memory_free):>9} free")
-        text.append(f"  load {'N/A' if o.utilization is None else str(o.utilization) + '%':>4}")
+        prompt = Text()
+        prompt.append(f"GPU {o.index}", style="bold")
+        prompt.append(f"  {fmt_bytes(o.memory_free):>9} free")
+        prompt.append(f"  load {'N/A' if o.utilization is None else str(o.utilization) + '%':>4}")
         if o.suggested:
-            text.append("  ★ suggested", style="bold green")
+            prompt.append("  ★ suggested", style="bold green")
         if o.current:
-            text.append("  (now)", style="dim")
+            prompt.append("  (now)", style="dim")
         if o.refusal and not o.current:
-            text.append(f"  {self._short_reason(o)}", style="red")
-        return text
+            prompt.append(plain(f"  {self._short_reason(o)}"), style="red")
+        return prompt
 
     def _short_reason(self, o: TargetOption) -> str:
         """The refusal as it fits a list row (the full sentence is shown when it is chosen with f)."""
@@ -322,18 +323,19 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         if plan is None:
             return
         t = Text()
-        t.append(f"{plan.from_label} → GPU {plan.to_gpu} ({plan.to_uuid})\n", style="bold")
-        t.append(f"grant after: {plan.grant_after}\n")
+        # grants, labels, env values and warnings quote the container owner's text: one line each, escaped
+        t.append(plain(f"{plan.from_label} → GPU {plan.to_gpu} ({plan.to_uuid})") + "\n", style="bold")
+        t.append(plain(f"grant after: {plan.grant_after}") + "\n")
         t.append("Configuration change (everything else is copied as it is):\n")
         for line in plan.diff:
-            t.append(f"  {line}\n", style="red" if line.startswith("-") else "green")
+            t.append(plain(f"  {line}") + "\n", style="red" if line.startswith("-") else "green")
         for keep in plan.keeps:
-            t.append(f"  keeps {keep}\n", style="dim")
+            t.append(plain(f"  keeps {keep}") + "\n", style="dim")
         for w in plan.warnings:
-            t.append(f"Warning: {w}\n", style="yellow")
+            t.append(plain(f"Warning: {w}") + "\n", style="yellow")
         if plan.compose_change:
             t.append("Compose-file change that makes the move stick:\n", style="yellow")
-            t.append(plan.compose_change + "\n", style="yellow")
+            t.append("".join(plain(ln) + "\n" for ln in plan.compose_change.splitlines()), style="yellow")
         if plan.demo:
             t.append("Demo: this moves the simulated container only.\n", style="dim")
         self._show_plan_text(t)
@@ -349,7 +351,7 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
             state = self.steps[step]
             mark, style = _MARKS.get(state, ("·", "dim"))
             t.append(f" {mark} ", style=style)
-            t.append(f"{n}. {self.step_notes.get(step) or STEP_TEXT[step]}\n",
+            t.append(plain(f"{n}. {self.step_notes.get(step) or STEP_TEXT[step]}") + "\n",
                      style=style if state in ("failed", "running") else "")
         widget.update(t)
 
@@ -450,7 +452,7 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         if message.fatal:
             self.problem = message.sentence
             self.query_one("#migrate-targets").display = False
-        self._show_plan_text(Text(message.sentence, style="bold red"))
+        self._show_plan_text(text(message.sentence, style="bold red"))
         self._show_hint()
         self.refresh_bindings()
 
@@ -524,7 +526,7 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         self.result = message.result
         self.state = "done"
         widget = self.query_one("#migrate-result", Static)
-        widget.update(message.result.message)
+        widget.update(text(message.result.message))
         widget.display = True
         widget.set_class(message.result.ok, "-ok")
         widget.set_class(not message.result.ok, "-failed")
@@ -536,7 +538,7 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
             request()
         # The dialog shows the result itself; the toast comes when the dialog closes (a toast over the
         # dialog would cover its border and key line on a small terminal).
-        self._toast = (message.result.message, "information" if message.result.ok else "error")
+        self._toast = (markup(message.result.message), "information" if message.result.ok else "error")
 
     _toast: tuple[str, str] | None = None
 

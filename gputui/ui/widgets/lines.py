@@ -15,6 +15,8 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
 
+from gputui.core.safe_text import clean
+
 #: Eighth-blocks, index = level 0..8. Level 0 is drawn as the lowest bar in the
 #: "empty" style so the track stays visible and a 0 % GPU still shows a line.
 BARS = " ▁▂▃▄▅▆▇█"
@@ -30,6 +32,7 @@ class LineBuilder:
         self.width = 0
 
     def add(self, text: str, style: Style | None = None) -> LineBuilder:
+        text = clean(text)  # outside text never reaches the terminal raw (costs one scan when plain)
         if text:
             self.segments.append(Segment(text, style))
             self.width += cell_len(text)
@@ -39,6 +42,7 @@ class LineBuilder:
         """Add ``text`` cut or padded to exactly ``width`` cells (CJK-safe)."""
         if width <= 0:
             return self
+        text = clean(text)
         if cell_len(text) > width:
             text = set_cell_size(text, width - 1) + "…" if width > 1 else set_cell_size(text, width)
         elif right:
