@@ -209,7 +209,7 @@ def report_pending_journals(ctx: Context) -> None:
     from gputui.actions.journal import pending_journals
 
     for journal in pending_journals():
-        print(f"gputui: {journal.describe()}", file=ctx.stderr)
+        print(clean(f"gputui: {journal.describe()}"), file=ctx.stderr)
 
 
 def load_context(args: argparse.Namespace) -> Context:

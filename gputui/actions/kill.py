@@ -41,6 +41,7 @@ from gputui.core.model import (
     ProcessFacts,
     Snapshot,
 )
+from gputui.core.safe_text import clean
 from gputui.core.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -662,6 +663,7 @@ def _refuse(pid: int, target: KillTarget | None, backend: KillBackend, protected
 def _short(command: str | None, width: int = 40) -> str:
     if not command:
         return "unknown command"
+    command = clean(command)  # one line, visible escapes: cut what the reader will see
     return command if len(command) <= width else command[: width - 1] + "…"
 
 

@@ -30,6 +30,7 @@ from gputui.actions.kill import (
 )
 from gputui.commands.prompt import ask, interactive
 from gputui.context import EXIT_NO, EXIT_OK, EXIT_USAGE, UsageError, seconds_arg
+from gputui.core.safe_text import clean
 
 
 def _pid(text: str) -> int:
@@ -78,13 +79,13 @@ def run(ctx) -> int:
     if ctx.settings.read_only:
         plan = read_only_plan(args.pids, signal=args.signal, timeout=args.timeout, escalate=args.escalate)
         for note in audit_refusals(plan.refusals, ctx.demo):
-            print(f"gputui: {note}", file=err)
-        print(f"gputui: {READ_ONLY}", file=err)
+            print(clean(f"gputui: {note}"), file=err)
+        print(clean(f"gputui: {READ_ONLY}"), file=err)
         return EXIT_NO
     try:
         check_audit_writable(ctx.demo)
     except KillError as exc:
-        print(f"gputui: {exc}", file=err)
+        print(clean(f"gputui: {exc}"), file=err)
         return EXIT_NO
 
     machine = ctx.open_machine()
@@ -102,22 +103,22 @@ def run(ctx) -> int:
             # A PID that names no process is a mistake in the command line: nothing is signalled
             # (the list may hold a typo), and the exit status is 2 like any "no such ..." argument.
             for note in audit_refusals(plan.refusals, demo):
-                print(f"gputui: {note}", file=err)
+                print(clean(f"gputui: {note}"), file=err)
             for r in plan.refusals:
-                print(f"gputui: {r.reason}", file=err)
+                print(clean(f"gputui: {r.reason}"), file=err)
             if plan.targets:
                 print("gputui: Nothing was killed.", file=err)
             return EXIT_USAGE
         if not plan.targets:
             for note in audit_refusals(plan.refusals, demo):
-                print(f"gputui: {note}", file=err)
+                print(clean(f"gputui: {note}"), file=err)
             for r in plan.refusals:
-                print(f"gputui: {r.reason}", file=err)
+                print(clean(f"gputui: {r.reason}"), file=err)
             return EXIT_NO
         if machine.demo is not None:
             print("(demo: this acts on the simulated server, no real process is signalled)", file=out)
         for line in confirmation_lines(plan):
-            print(line, file=out)
+            print(clean(line), file=out)
         out.flush()
         if not args.yes:
             if not interactive():
@@ -130,12 +131,12 @@ def run(ctx) -> int:
                 return EXIT_NO
 
         def progress(msg: str) -> None:
-            print(msg, file=err)
+            print(clean(msg), file=err)
             err.flush()
 
         report = execute_kill(plan, backend, before, progress=progress if interactive() else None)
         for line in report.lines():
-            print(line, file=out)
+            print(clean(line), file=out)
         return EXIT_OK if report.ok else EXIT_NO
     finally:
         if backend is not None:

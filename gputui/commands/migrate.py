@@ -34,6 +34,7 @@ from gputui.actions.migrate import (
 )
 from gputui.commands.prompt import ask, interactive
 from gputui.context import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, UsageError, seconds_arg
+from gputui.core.safe_text import clean
 
 
 def add_parser(sub, common):
@@ -82,17 +83,17 @@ def run(ctx) -> int:
     out, err = ctx.stdout, ctx.stderr
     if ctx.settings.read_only and not args.dry_run:
         audit_refusal(args.container, args.to, READ_ONLY, demo=ctx.demo)
-        print(f"gputui: {READ_ONLY}", file=err)
+        print(clean(f"gputui: {READ_ONLY}"), file=err)
         return EXIT_NO
     if not ctx.demo:
         for pending in pending_journals("migrate"):
             who = (pending.data.get("container") or {})
             if args.container in (who.get("name"), who.get("id")) or \
                     (len(args.container) >= 4 and str(who.get("id", "")).startswith(args.container)):
-                print(f"gputui: {args.container} has an interrupted migration; run 'gputui migrate --recover' "
-                      f"first.", file=err)
+                print(clean(f"gputui: {args.container} has an interrupted migration; run 'gputui migrate "
+                            "--recover' first."), file=err)
                 return EXIT_NO
-            print(f"gputui: warning: {pending.describe()}", file=err)
+            print(clean(f"gputui: warning: {pending.describe()}"), file=err)
 
     machine = ctx.open_machine(docker=True)
     engine = None
@@ -112,10 +113,10 @@ def run(ctx) -> int:
         except MigrationRefused as exc:
             if not args.dry_run:
                 audit_refusal(args.container, args.to, str(exc), demo=ctx.demo)
-            print(f"gputui: {exc}", file=err)
+            print(clean(f"gputui: {exc}"), file=err)
             return EXIT_NO
         except MigrationUnavailable as exc:
-            print(f"gputui: {exc}", file=err)
+            print(clean(f"gputui: {exc}"), file=err)
             return EXIT_UNAVAILABLE
 
         if engine.demo:
@@ -123,7 +124,7 @@ def run(ctx) -> int:
         print(plan.describe(), file=out)
         if args.dry_run:
             note = " (read-only: it could not be carried out)" if ctx.settings.read_only else ""
-            print(f"Dry run: nothing was changed{note}.", file=out)
+            print(clean(f"Dry run: nothing was changed{note}."), file=out)
             return EXIT_OK
         out.flush()
         if not args.yes:
@@ -139,20 +140,20 @@ def run(ctx) -> int:
             # Steps that wait (a slow stop, verification) say so while they wait.
             if p.state in ("done", "skipped", "failed", "undoing") or \
                     (p.state == "running" and p.step in ("stop", "verify")):
-                print(p.line(), file=out)
+                print(clean(p.line()), file=out)
                 out.flush()
 
         with _sigterm_interrupts():
             result = engine.execute(plan, progress=progress, timeout=args.timeout)
         if result.ok:
-            print(result.message, file=out)
+            print(clean(result.message), file=out)
             if plan.compose_change:
                 print("Remember the compose-file change above, or 'docker compose up' will move it back.", file=out)
             return EXIT_OK
-        print(f"gputui: {result.message}", file=err)
+        print(clean(f"gputui: {result.message}"), file=err)
         return EXIT_NO
     except JournalError as exc:
-        print(f"gputui: {exc}", file=err)
+        print(clean(f"gputui: {exc}"), file=err)
         return EXIT_NO
     finally:
         if engine is not None:
@@ -185,14 +186,14 @@ def _recover(ctx) -> int:
         return EXIT_OK
     pending = pending_journals("migrate")
     for p in pending:
-        print(p.describe(), file=out)
+        print(clean(p.describe()), file=out)
     if ctx.settings.read_only:
-        print(f"gputui: {READ_ONLY}", file=err)
+        print(clean(f"gputui: {READ_ONLY}"), file=err)
         return EXIT_NO
     try:
         client = docker_client(ctx.settings.docker_timeout)
     except MigrationUnavailable as exc:
-        print(f"gputui: {exc}", file=err)
+        print(clean(f"gputui: {exc}"), file=err)
         return EXIT_UNAVAILABLE
     from gputui.actions.migrate import DockerMigrationEngine
 
@@ -213,7 +214,7 @@ def _recover(ctx) -> int:
         failed = False
 
         def progress(p: Progress) -> None:
-            print(f"  {p.message}", file=out)
+            print(clean(f"  {p.message}"), file=out)
             out.flush()
 
         for p in pending:
@@ -224,11 +225,11 @@ def _recover(ctx) -> int:
             except JournalError as exc:
                 ok, message = False, str(exc)
             if ok:
-                print(message, file=out)
+                print(clean(message), file=out)
                 continue
-            print(f"gputui: {message}", file=err)
+            print(clean(f"gputui: {message}"), file=err)
             if args.discard and not busy and p.path.exists():
-                print(_discard(p), file=out)
+                print(clean(_discard(p)), file=out)
             else:
                 failed = True
         _report_backups(client, out)

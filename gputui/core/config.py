@@ -109,16 +109,16 @@ def state_dir() -> Path:
     return ensure_state_dir(state_home())
 
 
-def parse_size(text: str | int | float) -> int:
+def parse_size(text: str | int | float, name: str = "a size") -> int:
     """'24G', '512MiB', '1.5GB', '1048576' -> bytes (binary units)."""
     if isinstance(text, (int, float)):
-        return int(check_number("a size", text, 0, float(1 << 60), "bytes"))
+        return int(check_number(name, text, 0, float(1 << 60), "bytes"))
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
     if not m:
         raise ValueError(f"{text!r} is not a size such as 24G or 512MiB")
     number, unit = float(m.group(1)), m.group(2).upper()
     value = number * 1024 ** " KMGT".index(unit or " ")
-    return int(check_number("a size", value, 0, float(1 << 60), "bytes"))
+    return int(check_number(name, value, 0, float(1 << 60), "bytes"))
 
 
 def load_settings(path: Path | None = None) -> Settings:
@@ -182,7 +182,7 @@ def _coerce(path: Path, text: str, key: str, target: str, value: Any) -> Any:
         if target == "idle_holder_memory":
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
                 raise ValueError("expected a size such as 1G")
-            return int(_in_range(target, parse_size(value), key))
+            return int(_in_range(target, parse_size(value, key), key))
         if kind == "bool":
             if not isinstance(value, bool):
                 raise ValueError("expected true or false")
