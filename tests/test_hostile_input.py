@@ -252,6 +252,26 @@ def test_container_label_and_env_are_escaped_in_the_plan_and_kept_in_json(docker
     assert by_name["hostile-labels"]["compose_project"] == label  # JSON keeps the real text
     assert by_name["hostile-env"]["cuda_visible_devices"] == env_value
 
+    # a symlinked audit log: the migration does not start, the link's target is unchanged
+    outside = isolated_xdg / "outside.txt"
+    outside.write_text("precious\n")
+    state_home().mkdir(parents=True, exist_ok=True)
+    (state_home() / "audit.jsonl").symlink_to(outside)
+    before = d.client.api.inspect_container("hostile-labels")["Id"]
+    refused = run(fake_nvml, "migrate", "hostile-labels", "--to", "1", "--yes", env_extra=env, timeout=120)
+    assert refused.returncode == 1
+    assert "symbolic link" in refused.stdout.decode() + refused.stderr.decode()
+    assert d.client.api.inspect_container("hostile-labels")["Id"] == before
+    assert outside.read_text() == "precious\n"
+
+    # with a real log, the intent is recorded before the first step and the result after
+    (state_home() / "audit.jsonl").unlink()
+    moved = run(fake_nvml, "migrate", "hostile-labels", "--to", "1", "--yes", "--timeout", "1", env_extra=env,
+                timeout=120)
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    assert_terminal_safe(moved.stdout)
+    assert [r["result"] for r in audit_records() if r["action"] == "migrate"] == ["intent", "ok"]
+
 
 # -- state files ---------------------------------------------------------------------------------------------
 

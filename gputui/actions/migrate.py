@@ -896,6 +896,19 @@ def _audit(result: str, plan: MigrationPlan | None, **details: Any) -> None:
         pass  # the state directory is unwritable: the action itself already happened or was undone
 
 
+def _audit_intent(plan: MigrationPlan) -> str | None:
+    """Record the intent before the first step; one sentence when the audit log cannot take it."""
+    from gputui.actions.audit import audit
+
+    try:
+        audit("migrate", "intent", container=plan.container_name, container_id=plan.container_id,
+              from_gpus="all" if plan.from_all else list(plan.from_gpus), to_gpu=plan.to_gpu,
+              to_uuid=plan.to_uuid, forced=plan.forced, demo=plan.demo)
+    except OSError as exc:
+        return f"cannot write the audit log ({exc.strerror or exc}); gputui changes nothing it cannot record."
+    return None
+
+
 def audit_refusal(container: str, target: str | int | None, reason: str, demo: bool = False) -> None:
     """Record that a migration the user asked for was refused (and why)."""
     _audit("refused", None, container=container, to_gpu=target, reason=reason, demo=demo)
@@ -1057,6 +1070,12 @@ class DockerMigrationEngine:
             message = f"Migration of {plan.container_name} did not start: could not {STEP_TEXT[step]} ({_err(exc)})."
             _notify(progress, step, "failed", message)
             _audit("failed", plan, step=step, error=_err(exc))
+            return MigrationResult(False, "failed", message, plan, failed_step=step)
+        problem = _audit_intent(plan)  # on disk before the container is touched: nothing acts without a record
+        if problem is not None:
+            journal.finish()
+            message = f"Migration of {plan.container_name} did not start: {problem}"
+            _notify(progress, step, "failed", message)
             return MigrationResult(False, "failed", message, plan, failed_step=step)
         _notify(progress, step, "done", STEP_TEXT[step])
 
