@@ -259,8 +259,8 @@ def test_another_users_process_is_refused_unless_root(fake_nvml, children, share
     holders.add(victim.pid, 0, GiB, popen=victim)
     fake.scenario_path.chmod(0o644)
     state = shared_dir / "state"
-    state.mkdir(mode=0o777)
-    state.chmod(0o777)
+    state.mkdir()
+    state.chmod(0o1777)  # shared like /tmp: sticky, so no user can swap another's state folder
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": python[1], "HOME": str(shared_dir),
            "XDG_STATE_HOME": str(state), "XDG_CONFIG_HOME": str(shared_dir / "config"),
            "LD_LIBRARY_PATH": str(lib), "GPUTUI_FAKE_NVML_SCENARIO": str(fake.scenario_path)}

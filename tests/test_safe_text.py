@@ -150,3 +150,20 @@ def test_state_files_refuse_symlinks_fifos_and_foreign_folders(tmp_path: Path):
         os.chown(state, 65534, 65534)
         with pytest.raises(StateFileError, match="belongs to uid 65534"):
             check_state_dir(state)
+
+
+def test_a_state_folder_inside_another_users_folder_is_refused(tmp_path: Path):
+    from gputui.core.statefile import ensure_state_dir
+
+    home = tmp_path / "home"
+    home.mkdir()
+    home.chmod(0o777)
+    with pytest.raises(StateFileError, match="which other users may write to"):
+        ensure_state_dir(home / "gputui")
+    home.chmod(0o1777)  # sticky, like /tmp: others cannot rename what is not theirs
+    assert ensure_state_dir(home / "gputui").is_dir()
+    if os.geteuid() == 0:
+        home.chmod(0o755)
+        os.chown(home, 65534, 65534)
+        with pytest.raises(StateFileError, match="inside .* which belongs to uid 65534"):
+            ensure_state_dir(home / "other")

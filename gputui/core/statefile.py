@@ -4,7 +4,8 @@ gputui runs as root on machines shared with other users, sometimes with another
 user's environment (``sudo -E`` keeps ``HOME`` and ``XDG_STATE_HOME``). So:
 
 * the state folder must belong to the user running gputui and be writable by
-  nobody else (:func:`check_state_dir`), and is created 0700;
+  nobody else (:func:`check_state_dir`), inside a folder no other user can swap
+  it in (:func:`check_state_parent`), and is created 0700;
 * state files are opened with ``O_NOFOLLOW`` (a symlink planted in the folder is
   refused, never followed to another file) and created 0600;
 * every file is opened with ``O_NONBLOCK`` and must be a regular file (``fstat``):
@@ -24,8 +25,8 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["StateFileError", "append_text", "check_state_dir", "ensure_state_dir", "open_regular",
-           "read_regular"]
+__all__ = ["StateFileError", "append_text", "check_state_dir", "check_state_parent", "ensure_state_dir",
+           "open_regular", "read_regular"]
 
 CONFIG_LIMIT = 1 << 20  # 1 MiB: a config file is a few hundred bytes
 STATE_LIMIT = 16 << 20  # 16 MiB: a journal is a few KiB
@@ -51,8 +52,29 @@ def check_state_dir(path: Path) -> None:
                              f"(mode {stat.S_IMODE(st.st_mode):o}); run 'chmod go-w {path}'")
 
 
+def check_state_parent(path: Path) -> None:
+    """Raise :class:`StateFileError` when another user could swap ``path`` itself: its parent folder must
+    belong to this user or root, and be writable by nobody else unless it is sticky (like /tmp)."""
+    parent = path.parent
+    try:
+        st = os.stat(parent)
+    except FileNotFoundError:
+        return  # created below by this user
+    except OSError as exc:
+        raise StateFileError(exc.errno, f"cannot use the state folder {path}: {exc.strerror}") from None
+    if st.st_uid not in (os.geteuid(), 0):
+        raise StateFileError(errno.EPERM, f"the state folder {path} is inside {parent}, which belongs to uid "
+                             f"{st.st_uid}, not to the user running gputui (uid {os.geteuid()}); set "
+                             "XDG_STATE_HOME to a folder of your own")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        raise StateFileError(errno.EPERM, f"the state folder {path} is inside {parent}, which other users may "
+                             f"write to (mode {stat.S_IMODE(st.st_mode):o}); run 'chmod go-w {parent}'")
+
+
 def ensure_state_dir(path: Path) -> Path:
-    """``path`` created (0700, parents as needed) and checked by :func:`check_state_dir`."""
+    """``path`` created (0700, parents as needed) and checked by :func:`check_state_parent` and
+    :func:`check_state_dir`."""
+    check_state_parent(path)
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
