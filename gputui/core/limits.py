@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["RANGES", "NumberError", "check_number", "flag_type", "parse_number"]
 

@@ -493,7 +493,7 @@ def match_uuid(ident: str, uuids: Iterable[str]) -> str | None:
     return hits[0] if len(hits) == 1 else None
 
 
-def resolve_gpu(ident: str, gpus: Iterable["Gpu"]) -> "Gpu | None":
+def resolve_gpu(ident: str, gpus: Iterable[Gpu]) -> Gpu | None:
     """The one rule for a GPU identifier a person types (``--gpu``, ``migrate --to``/``--from``):
     an index, a whole UUID (any case), or a UUID prefix of at least 8 characters that fits
     exactly one GPU. None when it names no GPU or more than one."""
