@@ -764,7 +764,8 @@ def execute_kill(plan: KillPlan, backend: KillBackend, before: Snapshot,
 
     # 0. the intent, on disk before any signal: no path acts without a record
     for t in plan.targets:
-        problem = _audit("intent", **t.to_json(), signal=plan.signal, timeout=plan.timeout, escalate=plan.escalate)
+        problem = _audit("intent", demo, **t.to_json(), signal=plan.signal, timeout=plan.timeout,
+                         escalate=plan.escalate)
         if problem:
             message = f"Nothing was signalled: {problem[0].lower()}{problem[1:-1]}, and gputui kills nothing it " \
                       "cannot record."

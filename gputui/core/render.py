@@ -8,8 +8,8 @@ logs, pipes and ``watch``.
 from __future__ import annotations
 
 from gputui.core.judges.text import invisible_phrase
-from gputui.core.safe_text import clean
 from gputui.core.model import Gpu, Process, Snapshot
+from gputui.core.safe_text import clean
 from gputui.core.units import (
     NA,
     fmt_duration,
