@@ -26,6 +26,8 @@ from tests.conftest import require
 from tests.fakenvml.scenario import FakeNvml, GiB, gpu, process, scenario
 from tests.test_kill_real import Holders
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parent.parent
 GPUTUI = Path(sys.executable).parent / "gputui"
 
@@ -173,6 +175,7 @@ def test_hostile_gpu_name_and_impossible_values_are_escaped_and_na(fake_nvml, ho
     assert_terminal_safe(doctor.stderr)
 
 
+@pytest.mark.tmux
 def test_dashboard_in_tmux_keeps_its_title_and_cards(fake_nvml, hostile_process, tmp_path):
     require(shutil.which("tmux") is not None, "tmux is needed for the end-to-end dashboard test")
     require(GPUTUI.exists(), f"the gputui console script is not installed at {GPUTUI}")

@@ -14,9 +14,11 @@ BAD = ("nan", "inf", "-inf", "1e308")
 FLAGS = [
     (["--interval"], ["--demo", "--once"]),
     (["--window"], ["--demo", "--once"]),
+    (["--imbalance-window"], ["--demo", "--once"]),
     (["--temp-warning"], ["--demo", "--once"]),
     (["--temp-critical"], ["--demo", "--once"]),
     (["snapshot", "--window"], ["--demo"]),
+    (["snapshot", "--observe"], ["--demo"]),
     (["kill", "--timeout"], ["--demo", "--yes", "5388"]),
     (["migrate", "bert-finetune", "--to", "6", "--timeout"], ["--demo", "--yes"]),
     (["pick", "--sample"], ["--demo"]),

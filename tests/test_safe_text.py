@@ -167,3 +167,18 @@ def test_a_state_folder_inside_another_users_folder_is_refused(tmp_path: Path):
         os.chown(home, 65534, 65534)
         with pytest.raises(StateFileError, match="inside .* which belongs to uid 65534"):
             ensure_state_dir(home / "other")
+
+
+def test_markup_in_outside_text_is_shown_literally_in_the_dashboard():
+    from rich.console import Console
+    from rich.text import Text
+
+    from gputui.ui.safe import markup, text
+
+    hostile = "[bold red]PWNED[/] [link=file:///etc/passwd]x[/link] \x1b[2J"
+    rendered = Text.from_markup(f"container {markup(hostile)}")
+    assert rendered.plain == "container [bold red]PWNED[/] [link=file:///etc/passwd]x[/link] ^[[2J"
+    assert not rendered.spans
+    console = Console(record=True, width=200, color_system=None)
+    console.print(text(hostile))
+    assert console.export_text().rstrip("\n") == "[bold red]PWNED[/] [link=file:///etc/passwd]x[/link] ^[[2J"
