@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from gputui.core.grants import is_nvidia_runtime
 from gputui.core.judges.text import gpus_phrase, plural
+from gputui.core.safe_text import clean
 
 Status = Literal["pass", "warn", "fail", "skip"]
 
@@ -684,4 +685,5 @@ def render(checks: list[Check], header: str | None = None) -> str:
     skipped = f", {counts['skip']} skipped" if counts["skip"] else ""
     lines.append(f"{plural(len(checks), 'check')}: {counts['pass']} passed, {plural(counts['warn'], 'warning')}, "
                  f"{counts['fail']} failed{skipped}.")
-    return "\n".join(lines) + "\n"
+    # messages quote NVML, Docker and /proc text: each line through the one rule, so none can add a line
+    return "\n".join(clean(line) for line in lines) + "\n"
