@@ -327,17 +327,34 @@ def test_a_state_folder_others_may_write_is_refused(fake_nvml, hostile_process):
         assert hostile_process.poll() is None
 
 
-def test_a_fifo_in_the_journal_folder_hangs_nothing(fake_nvml, hostile_process):
+def test_fifos_named_like_journals_or_locks_hang_nothing(fake_nvml, hostile_process):
+    from gputui.actions.locks import lock_path
+
     Holders(fake_nvml).add(hostile_process.pid, 0, 2 * GiB, popen=hostile_process)
-    journal = state_home() / "journal"
-    journal.mkdir(parents=True)
-    os.mkfifo(journal / "migrate-x.json")
-    for args in (["--once"], ["pick", "--sample", "0"], ["doctor"], ["migrate", "--recover"]):
+    system = Path(os.environ["GPUTUI_JOURNAL_DIR"])
+    own = state_home() / "journal"
+    for folder in (system, own):
+        folder.mkdir(parents=True)
+    os.mkfifo(system / "migrate-x.json")
+    os.mkfifo(own / "migrate-y.json")
+    # a real interrupted journal, whose container locks another user replaced with FIFOs
+    (system / "migrate-z.json").write_text(json.dumps({
+        "version": 1, "action": "migrate", "created": "2026-01-01T00:00:00+00:00", "step": "stop",
+        "summary": "victim: GPU 0 -> GPU 1", "container": {"id": "c0ffee", "name": "victim"}}))
+    for key in ("c0ffee", "victim"):
+        lock = lock_path("migrate", key)
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(lock)
+    for args in (["--once"], ["pick", "--sample", "0"], ["doctor"], ["migrate", "--recover", "--yes"]):
         res = run(fake_nvml, *args, "--no-docker", timeout=60)  # a hang raises TimeoutExpired
         assert b"Traceback" not in res.stderr, res.stderr
+        if args == ["--once"]:
+            assert res.returncode == 0
+            assert b"An interrupted migrate was found: victim: GPU 0 -> GPU 1" in res.stderr
+            assert b"migrate-x" not in res.stderr and b"migrate-y" not in res.stderr  # a FIFO is no journal
     res = run(fake_nvml, "kill", str(hostile_process.pid), "--yes", "--no-docker")
     assert res.returncode == 0, res.stderr
-    assert (journal / "migrate-x.json").is_fifo()
+    assert (system / "migrate-x.json").is_fifo() and (own / "migrate-y.json").is_fifo()
 
 
 @pytest.mark.parametrize("special", ["fifo", "/dev/zero", "too-big", "non-utf8", "deep"])

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gputui.core.statefile import open_regular
+
 
 def fsync_dir(path: Path) -> None:
     """Make a rename or unlink in ``path`` durable (best effort: some filesystems refuse)."""
@@ -28,7 +30,7 @@ def fsync_dir(path: Path) -> None:
 def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Write ``data`` to ``path`` atomically and durably. Raises OSError; the target is then untouched."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    fd = open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)  # no link, no FIFO: never hangs
     try:
         os.fchmod(fd, mode)  # exactly this mode, whatever the umask
         view = memoryview(data)

@@ -40,6 +40,7 @@ from typing import Any
 from gputui.actions.atomic import fsync_dir, write_atomic
 from gputui.actions.locks import is_held
 from gputui.core.config import state_dir, state_home
+from gputui.core.statefile import read_regular
 
 JOURNAL_VERSION = 1
 SYSTEM_JOURNAL_DIR = "/var/lib/gputui/journal"
@@ -233,8 +234,8 @@ def _user() -> str:
 
 
 def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # never through a symlink, never blocking on a FIFO planted under a journal's name
+        text = read_regular(path).decode("utf-8", "replace")
     except OSError:
         return None
     try:
@@ -269,6 +270,8 @@ def pending_journals(action: str | None = None) -> list[PendingJournal]:
         except OSError:
             paths = []
         for path in paths:
+            if path.is_symlink() or (path.exists() and not path.is_file()):
+                continue  # a link, a FIFO or a device is no journal (and must not hang the caller)
             act = path.name.split("-", 1)[0]
             if action is not None and act != action:
                 continue

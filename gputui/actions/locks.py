@@ -53,14 +53,15 @@ def lock_path(action: str, key: str) -> Path:
 
 def _open(path: Path) -> int:
     """Open a lock file for flock, creating it if needed (O_CREAT only when absent: with
-    fs.protected_regular, O_CREAT on another user's file in a sticky directory fails)."""
+    fs.protected_regular, O_CREAT on another user's file in a sticky directory fails).
+    O_NONBLOCK: a FIFO another user planted under a lock's name must not hang gputui."""
     for _ in range(3):
         try:
-            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             pass
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except FileExistsError:
             continue
         try:
@@ -110,7 +111,7 @@ def is_held(action: str, key: str) -> bool:
     """Does a live process hold the lock for ``key`` (without taking it)?"""
     path = lock_path(action, key)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return False
     try:
