@@ -24,6 +24,7 @@ FLAGS = [
     (["pick", "--sample"], ["--demo"]),
     (["pick", "--max-util"], ["--demo"]),
     (["pick", "--min-free"], ["--demo"]),
+    (["exporter", "--interval"], ["--demo", "--listen", "127.0.0.1:0"]),
 ]
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from gputui.core.config import MIN_INTERVAL
+from gputui.core.limits import RANGES, flag_type
 
 if TYPE_CHECKING:
     from gputui.context import Context
@@ -30,14 +30,8 @@ EXIT_OK, EXIT_USAGE = 0, 2
 DEFAULT_LISTEN = "127.0.0.1:9835"
 
 
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--interval must be a number of seconds, not {text!r}") from None
-    if not value >= MIN_INTERVAL or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"--interval must be at least {MIN_INTERVAL} seconds")
-    return value
+#: the one rule for numbers from flags (gputui.core.limits): finite, and as the dashboard's --interval
+_interval = flag_type("the value", *RANGES["interval"], unit="seconds")
 
 
 def _positive_int(text: str) -> int:
