@@ -182,3 +182,13 @@ def test_markup_in_outside_text_is_shown_literally_in_the_dashboard():
     console = Console(record=True, width=200, color_system=None)
     console.print(text(hostile))
     assert console.export_text().rstrip("\n") == "[bold red]PWNED[/] [link=file:///etc/passwd]x[/link] ^[[2J"
+
+
+def test_every_numeric_setting_has_a_range():
+    """A new numeric config key without a range would be a KeyError at load time, not a sentence."""
+    from dataclasses import fields
+
+    from gputui.core.config import Settings
+
+    numeric = {f.name for f in fields(Settings) if f.type in ("int", "float")}
+    assert numeric <= set(RANGES), sorted(numeric - set(RANGES))

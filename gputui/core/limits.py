@@ -39,6 +39,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "alert_hold": (0.0, DAY),
     "temp_hysteresis": (0.0, 150.0),
     "memory_hysteresis": (0.0, 100.0),
+    "slow_link_graphs": (0.25, 3600.0),  # seconds between graph redraws on a slow link
 }
 
 #: seconds to wait or observe from a command-line flag (kill/migrate --timeout, snapshot --window)
