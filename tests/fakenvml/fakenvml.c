@@ -50,7 +50,13 @@ enum {
     NVML_ERROR_UNKNOWN = 999,
 };
 
-typedef struct fake_handle { unsigned index; } *nvmlDevice_t;
+/* A handle is a whole GPU (mig < 0) or MIG device `mig` of GPU `index`. */
+typedef struct fake_handle { unsigned index; int mig; } *nvmlDevice_t;
+typedef struct {
+    unsigned int multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount, sharedEncoderCount,
+        sharedJpegCount, sharedOfaCount, gpuInstanceSliceCount, computeInstanceSliceCount;
+    unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
 
 typedef struct { unsigned int pid; unsigned long long usedGpuMemory; } nvmlProcessInfo_v1_t;
 typedef struct {
@@ -133,7 +139,16 @@ typedef struct {
     X(nvmlDeviceGetEncoderUtilization)                        \
     X(nvmlDeviceGetDecoderUtilization)                        \
     X(nvmlDeviceGetDriverModel)                               \
-    X(nvmlDeviceGetDriverModel_v2)
+    X(nvmlDeviceGetDriverModel_v2)                            \
+    X(nvmlDeviceGetMigMode)                                   \
+    X(nvmlDeviceGetMaxMigDeviceCount)                         \
+    X(nvmlDeviceGetMigDeviceHandleByIndex)                    \
+    X(nvmlDeviceIsMigDeviceHandle)                            \
+    X(nvmlDeviceGetDeviceHandleFromMigDeviceHandle)           \
+    X(nvmlDeviceGetGpuInstanceId)                             \
+    X(nvmlDeviceGetComputeInstanceId)                         \
+    X(nvmlDeviceGetAttributes_v2)                             \
+    X(nvmlDeviceGetBAR1MemoryInfo)
 
 enum {
 #define X(name) F_##name,
@@ -183,7 +198,10 @@ static unsigned long long call_counts[F_COUNT];
     X(compute_mode)            \
     X(display_active)          \
     X(encoder_utilization)     \
-    X(decoder_utilization)
+    X(decoder_utilization)     \
+    X(mig_mode)                \
+    X(mig_devices)             \
+    X(attributes)
 
 enum {
 #define X(name) E_##name,
@@ -230,7 +248,11 @@ static const char *const field_names[E_COUNT] = {
     X(display_active)            \
     X(encoder_utilization)       \
     X(decoder_utilization)       \
-    X(lost)
+    X(lost)                      \
+    X(mig_capable)               \
+    X(mig_current)               \
+    X(mig_pending)               \
+    X(sm_count)
 
 enum {
 #define X(name) V_##name,
@@ -250,7 +272,16 @@ typedef struct {
     int sm;                /* -1: no utilization sample */
     int mem_util;
     int compute, graphics;
+    int mig;               /* MIG device slot the process runs in, -1: none */
 } fake_proc;
+
+#define MAX_MIG 7 /* an A100/H100/H200 has at most seven MIG devices */
+typedef struct {
+    unsigned gi, ci, sm_count;
+    long long memory_total, memory_used;
+    char uuid[96];
+    char name[128];
+} fake_mig;
 
 typedef struct {
     char name[96];
@@ -260,6 +291,8 @@ typedef struct {
     int err[E_COUNT];
     fake_proc *procs;
     unsigned nprocs, cap;
+    fake_mig migs[MAX_MIG];
+    unsigned nmigs;
 } fake_gpu;
 
 typedef struct {
@@ -274,6 +307,7 @@ typedef struct {
 
 #define MAX_GPUS 256
 static struct fake_handle handles[MAX_GPUS];
+static struct fake_handle mig_handles[MAX_GPUS][MAX_MIG];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static scenario_t *current;
 static int scenario_loaded;
@@ -318,7 +352,10 @@ static void copy_rest(char *dst, size_t n, const char *src) {
  *     name <text> / uuid <text> / pci_bus_id <text>
  *     <value name> <integer>     (see VALUES)
  *     error <field> <code>       (see FIELDS; 3 = NOT_SUPPORTED)
- *     proc <pid> <used_memory|-1> <sm|-1> <c|g|cg> [mem_util]
+ *     proc <pid> <used_memory|-1> <sm|-1> <c|g|cg> [mem_util] [mig slot]
+ *     mig_mode <current> <pending>   (the GPU is MIG-capable; without it MIG queries answer NOT_SUPPORTED)
+ *     mig <gi> <ci> <sm_count> <memory_total> <memory_used> <uuid> <name>
+ *                                (the next MIG device; slot = order, processes name it by slot)
  */
 static scenario_t *parse_scenario(FILE *f) {
     scenario_t *s = calloc(1, sizeof *s);
@@ -374,9 +411,10 @@ static scenario_t *parse_scenario(FILE *f) {
             fake_proc pr = {0};
             char type[8] = "c";
             long long mem = -1;
-            int sm = -1, mu = 0;
-            int n = sscanf(rest, "%u %lld %d %7s %d", &pr.pid, &mem, &sm, type, &mu);
+            int sm = -1, mu = 0, slot = -1;
+            int n = sscanf(rest, "%u %lld %d %7s %d %d", &pr.pid, &mem, &sm, type, &mu, &slot);
             if (n < 3) continue;
+            pr.mig = slot;
             pr.used_memory = mem;
             pr.sm = sm;
             pr.mem_util = mu;
@@ -389,6 +427,22 @@ static scenario_t *parse_scenario(FILE *f) {
                 g->procs = np;
             }
             g->procs[g->nprocs++] = pr;
+        } else if (strcmp(key, "mig_mode") == 0) {
+            int cur = 0, pend = 0;
+            sscanf(rest, "%d %d", &cur, &pend);
+            g->v[V_mig_capable] = 1;
+            g->v[V_mig_current] = cur;
+            g->v[V_mig_pending] = pend;
+        } else if (strcmp(key, "mig") == 0) {
+            if (g->nmigs >= MAX_MIG) continue;
+            fake_mig *m = &g->migs[g->nmigs];
+            int used2 = 0;
+            memset(m, 0, sizeof *m);
+            if (sscanf(rest, "%u %u %u %lld %lld %95s %n", &m->gi, &m->ci, &m->sm_count, &m->memory_total,
+                       &m->memory_used, m->uuid, &used2) < 6)
+                continue;
+            copy_rest(m->name, sizeof m->name, rest + used2);
+            g->nmigs++;
         } else {
             int vi = value_index(key);
             if (vi >= 0) g->v[vi] = strtoll(rest, NULL, 0);
@@ -479,21 +533,51 @@ static int copy_string(char *dst, unsigned len, const char *src) {
  * NVML error (lock released) for a bad handle, an uninitialised library, a
  * lost GPU or a field the scenario makes fail.
  */
-static int begin_device(nvmlDevice_t dev, int field, fake_gpu **out) {
+static int is_gpu_handle(nvmlDevice_t dev) { return dev && dev >= handles && dev < handles + MAX_GPUS; }
+static int is_mig_handle(nvmlDevice_t dev) {
+    return dev && dev >= &mig_handles[0][0] && dev < &mig_handles[0][0] + MAX_GPUS * MAX_MIG;
+}
+
+/*
+ * Like begin_device(), for the functions that also answer on a MIG device
+ * handle: *mig is its slot (-1 for a whole GPU). A MIG handle is valid while
+ * its GPU is in MIG mode and has a device in that slot.
+ */
+static int begin_any(nvmlDevice_t dev, int field, fake_gpu **out, int *mig) {
     pthread_mutex_lock(&lock);
     refresh();
     int rc = NVML_SUCCESS;
+    *mig = -1;
     if (init_count <= 0) rc = NVML_ERROR_UNINITIALIZED;
     else if (!current) rc = NVML_ERROR_UNKNOWN;
-    else if (!dev || dev < handles || dev >= handles + MAX_GPUS || dev->index >= current->ngpus)
+    else if (!(is_gpu_handle(dev) || is_mig_handle(dev)) || dev->index >= current->ngpus)
         rc = NVML_ERROR_INVALID_ARGUMENT;
     else {
         fake_gpu *g = &current->gpus[dev->index];
-        if (g->v[V_lost]) rc = NVML_ERROR_GPU_IS_LOST;
+        if (is_mig_handle(dev)) {
+            *mig = dev->mig;
+            if (!g->v[V_mig_current] || dev->mig < 0 || (unsigned)dev->mig >= g->nmigs) rc = NVML_ERROR_INVALID_ARGUMENT;
+        }
+        if (rc != NVML_SUCCESS) {
+        } else if (g->v[V_lost]) rc = NVML_ERROR_GPU_IS_LOST;
         else if (field >= 0 && g->err[field]) rc = g->err[field];
         else *out = g;
     }
     if (rc != NVML_SUCCESS) pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/*
+ * Look up the GPU behind a whole-GPU handle. A MIG device handle answers
+ * NOT_SUPPORTED here: sensors, clocks, power and health belong to the card.
+ */
+static int begin_device(nvmlDevice_t dev, int field, fake_gpu **out) {
+    int mig = -1;
+    int rc = begin_any(dev, field, out, &mig);
+    if (rc == NVML_SUCCESS && mig >= 0) {
+        pthread_mutex_unlock(&lock);
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
     return rc;
 }
 
@@ -518,6 +602,12 @@ static int end(int rc) {
     int rc_ = begin_device(device, (field), &g); \
     if (rc_ != NVML_SUCCESS) return rc_;
 
+#define ANY_BEGIN(field)                             \
+    fake_gpu *g = NULL;                              \
+    int mig = -1;                                    \
+    int rc_ = begin_any(device, (field), &g, &mig);  \
+    if (rc_ != NVML_SUCCESS) return rc_;
+
 /* ---- init / shutdown / system ---- */
 
 static nvmlReturn_t do_init(void) {
@@ -533,7 +623,14 @@ static nvmlReturn_t do_init(void) {
     } else {
         init_count++;
     }
-    for (unsigned i = 0; i < MAX_GPUS; i++) handles[i].index = i;
+    for (unsigned i = 0; i < MAX_GPUS; i++) {
+        handles[i].index = i;
+        handles[i].mig = -1;
+        for (int k = 0; k < MAX_MIG; k++) {
+            mig_handles[i][k].index = i;
+            mig_handles[i][k].mig = k;
+        }
+    }
     return end(rc);
 }
 
@@ -623,9 +720,16 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
     if (rc) return rc;
     if (!uuid || !device) return end(NVML_ERROR_INVALID_ARGUMENT);
     for (unsigned i = 0; i < current->ngpus; i++) {
-        if (strcmp(current->gpus[i].uuid, uuid) == 0) {
+        fake_gpu *g = &current->gpus[i];
+        if (strcmp(g->uuid, uuid) == 0) {
             *device = &handles[i];
             return end(NVML_SUCCESS);
+        }
+        for (unsigned k = 0; g->v[V_mig_current] && k < g->nmigs && i < MAX_GPUS; k++) {
+            if (strcmp(g->migs[k].uuid, uuid) == 0) {
+                *device = &mig_handles[i][k];
+                return end(NVML_SUCCESS);
+            }
         }
     }
     return end(NVML_ERROR_NOT_FOUND);
@@ -643,14 +747,14 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
     COUNT(nvmlDeviceGetName);
-    DEVICE_BEGIN(E_name);
-    return end(copy_string(name, length, g->name));
+    ANY_BEGIN(E_name);
+    return end(copy_string(name, length, mig >= 0 ? g->migs[mig].name : g->name));
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
     COUNT(nvmlDeviceGetUUID);
-    DEVICE_BEGIN(E_uuid);
-    return end(copy_string(uuid, length, g->uuid));
+    ANY_BEGIN(E_uuid);
+    return end(copy_string(uuid, length, mig >= 0 ? g->migs[mig].uuid : g->uuid));
 }
 
 static nvmlReturn_t pci_info(nvmlDevice_t device, nvmlPciInfo_t *pci) {
@@ -687,11 +791,11 @@ nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *m) {
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     COUNT(nvmlDeviceGetMemoryInfo);
-    DEVICE_BEGIN(E_memory);
+    ANY_BEGIN(E_memory);
     if (!memory) return end(NVML_ERROR_INVALID_ARGUMENT);
-    /* v1 counts reserved memory as used, as old drivers did */
-    unsigned long long total = g->v[V_memory_total];
-    unsigned long long used = g->v[V_memory_used] + g->v[V_memory_reserved];
+    /* v1 counts reserved memory as used, as old drivers did; a MIG device reserves nothing */
+    unsigned long long total = mig >= 0 ? g->migs[mig].memory_total : g->v[V_memory_total];
+    unsigned long long used = mig >= 0 ? g->migs[mig].memory_used : g->v[V_memory_used] + g->v[V_memory_reserved];
     memory->total = total;
     memory->used = used;
     memory->free = total > used ? total - used : 0;
@@ -700,10 +804,15 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) 
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
     COUNT(nvmlDeviceGetMemoryInfo_v2);
-    DEVICE_BEGIN(E_memory);
+    ANY_BEGIN(E_memory);
     if (!memory) return end(NVML_ERROR_INVALID_ARGUMENT);
     if (memory->version != NVML_MEMORY_V2) return end(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     unsigned long long total = g->v[V_memory_total], used = g->v[V_memory_used], reserved = g->v[V_memory_reserved];
+    if (mig >= 0) {
+        total = g->migs[mig].memory_total;
+        used = g->migs[mig].memory_used;
+        reserved = 0;
+    }
     memory->total = total;
     memory->reserved = reserved;
     memory->used = used;
@@ -715,6 +824,8 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
     COUNT(nvmlDeviceGetUtilizationRates);
     DEVICE_BEGIN(E_utilization);
     if (!util) return end(NVML_ERROR_INVALID_ARGUMENT);
+    /* as real drivers: no GPU-wide load while the card is split into MIG devices */
+    if (g->v[V_mig_current]) return end(NVML_ERROR_NOT_SUPPORTED);
     util->gpu = (unsigned)g->v[V_utilization_gpu];
     util->memory = (unsigned)g->v[V_utilization_memory];
     return end(NVML_SUCCESS);
@@ -822,12 +933,22 @@ nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, int *mode) {
  * number needed and return INSUFFICIENT_SIZE; with no processes and no buffer,
  * return SUCCESS with *count = 0.
  */
+/*
+ * On a MIG device handle only that instance's processes are listed; on a card
+ * in MIG mode all of them, each with its GPU/compute instance ids (0xFFFFFFFF
+ * when the card is not in MIG mode).
+ */
+static int listed(const fake_proc *p, int graphics, int mig) {
+    if (!(graphics ? p->graphics : p->compute)) return 0;
+    return mig < 0 || p->mig == mig;
+}
+
 static nvmlReturn_t running(nvmlDevice_t device, int graphics, unsigned int *count, void *infos, int v1) {
-    DEVICE_BEGIN(graphics ? E_graphics_processes : E_compute_processes);
+    ANY_BEGIN(graphics ? E_graphics_processes : E_compute_processes);
     if (!count) return end(NVML_ERROR_INVALID_ARGUMENT);
     unsigned n = 0;
     for (unsigned i = 0; i < g->nprocs; i++)
-        if (graphics ? g->procs[i].graphics : g->procs[i].compute) n++;
+        if (listed(&g->procs[i], graphics, mig)) n++;
     if (n == 0) {
         *count = 0;
         return end(NVML_SUCCESS);
@@ -839,7 +960,7 @@ static nvmlReturn_t running(nvmlDevice_t device, int graphics, unsigned int *cou
     unsigned k = 0;
     for (unsigned i = 0; i < g->nprocs; i++) {
         fake_proc *p = &g->procs[i];
-        if (!(graphics ? p->graphics : p->compute)) continue;
+        if (!listed(p, graphics, mig)) continue;
         /* -1 is NVML's "not available"; any other negative value wraps, as a driver's counter underflow does */
         unsigned long long mem = p->used_memory == -1 ? ~0ULL : (unsigned long long)p->used_memory;
         if (v1) {
@@ -850,8 +971,9 @@ static nvmlReturn_t running(nvmlDevice_t device, int graphics, unsigned int *cou
             nvmlProcessInfo_v2_t *out = (nvmlProcessInfo_v2_t *)infos + k;
             out->pid = p->pid;
             out->usedGpuMemory = mem;
-            out->gpuInstanceId = 0xFFFFFFFFu;
-            out->computeInstanceId = 0xFFFFFFFFu;
+            int in_mig = g->v[V_mig_current] && p->mig >= 0 && (unsigned)p->mig < g->nmigs;
+            out->gpuInstanceId = in_mig ? g->migs[p->mig].gi : 0xFFFFFFFFu;
+            out->computeInstanceId = in_mig ? g->migs[p->mig].ci : 0xFFFFFFFFu;
         }
         k++;
     }
@@ -894,6 +1016,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
     COUNT(nvmlDeviceGetProcessUtilization);
     DEVICE_BEGIN(E_process_utilization);
     if (!count) return end(NVML_ERROR_INVALID_ARGUMENT);
+    if (g->v[V_mig_current]) return end(NVML_ERROR_NOT_SUPPORTED);
     unsigned long long ts = now_us();
     unsigned n = 0;
     if (ts > lastSeenTimeStamp)
@@ -1005,6 +1128,27 @@ nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t d, unsigned int *u, un
     return codec(d, E_decoder_utilization, V_decoder_utilization, u, p);
 }
 
+/*
+ * nvitop >= 1.5 reads BAR1 memory of every card and MIG device (an A100's
+ * 128 GiB aperture, a MIG device gets an eighth per slice; a little is mapped).
+ */
+typedef struct { unsigned long long bar1Total, bar1Free, bar1Used; } nvmlBAR1Memory_t;
+static unsigned mig_slices(const fake_mig *m) {
+    const char *prof = strstr(m->name, "MIG ");
+    unsigned slices = 1;
+    if (prof) sscanf(prof + 4, "%ug", &slices);
+    return slices;
+}
+nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1) {
+    COUNT(nvmlDeviceGetBAR1MemoryInfo);
+    ANY_BEGIN(-1);
+    if (!bar1) return end(NVML_ERROR_INVALID_ARGUMENT);
+    bar1->bar1Total = mig >= 0 ? (16ULL << 30) * mig_slices(&g->migs[mig]) : 128ULL << 30;
+    bar1->bar1Used = 2ULL << 20;
+    bar1->bar1Free = bar1->bar1Total - bar1->bar1Used;
+    return end(NVML_SUCCESS);
+}
+
 /* Windows only (WDDM/TCC): NOT_SUPPORTED on Linux, as the real driver answers. */
 static nvmlReturn_t driver_model(nvmlDevice_t device, int *current_model, int *pending) {
     fake_gpu *g = NULL;
@@ -1021,4 +1165,97 @@ nvmlReturn_t nvmlDeviceGetDriverModel(nvmlDevice_t d, int *c, int *p) {
 nvmlReturn_t nvmlDeviceGetDriverModel_v2(nvmlDevice_t d, int *c, int *p) {
     COUNT(nvmlDeviceGetDriverModel_v2);
     return driver_model(d, c, p);
+}
+
+/* ---- Multi-Instance GPU (A100/H100/H200) ---- */
+
+/* A card that cannot do MIG answers NOT_SUPPORTED; MIG device handles have no MIG mode of their own. */
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current_mode, unsigned int *pending) {
+    COUNT(nvmlDeviceGetMigMode);
+    DEVICE_BEGIN(E_mig_mode);
+    if (!current_mode || !pending) return end(NVML_ERROR_INVALID_ARGUMENT);
+    if (!g->v[V_mig_capable]) return end(NVML_ERROR_NOT_SUPPORTED);
+    *current_mode = (unsigned)g->v[V_mig_current];
+    *pending = (unsigned)g->v[V_mig_pending];
+    return end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    COUNT(nvmlDeviceGetMaxMigDeviceCount);
+    DEVICE_BEGIN(E_mig_devices);
+    if (!count) return end(NVML_ERROR_INVALID_ARGUMENT);
+    if (!g->v[V_mig_capable]) return end(NVML_ERROR_NOT_SUPPORTED);
+    *count = g->v[V_mig_current] ? MAX_MIG : 0;
+    return end(NVML_SUCCESS);
+}
+
+/* Slots without a MIG device answer NOT_FOUND, as the real driver does for gaps. */
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *mig_device) {
+    COUNT(nvmlDeviceGetMigDeviceHandleByIndex);
+    DEVICE_BEGIN(E_mig_devices);
+    if (!mig_device) return end(NVML_ERROR_INVALID_ARGUMENT);
+    if (!g->v[V_mig_capable]) return end(NVML_ERROR_NOT_SUPPORTED);
+    if (!g->v[V_mig_current] || index >= MAX_MIG) return end(NVML_ERROR_INVALID_ARGUMENT);
+    if (index >= g->nmigs) return end(NVML_ERROR_NOT_FOUND);
+    *mig_device = &mig_handles[device->index][index];
+    return end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *is_mig) {
+    COUNT(nvmlDeviceIsMigDeviceHandle);
+    ANY_BEGIN(-1);
+    (void)g;
+    if (!is_mig) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *is_mig = mig >= 0;
+    return end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t device, nvmlDevice_t *parent) {
+    COUNT(nvmlDeviceGetDeviceHandleFromMigDeviceHandle);
+    ANY_BEGIN(-1);
+    (void)g;
+    if (!parent || mig < 0) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *parent = &handles[device->index];
+    return end(NVML_SUCCESS);
+}
+
+static nvmlReturn_t instance_id(nvmlDevice_t device, int compute, unsigned int *id) {
+    ANY_BEGIN(-1);
+    if (!id || mig < 0) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *id = compute ? g->migs[mig].ci : g->migs[mig].gi;
+    return end(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t d, unsigned int *id) {
+    COUNT(nvmlDeviceGetGpuInstanceId);
+    return instance_id(d, 0, id);
+}
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int *id) {
+    COUNT(nvmlDeviceGetComputeInstanceId);
+    return instance_id(d, 1, id);
+}
+
+/* The slice count is read from the profile in the name ("... MIG 3g.40gb" -> 3). */
+nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attrs) {
+    COUNT(nvmlDeviceGetAttributes_v2);
+    ANY_BEGIN(E_attributes);
+    if (!attrs) return end(NVML_ERROR_INVALID_ARGUMENT);
+    memset(attrs, 0, sizeof *attrs);
+    if (mig >= 0) {
+        const fake_mig *m = &g->migs[mig];
+        unsigned slices = mig_slices(m);
+        attrs->multiprocessorCount = m->sm_count;
+        attrs->gpuInstanceSliceCount = slices;
+        attrs->computeInstanceSliceCount = slices;
+        attrs->sharedCopyEngineCount = slices;
+        attrs->sharedDecoderCount = slices / 2;
+        attrs->memorySizeMB = (unsigned long long)m->memory_total >> 20;
+    } else {
+        attrs->multiprocessorCount = g->v[V_sm_count] ? (unsigned)g->v[V_sm_count] : 108;
+        attrs->gpuInstanceSliceCount = 7;
+        attrs->computeInstanceSliceCount = 7;
+        attrs->sharedCopyEngineCount = 7;
+        attrs->sharedDecoderCount = 5;
+        attrs->memorySizeMB = (unsigned long long)g->v[V_memory_total] >> 20;
+    }
+    return end(NVML_SUCCESS);
 }

@@ -37,11 +37,20 @@ utilization sample, ``type`` "compute", "graphics" or "compute+graphics"),
 ``unsupported`` (field names that answer NOT_SUPPORTED) and ``errors``
 ({field: "unknown" | "no_permission" | "timeout" | ... | int}).
 
+MIG (A100/H100/H200): ``mig_mode`` — None (the card cannot do MIG: every MIG
+query answers NOT_SUPPORTED), a bool (current = pending) or ``(current,
+pending)``; ``mig_devices`` — a list of :func:`mig_device` entries (the MIG
+devices of a card whose current mode is on; each carries its own processes,
+listed on the card with their GPU/compute instance ids as the real driver does);
+``sm_count`` (the card's multiprocessor count). In MIG mode the card answers
+utilization and process utilization NOT_SUPPORTED, as real drivers do.
+
 Field names for ``unsupported``/``errors``: the GPU keys above, plus
 "memory" (= memory_used/memory_total), "utilization" (= both utilizations),
 "processes" (= compute and graphics lists), "compute_processes",
 "graphics_processes", "process_utilization" (alias "sm_utilization"),
-"retired_pages", "remapped_rows", "ecc_mode".
+"retired_pages", "remapped_rows", "ecc_mode", "mig_mode", "mig_devices"
+(max count and handles), "attributes".
 """
 
 from __future__ import annotations
@@ -95,7 +104,7 @@ _GPU_FIELDS = frozenset({
     "power_limit", "fan_speed", "clock_sm", "clock_memory", "clock_sm_max", "clock_memory_max", "pstate",
     "throttle_reasons", "ecc_errors", "ecc_mode", "persistence_mode", "compute_processes", "graphics_processes",
     "process_utilization", "retired_pages", "remapped_rows", "compute_mode", "display_active",
-    "encoder_utilization", "decoder_utilization",
+    "encoder_utilization", "decoder_utilization", "mig_mode", "mig_devices", "attributes",
 })
 _SYSTEM_FIELDS = frozenset({"driver_version", "cuda_driver_version", "nvml_version", "device_count"})
 
@@ -133,6 +142,7 @@ _VALUES: dict[str, tuple[str, float]] = {
     "encoder_utilization": ("encoder_utilization", 1),
     "decoder_utilization": ("decoder_utilization", 1),
     "lost": ("lost", 1),
+    "sm_count": ("sm_count", 1),
 }
 
 _BUS_IDS = ("07", "0F", "47", "4E", "87", "90", "B7", "BD")
@@ -156,6 +166,46 @@ def process(pid: int, used_memory: int | None = 1 * GiB, sm: int | None = None,
             type: str = "compute", mem_util: int = 0) -> dict[str, Any]:
     """One GPU process entry for ``gpu(..., processes=[...])``."""
     return {"pid": pid, "used_memory": used_memory, "sm": sm, "type": type, "mem_util": mem_util}
+
+
+#: MIG profiles of an A100-80GB/H100-80GB: name -> (SM count, memory in bytes), as nvidia-smi reports them
+MIG_PROFILES: dict[str, tuple[int, int]] = {
+    "1g.10gb": (14, 9856 * MiB),
+    "1g.20gb": (14, 19968 * MiB),
+    "2g.20gb": (28, 19968 * MiB),
+    "3g.40gb": (42, 40192 * MiB),
+    "4g.40gb": (56, 40192 * MiB),
+    "7g.80gb": (98, 80896 * MiB),
+}
+
+
+def fake_mig_uuid(gpu_index: int, gpu_instance_id: int, compute_instance_id: int) -> str:
+    """The deterministic ``MIG-`` UUID of a MIG device (the format of drivers since R470)."""
+    h = hashlib.sha1(f"gputui-fake-mig-{gpu_index}-{gpu_instance_id}-{compute_instance_id}".encode()).hexdigest()
+    return f"MIG-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def mig_device(gpu_instance_id: int, compute_instance_id: int = 0, profile: str = "1g.10gb", *,
+               memory_total: int | None = None, memory_used: int | None = None, sm_count: int | None = None,
+               uuid: str | None = None, processes: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """One MIG device for ``gpu(..., mig_mode=True, mig_devices=[...])``.
+
+    ``memory_used`` defaults to its processes' memory plus 13 MiB (what an empty
+    instance shows); ``uuid`` to :func:`fake_mig_uuid` of the GPU it is put on.
+    """
+    sm, mem = MIG_PROFILES.get(profile, (14, 9856 * MiB))
+    procs = [dict(process(0), **p) for p in processes]
+    return {
+        "gpu_instance_id": gpu_instance_id,
+        "compute_instance_id": compute_instance_id,
+        "profile": profile,
+        "memory_total": mem if memory_total is None else memory_total,
+        "memory_used": (sum(p["used_memory"] or 0 for p in procs) + 13 * MiB) if memory_used is None
+        else memory_used,
+        "sm_count": sm if sm_count is None else sm_count,
+        "uuid": uuid,
+        "processes": procs,
+    }
 
 
 def gpu(index: int, **overrides: Any) -> dict[str, Any]:
@@ -197,6 +247,9 @@ def gpu(index: int, **overrides: Any) -> dict[str, Any]:
         "encoder_utilization": 0,
         "decoder_utilization": 0,
         "lost": False,
+        "sm_count": 108,
+        "mig_mode": None,
+        "mig_devices": [],
         "processes": procs,
         "unsupported": [],
         "errors": {},
@@ -205,9 +258,23 @@ def gpu(index: int, **overrides: Any) -> dict[str, Any]:
     if unknown:
         raise KeyError(f"unknown GPU scenario keys: {sorted(unknown)}")
     g.update(overrides)
+    migs = [dict(m) for m in g["mig_devices"]]
+    for m in migs:
+        if m.get("uuid") is None:
+            m["uuid"] = fake_mig_uuid(index, m["gpu_instance_id"], m["compute_instance_id"])
+    g["mig_devices"] = migs
     if "memory_used" not in g:
-        g["memory_used"] = sum(p["used_memory"] or 0 for p in procs) + 4 * MiB
+        mig_used = sum(m["memory_used"] for m in migs) if _mig_current(g["mig_mode"]) else 0
+        g["memory_used"] = sum(p["used_memory"] or 0 for p in procs) + 4 * MiB + mig_used
     return g
+
+
+def _mig_current(mode: Any) -> bool:
+    if mode is None:
+        return False
+    if isinstance(mode, (tuple, list)):
+        return bool(mode[0])
+    return bool(mode)
 
 
 def scenario(gpus: Iterable[Mapping[str, Any]], **top: Any) -> dict[str, Any]:
@@ -301,11 +368,22 @@ def render(s: Mapping[str, Any]) -> str:
         for name, err in dict(g.get("errors", {})).items():
             for f in _fields(name, _GPU_FIELDS):
                 out.append(f"  error {f} {_error_code(err)}")
-        for p in g.get("processes", ()):
+        mode = g.get("mig_mode")
+        if mode is not None:
+            cur, pend = (mode[0], mode[1]) if isinstance(mode, (tuple, list)) else (mode, mode)
+            out.append(f"  mig_mode {int(bool(cur))} {int(bool(pend))}")
+        procs = [(p, -1) for p in g.get("processes", ())]
+        for slot, m in enumerate(g.get("mig_devices", ())):
+            name = f"{g.get('name') or 'NVIDIA GPU'} MIG {m['profile']}"
+            out.append(f"  mig {int(m['gpu_instance_id'])} {int(m['compute_instance_id'])} {int(m['sm_count'])} "
+                       f"{int(m['memory_total'])} {int(m['memory_used'])} {_line(str(m['uuid'])).split()[0]} "
+                       f"{_line(name)}")
+            procs += [(p, slot) for p in m.get("processes", ())]
+        for p, slot in procs:
             mem = -1 if p.get("used_memory") is None else int(p["used_memory"])
             sm = -1 if p.get("sm") is None else int(p["sm"])
             kind = _PROC_TYPES[p.get("type", "compute")]
-            out.append(f"  proc {int(p['pid'])} {mem} {sm} {kind} {int(p.get('mem_util', 0) or 0)}")
+            out.append(f"  proc {int(p['pid'])} {mem} {sm} {kind} {int(p.get('mem_util', 0) or 0)} {slot}")
     return "\n".join(out) + "\n"
 
 
