@@ -371,7 +371,7 @@ def test_values_changed_while_running_are_seen_at_the_next_poll(fake_nvml: FakeN
         g = reading["gpus"][0]
         assert (g["utilization_gpu"], g["temperature"]) == (97, 84)
         assert reading["processes"]["0"] == [
-            {"pid": a.pid, "type": "compute", "gpu_memory": 7 * GiB, "sm_utilization": 88}]
+            {"pid": a.pid, "type": "compute", "gpu_memory": 7 * GiB, "sm_utilization": 88, "mig_device": None}]
 
 
 def test_a_query_that_keeps_failing_warns_until_it_recovers(fake_nvml: FakeNvml) -> None:

@@ -82,6 +82,62 @@ class RawProcess:
     type: ProcessType
     gpu_memory: int | None
     sm_utilization: int | None = None
+    #: Index (within its GPU) of the MIG device it runs on, None outside MIG mode.
+    mig_device: int | None = None
+
+
+@dataclass(frozen=True)
+class MigMode:
+    """A MIG-capable GPU's mode: current, and pending (what it becomes after a GPU reset)."""
+
+    current: bool
+    pending: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"current": self.current, "pending": self.pending}
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG device (GPU instance + compute instance) of a GPU in MIG mode."""
+
+    #: Its NVML MIG device index within its GPU (``0:1`` on screen is GPU 0, index 1).
+    index: int
+    uuid: str
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    #: The profile name, e.g. "3g.40gb" (from the device name), or None.
+    profile: str | None = None
+    memory_used: int | None = None
+    memory_total: int | None = None
+    sm_count: int | None = None
+    #: PIDs of the processes on this instance.
+    processes: tuple[int, ...] = ()
+
+    @property
+    def memory_free(self) -> int | None:
+        if self.memory_total is None or self.memory_used is None:
+            return None
+        return max(0, self.memory_total - self.memory_used)
+
+    @property
+    def memory_percent(self) -> float | None:
+        if not self.memory_total or self.memory_used is None:
+            return None
+        return 100.0 * self.memory_used / self.memory_total
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "gpu_instance_id": self.gpu_instance_id,
+            "compute_instance_id": self.compute_instance_id,
+            "profile": self.profile,
+            "memory_used": self.memory_used,
+            "memory_total": self.memory_total,
+            "sm_count": self.sm_count,
+            "processes": list(self.processes),
+        }
 
 
 @dataclass(frozen=True)
@@ -133,6 +189,13 @@ class Process:
     orphaned: bool = False
     container: ContainerRef | None = None
     stale: tuple[Finding, ...] = ()
+    #: Index (within its GPU) of the MIG device it runs on, None outside MIG mode.
+    mig_device: int | None = None
+
+    @property
+    def mig_label(self) -> str | None:
+        """``GPU:instance`` (as nvidia-smi and CUDA name MIG devices), or None outside MIG mode."""
+        return None if self.mig_device is None else f"{self.gpu_index}:{self.mig_device}"
 
     @property
     def key(self) -> tuple[int, int]:
@@ -153,6 +216,7 @@ class Process:
             "visible": self.visible,
             "container": self.container.to_json() if self.container else None,
             "stale": [{"kind": f.kind, "message": f.message} for f in self.stale],
+            "mig_device": self.mig_device,
         }
 
 
@@ -185,6 +249,26 @@ class Gpu:
     minor_number: int | None = None
     lost: bool = False
     processes: tuple[Process, ...] = ()
+    #: MIG mode of a MIG-capable GPU (A100/H100/H200); None where the GPU or driver cannot say.
+    mig_mode: MigMode | None = None
+    #: Its MIG devices while MIG mode is on (current), in index order.
+    mig_devices: tuple[MigDevice, ...] = ()
+
+    @property
+    def mig_enabled(self) -> bool:
+        """True when the card is split into MIG devices now (its own load is not reported then)."""
+        return self.mig_mode is not None and self.mig_mode.current
+
+    @property
+    def mig_reset_pending(self) -> bool:
+        """True when a MIG mode change waits for a GPU reset (pending differs from current)."""
+        return self.mig_mode is not None and self.mig_mode.current != self.mig_mode.pending
+
+    def mig_device(self, index: int) -> MigDevice | None:
+        for m in self.mig_devices:
+            if m.index == index:
+                return m
+        return None
 
     @property
     def memory_free(self) -> int | None:
@@ -222,6 +306,8 @@ class Gpu:
             "persistence_mode": self.persistence_mode,
             "lost": self.lost,
             "processes": [p.to_json() for p in self.processes],
+            "mig_mode": self.mig_mode.to_json() if self.mig_mode is not None else None,
+            "mig_devices": [m.to_json() for m in self.mig_devices],
         }
 
 

@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
+from gputui.core.nvml_mig import MigReader
 from gputui.core.plausible import plausible_reading
 from gputui.core.sources import NvmlUnavailable
 
@@ -240,6 +241,7 @@ class NvmlSource:
         #: families for which the driver has none of the candidate functions
         self._absent: set[str] = set()
         self._missing: set[str] = set()
+        self._mig = MigReader(self)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -342,6 +344,7 @@ class NvmlSource:
         persistence = self._slow(dev, "persistence_mode", now,
                                  lambda d: self._q(d, "persistence_mode", nv.nvmlDeviceGetPersistenceMode, d.handle))
         procs = self._processes(dev)
+        mig_mode, mig_devices, procs = self._mig.read(dev, now, procs)
         gpu = Gpu(
             index=dev.index,
             uuid=dev.uuid or "",
@@ -365,6 +368,8 @@ class NvmlSource:
             persistence_mode=bool(persistence) if persistence is not None else None,
             minor_number=dev.minor_number,
             lost=False,
+            mig_mode=mig_mode,
+            mig_devices=mig_devices,
         )
         return gpu, procs
 

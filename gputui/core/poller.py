@@ -264,6 +264,7 @@ class Poller:
             uid=fact.uid,
             orphaned=fact.orphaned,
             container=attribute(fact, records, docker_available),
+            mig_device=raw.mig_device,
         )
 
 

@@ -8,7 +8,8 @@ logs, pipes and ``watch``.
 from __future__ import annotations
 
 from gputui.core.judges.text import invisible_phrase
-from gputui.core.model import Gpu, Process, Snapshot
+from gputui.core.mig import MIG_LOAD_NOTE, instance_owner, mig_label, mig_notes
+from gputui.core.model import Gpu, MigDevice, Process, Snapshot
 from gputui.core.safe_text import clean
 from gputui.core.units import (
     NA,
@@ -54,6 +55,30 @@ def _gpu_row(g: Gpu) -> str:
     ).rstrip()
 
 
+def _mig_row(g: Gpu, m: MigDevice) -> str:
+    """One MIG device, indented under its card like nvidia-smi's MIG devices table."""
+    mem = fmt_size_pair(m.memory_used, m.memory_total)
+    pct = used_percent(m.memory_used, m.memory_total)
+    ids = f"GI {NA if m.gpu_instance_id is None else m.gpu_instance_id}" \
+          f" CI {NA if m.compute_instance_id is None else m.compute_instance_id}"
+    return "  ".join(
+        [
+            f"{'└':>3}",
+            _cell(f"{mig_label(g.index, m.index)} MIG {clean(m.profile or NA)}", 24),
+            _cell(ids, 11),
+            _cell(mem, 20, right=True),
+            _cell(fmt_percent(pct), 4, right=True),
+            _cell(None if m.sm_count is None else f"{m.sm_count} SM", 6, right=True),
+            clean(instance_owner(g, m)),
+            clean(m.uuid),
+        ]
+    ).rstrip()
+
+
+def _mig_rows(g: Gpu) -> list[str]:
+    return [_mig_row(g, m) for m in g.mig_devices] if g.mig_enabled and not g.lost else []
+
+
 _GPU_HEADER = "  ".join(
     ["GPU", "Name".ljust(24), "Util", "Memory used / total".rjust(20), "Mem%", "Temp", "Power".rjust(13), " Fan",
      "SM clock", "P  ", "Throttle"]
@@ -73,7 +98,7 @@ def _proc_row(p: Process, now: float) -> str:
     flags = f"  <{','.join(f.kind for f in p.stale)}>" if p.stale else ""
     return "  ".join(
         [
-            f"{p.gpu_index:>3}",
+            f"{p.mig_label or p.gpu_index:>3}",
             f"{p.pid:>7}",
             _cell(p.user, 10),
             _cell(mem, 9, right=True),
@@ -94,7 +119,9 @@ def render_text(snap: Snapshot, now: float | None = None) -> str:
         "",
         _GPU_HEADER,
     ]
-    lines += [_gpu_row(g) for g in snap.gpus]
+    for g in snap.gpus:
+        lines.append(_gpu_row(g))
+        lines += _mig_rows(g)
     procs = [p for g in snap.gpus for p in g.processes]
     lines += ["", _PROC_HEADER]
     if procs:
@@ -110,6 +137,10 @@ def render_text(snap: Snapshot, now: float | None = None) -> str:
         if s is not None:
             who = s.container or (f"PID {s.pid}" if s.pid else "a job")
             notes.append(f"  suggestion: move {who} from GPU {s.from_gpu} to GPU {s.to_gpu} — {s.reason}")
+    for g in snap.gpus:
+        if g.mig_enabled and not g.lost and g.utilization_gpu is None:
+            notes.append(f"GPU {g.index}: MIG mode; utilization N/A: {MIG_LOAD_NOTE}.")
+        notes += mig_notes(g)
     for a in snap.alerts:
         where = f"GPU {a.gpu}: " if a.gpu is not None else ""
         notes.append(f"{a.severity.upper()}: {where}{a.message}")

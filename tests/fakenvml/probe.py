@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import json
+import os
 import sys
 import time
 
@@ -34,7 +35,9 @@ def main() -> int:
     from gputui.core.nvml import NvmlSource
     from gputui.core.processes import HostProcessSource
 
-    source = NvmlSource()
+    # GPUTUI_PROBE_SLOW_TTL=0: cached values (power limit, MIG layout, ...) are read at every poll.
+    ttl = os.environ.get("GPUTUI_PROBE_SLOW_TTL")
+    source = NvmlSource() if ttl is None else NvmlSource(slow_ttl=float(ttl))
     processes = HostProcessSource()
     poller = None
     for line in sys.stdin:

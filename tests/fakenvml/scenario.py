@@ -383,7 +383,8 @@ def render(s: Mapping[str, Any]) -> str:
             mem = -1 if p.get("used_memory") is None else int(p["used_memory"])
             sm = -1 if p.get("sm") is None else int(p["sm"])
             kind = _PROC_TYPES[p.get("type", "compute")]
-            out.append(f"  proc {int(p['pid'])} {mem} {sm} {kind} {int(p.get('mem_util', 0) or 0)} {slot}")
+            where = f" {slot}" if slot >= 0 else ""
+            out.append(f"  proc {int(p['pid'])} {mem} {sm} {kind} {int(p.get('mem_util', 0) or 0)}{where}")
     return "\n".join(out) + "\n"
 
 
