@@ -20,6 +20,11 @@ Output is one line on stdout, best GPU first:
 
 When nothing qualifies it prints one sentence naming the constraint that failed
 on stderr and exits 1.
+
+A card in MIG mode (A100/H100/H200 split into MIG devices) is never offered as a
+whole GPU. ``--mig`` picks MIG devices instead, by free memory (they report no
+utilization): ``index`` prints ``6:0``, ``uuid``/``env``/``docker`` the ``MIG-``
+UUID, the only name CUDA accepts for a MIG device.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import argparse
 import time
 
 from gputui.core.config import parse_size
+from gputui.core.judges.mig_placement import format_mig_pick, mig_loads, mig_reservations, pick_mig, whole_gpus
 from gputui.core.judges.placement import (
     FORMATS,
     format_pick,
@@ -37,7 +43,7 @@ from gputui.core.judges.placement import (
 )
 from gputui.core.limits import flag_type
 
-EXIT_OK, EXIT_NO = 0, 1
+EXIT_OK, EXIT_NO, EXIT_USAGE = 0, 1, 2
 
 
 def _count(text: str) -> int:
@@ -85,11 +91,19 @@ def add_parser(sub, common):
                    help="how long to watch the GPUs before choosing (default 1; 0 = one reading)")
     p.add_argument("--format", choices=FORMATS, default="index",
                    help="index (3,5), uuid, env (CUDA_VISIBLE_DEVICES=3,5) or docker (--gpus device=GPU-...)")
+    p.add_argument("--mig", action="store_true",
+                   help="pick MIG devices (A100/H100/H200 in MIG mode) by free memory instead of whole GPUs; "
+                        "prints GPU:instance or the MIG-... UUID")
     return p
 
 
 def run(ctx) -> int:
     args = ctx.args
+    if args.mig and args.max_util is not None:
+        print("gputui: --max-util cannot be used with --mig: MIG devices report no utilization "
+              "(they are picked by free memory).", file=ctx.stderr)
+        return EXIT_USAGE
+    samples = []
     machine = ctx.open_machine()
     try:
         poller, snap, all_gpus = ctx.start_polling(machine)
@@ -100,17 +114,32 @@ def run(ctx) -> int:
             while time.monotonic() < end:
                 time.sleep(min(step, max(0.0, end - time.monotonic())))
                 snap = poller.poll()
+                samples.append(snap)
             history = poller.history
         finally:
             poller.close()
     finally:
         machine.close()
 
-    loads = gpu_loads(history, snap.gpus, None)
+    if args.mig:
+        mig = pick_mig(mig_loads([*samples, snap]), mig_reservations(snap), count=args.count,
+                       min_free=args.min_free)
+        if not mig.ok:
+            print(f"gputui: {mig.problem}", file=ctx.stderr)
+            return EXIT_NO
+        print(format_mig_pick(mig.chosen, args.format), file=ctx.stdout)
+        return EXIT_OK
+    whole, split = whole_gpus(snap.gpus)
+    loads = gpu_loads(history, whole, None)
     result = pick(loads, reservations(snap, all_gpus), count=args.count, min_free=args.min_free,
                   max_util=args.max_util, observed=history.span)
     if not result.ok:
-        print(f"gputui: {result.problem}", file=ctx.stderr)
+        note = ""
+        if split:
+            which = ", ".join(str(i) for i in split)
+            note = (f" {'GPU' if len(split) == 1 else 'GPUs'} {which} {'is' if len(split) == 1 else 'are'} "
+                    "split into MIG devices and not offered whole; 'gputui pick --mig' picks MIG devices.")
+        print(f"gputui: {result.problem}{note}", file=ctx.stderr)
         return EXIT_NO
     uuids = {g.index: g.uuid for g in snap.gpus}
     print(format_pick(result.chosen, uuids, args.format), file=ctx.stdout)

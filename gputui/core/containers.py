@@ -11,7 +11,9 @@ cgroup attribution in the poller) and names what is wrong, one sentence each:
     narrows it: CUDA then starts on device 0, which is how such jobs pile up on GPU 0.
 ``misplaced``
     Its processes run on a GPU outside its grant, or all of them on the first of
-    several GPUs it was given (the others wait for it in vain).
+    several GPUs it was given (the others wait for it in vain). A container granted
+    MIG devices (``MIG-…``) is judged per instance: a process on another instance of
+    the same card is misplaced too.
 ``env-conflict``
     ``CUDA_VISIBLE_DEVICES`` or ``NVIDIA_VISIBLE_DEVICES`` disagree with the grant,
     or the grant names a GPU that does not exist. ``CUDA_VISIBLE_DEVICES`` indices
@@ -71,16 +73,25 @@ def build_containers(records: Sequence[ContainerRecord], gpus: Sequence[Gpu], hi
 
 
 class _Host:
-    """This host's GPUs, for resolving UUIDs and indices."""
+    """This host's GPUs, for resolving UUIDs and indices (a MIG device's UUID resolves to its card)."""
 
     def __init__(self, gpus: Sequence[Gpu]) -> None:
         self.indices = tuple(sorted(g.index for g in gpus))
         self.by_uuid = {g.uuid.lower(): g.index for g in gpus}
+        self.mig_by_uuid = {m.uuid.lower(): (g.index, m.index) for g in gpus for m in g.mig_devices}
 
     def index_of(self, ident: str) -> int | None:
-        """A UUID (or unique UUID prefix, as CUDA accepts) -> host index."""
+        """A GPU or MIG UUID (or unique UUID prefix, as CUDA accepts) -> host index of the card."""
         uuid = match_uuid(ident, self.by_uuid)
-        return None if uuid is None else self.by_uuid[uuid]
+        if uuid is not None:
+            return self.by_uuid[uuid]
+        mig = self.mig_of(ident)
+        return None if mig is None else mig[0]
+
+    def mig_of(self, ident: str) -> tuple[int, int] | None:
+        """A MIG UUID (or unique prefix) -> (card index, MIG device index)."""
+        uuid = match_uuid(ident, self.mig_by_uuid)
+        return None if uuid is None else self.mig_by_uuid[uuid]
 
 
 def _usage(procs: Iterable[Process]) -> tuple[tuple[int, ...], int, tuple[int, ...]]:
@@ -106,14 +117,16 @@ def _judge(r: ContainerRecord, procs: list[Process], host: _Host, history: Histo
     used, memory, pids = _usage(procs)
     if r.gpus == "all":
         granted = host.indices
+        granted_migs: set[tuple[int, int]] = set()
     else:
         granted = tuple(sorted({i for i in (host.index_of(u) for u in r.gpus) if i is not None}))
+        granted_migs = {m for m in (host.mig_of(u) for u in r.gpus) if m is not None}
     findings: list[Finding] = []
     grant = grant_phrase(r)
     name = r.name
 
     # What CUDA inside the container is allowed to see: the grant, narrowed by CUDA_VISIBLE_DEVICES.
-    narrowed, cvd_problem = _cuda_visible(r.cuda_visible_devices, granted, host, grant)
+    narrowed, cvd_problem = _cuda_visible(r.cuda_visible_devices, granted, host, grant, granted_migs)
     effective = narrowed if narrowed is not None else granted
 
     # unpinned
@@ -139,6 +152,12 @@ def _judge(r: ContainerRecord, procs: list[Process], host: _Host, history: Histo
             "misplaced",
             f"{name} runs on {gpus_phrase(outside)} although Docker gave it no GPU "
             "(a privileged container or a device mounted by hand).",
+        ))
+    elif (wrong := _other_instances(procs, granted_migs)):
+        findings.append(Finding(
+            "misplaced",
+            f"{name} runs on MIG device {', '.join(wrong)}, outside its grant ({grant} = MIG device "
+            f"{', '.join(f'{g}:{m}' for g, m in sorted(granted_migs))}).",
         ))
     elif used and len(effective) >= 2 and (r.gpus != "all" or narrowed is not None) \
             and set(used) == {min(effective)}:
@@ -172,8 +191,16 @@ def _judge(r: ContainerRecord, procs: list[Process], host: _Host, history: Histo
     )
 
 
+def _other_instances(procs: Iterable[Process], granted_migs: set[tuple[int, int]]) -> list[str]:
+    """MIG devices (``g:m``) its processes run on that its MIG grant does not name, on cards it holds by instance."""
+    cards = {g for g, _ in granted_migs}
+    return sorted({f"{p.gpu_index}:{p.mig_device}" for p in procs
+                   if p.mig_device is not None and p.gpu_index in cards
+                   and (p.gpu_index, p.mig_device) not in granted_migs})
+
+
 def _cuda_visible(value: str | None, granted: tuple[int, ...], host: _Host,
-                  grant: str) -> tuple[tuple[int, ...] | None, str | None]:
+                  grant: str, granted_migs: set[tuple[int, int]] | None = None) -> tuple[tuple[int, ...] | None, str | None]:
     """(host GPUs CUDA may use, problem) for a container's CUDA_VISIBLE_DEVICES.
 
     Integers index the GPUs *inside* the container (its grant, in host order);
@@ -202,6 +229,11 @@ def _cuda_visible(value: str | None, granted: tuple[int, ...], host: _Host,
         index = host.index_of(tok)
         if index is None:
             return tuple(picked), f"CUDA_VISIBLE_DEVICES={value} names {_short(tok)}, which is not a GPU on this host"
+        mig = host.mig_of(tok)
+        if mig is not None and granted_migs and mig not in granted_migs:
+            return tuple(picked), (f"CUDA_VISIBLE_DEVICES={value} names MIG device {mig[0]}:{mig[1]}, which is not "
+                                   f"granted to it ({grant} = MIG device "
+                                   f"{', '.join(f'{g}:{m}' for g, m in sorted(granted_migs))})")
         if index not in granted:
             return tuple(picked), (f"CUDA_VISIBLE_DEVICES={value} names GPU {index}, which is not granted to it "
                                    f"({grant} = {gpus_phrase(granted) if granted else 'no GPU'})")

@@ -11,6 +11,10 @@ runs the real poller, judges, CLI and app. What it simulates:
   dataloader worker (its trainer died) holds 3 GiB on GPU 0.
 * One container's CUDA_VISIBLE_DEVICES conflicts with its device request; one
   container was granted GPU 7 and never used it.
+* GPU 6 is in MIG mode, split into three instances (3g.40gb, 2g.20gb, 2g.20gb)
+  used by carol's sweep, the ``embed-mig`` container (granted its instance by
+  ``MIG-`` UUID) and bob's evaluation; like a real driver it reports no load for
+  the card, only per-instance memory.
 * Processes belong to alice, bob, carol and root.
 
 Values are smooth functions of the clock, so a frozen clock gives a frozen
@@ -32,6 +36,8 @@ from gputui.core.model import (
     ContainerRecord,
     Gpu,
     GpuReading,
+    MigDevice,
+    MigMode,
     ProcessFacts,
     RawProcess,
 )
@@ -53,6 +59,23 @@ def _uuid(index: int) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
+def mig_uuid(gpu: int, mig: int) -> str:
+    """The ``MIG-`` UUID of the demo's MIG device ``gpu:mig``."""
+    h = hashlib.md5(f"demo-mig-{gpu}-{mig}".encode()).hexdigest()
+    return f"MIG-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+@dataclass(frozen=True)
+class SimMig:
+    """One MIG device of a simulated card in MIG mode."""
+
+    index: int
+    gpu_instance_id: int
+    profile: str
+    memory_total: int
+    sm_count: int
+
+
 @dataclass
 class SimProcess:
     pid: int
@@ -72,6 +95,8 @@ class SimProcess:
     orphaned: bool = False
     status: str = "running"
     ptype: str = "compute"
+    #: the MIG device it runs on (index within its GPU), None on a whole GPU
+    mig: int | None = None
 
 
 @dataclass
@@ -109,6 +134,8 @@ class DemoMachine:
         self._t0 = self.clock()
         self.containers: dict[str, SimContainer] = {}
         self.procs: dict[int, SimProcess] = {}
+        #: GPUs in MIG mode and their MIG devices
+        self.migs: dict[int, tuple[SimMig, ...]] = {}
         self._build()
 
     # -- the scenario --------------------------------------------------------
@@ -128,6 +155,8 @@ class DemoMachine:
             C("inference-api", "registry.local/serving/api:5.1", ("5",), compose_project="serving",
               compose_service="api", main_pid=4701),
             C("batch-reserve", "registry.local/batch/runner:0.9", ("7",), main_pid=4801),
+            C("embed-mig", "registry.local/serving/embed:3.2", (mig_uuid(6, 1),), compose_project="serving",
+              compose_service="embed", main_pid=4901),
         ):
             self.containers[c.id] = c
         cid = {c.name: c.id for c in self.containers.values()}
@@ -155,9 +184,19 @@ class DemoMachine:
             P(4701, 5, "root", 0, "gunicorn api:app -w 2 -k uvicorn.workers.UvicornWorker",
               6 * GIB, 16, 8, cpu=30, host_memory=4 * GIB, age=4 * 86400, container=cid["inference-api"]),
             P(6010, 6, "carol", 1003, "python sweep.py --trial 17",
-              2 * GIB, 9, 6, cpu=35, host_memory=3 * GIB, age=900, ppid=6000),
+              2 * GIB, 9, 6, cpu=35, host_memory=3 * GIB, age=900, ppid=6000, mig=0),
+            P(4901, 6, "root", 0, "python -m embed_server --port 9000",
+              int(8.5 * GIB), 20, 5, cpu=25, host_memory=5 * GIB, age=2 * 86400, container=cid["embed-mig"], mig=1),
+            P(6120, 6, "bob", 1002, "python eval_small.py --shard 2",
+              5 * GIB, 30, 8, cpu=60, host_memory=4 * GIB, age=1800, ppid=6100, mig=2),
         ):
             self.procs[p.pid] = p
+        if self.n_gpus > 6:
+            self.migs[6] = (
+                SimMig(0, 1, "3g.40gb", 40192 * MIB, 42),
+                SimMig(1, 5, "2g.20gb", 19968 * MIB, 28),
+                SimMig(2, 6, "2g.20gb", 19968 * MIB, 28),
+            )
 
     # -- helpers -------------------------------------------------------------
     def _wave(self, t: float, seed: int, period: float = 47.0) -> float:
@@ -193,7 +232,8 @@ class DemoMachine:
                 throttle = ("sw_power_cap",)
             elif not plist:
                 throttle = ("gpu_idle",)
-            gpus.append(Gpu(
+            migs = self.migs.get(i)
+            g = Gpu(
                 index=i, uuid=_uuid(i), name=self.gpu_name, pci_bus_id=f"00000000:{0x07 + 0x10 * i:02X}:00.0",
                 utilization_gpu=int(util), utilization_memory=int(util * 0.45),
                 memory_used=min(used, self.memory_total), memory_total=self.memory_total,
@@ -202,11 +242,31 @@ class DemoMachine:
                 clock_sm=1410 if util > 5 else 210, clock_memory=1593, clock_sm_max=1410, clock_memory_max=1593,
                 pstate=0 if util > 5 else 7 if not plist else 0, throttle_reasons=throttle, ecc_errors=0,
                 persistence_mode=True, minor_number=i,
-            ))
-            raw[i] = tuple(RawProcess(p.pid, p.ptype, p.memory, s) for p, s in zip(plist, sms, strict=True))  # type: ignore[arg-type]
+            )
+            if migs is not None:
+                g = self._mig_card(g, migs, plist)
+                sms = [None] * len(plist)  # type: ignore[list-item]  # no per-process load in MIG mode
+            gpus.append(g)
+            raw[i] = tuple(RawProcess(p.pid, p.ptype, p.memory, s, p.mig)  # type: ignore[arg-type]
+                           for p, s in zip(plist, sms, strict=True))
         # the same plausibility rule as NVML's readings, so every source is judged alike
         return plausible_reading(GpuReading(self.driver_version, self.cuda_driver_version, tuple(gpus), raw,
                                             nvml_version="12.550.127.05"))
+
+    def _mig_card(self, g: Gpu, migs: tuple[SimMig, ...], plist: list[SimProcess]) -> Gpu:
+        """A card in MIG mode as a real driver reports it: no load of its own, memory per instance."""
+        devices = []
+        for m in migs:
+            on = [p for p in plist if p.mig == m.index]
+            devices.append(MigDevice(
+                index=m.index, uuid=mig_uuid(g.index, m.index), gpu_instance_id=m.gpu_instance_id,
+                compute_instance_id=0, profile=m.profile,
+                memory_used=min(m.memory_total, sum(p.memory for p in on) + 13 * MIB), memory_total=m.memory_total,
+                sm_count=m.sm_count, processes=tuple(p.pid for p in on),
+            ))
+        used = sum(d.memory_used or 0 for d in devices) + 600 * MIB
+        return replace(g, utilization_gpu=None, utilization_memory=None, memory_used=used,
+                       mig_mode=MigMode(True, True), mig_devices=tuple(devices))
 
     def close(self) -> None:
         pass
@@ -243,8 +303,8 @@ class DemoMachine:
                 raw: tuple[str, ...] = ("all",)
             else:
                 raw = tuple(c.grant)
-                gpus = tuple(d if d.startswith("GPU-") else gpu_uuids[int(d)] for d in c.grant
-                             if d.startswith("GPU-") or int(d) < len(gpu_uuids))
+                gpus = tuple(d if d.startswith(("GPU-", "MIG-")) else gpu_uuids[int(d)] for d in c.grant
+                             if d.startswith(("GPU-", "MIG-")) or int(d) < len(gpu_uuids))
             labels = dict(c.labels)
             if c.compose_project:
                 labels.setdefault("com.docker.compose.project", c.compose_project)
