@@ -49,7 +49,10 @@ def test_snapshot_json_schema_on_demo():
     # the story of the seeds: GPU 0 piled up, the rest mostly idle
     util = [g["utilization_gpu"] for g in doc["gpus"]]
     assert util[0] >= 80
-    assert sum(u <= 25 for u in util[1:]) >= 6
+    assert sum(u is not None and u <= 25 for u in util[1:]) >= 6
+    # GPU 5 is in MIG mode: no load of its own (null, not 0), three MIG devices
+    assert util[5] is None and doc["gpus"][5]["mig_mode"] == {"current": True, "pending": True}
+    assert [m["profile"] for m in doc["gpus"][5]["mig_devices"]] == ["3g.40gb", "2g.20gb", "2g.20gb"]
     # an SXM board has no fan: N/A is null, not a made-up number
     assert all(g["fan_speed"] is None for g in doc["gpus"])
 

@@ -17,25 +17,27 @@ def run_cli(capsys, *argv):
 
 
 def test_demo_whole_gpu_pick_never_offers_the_mig_card(capsys):
-    rc, out, err = run_cli(capsys, "pick", "--demo", "--sample", "0", "--count", "2")
+    rc, out, err = run_cli(capsys, "pick", "--demo", "--sample", "0", "--count", "3")
     assert rc == 1 and out == ""
-    assert "GPU 6 is split into MIG devices and not offered whole; 'gputui pick --mig' picks MIG devices." in err
+    assert "GPU 5 to inference-api" not in err  # its grant is an instance, not the card
+    assert "GPU 5 is split into MIG devices and not offered whole; 'gputui pick --mig' picks MIG devices." in err
 
 
 def test_demo_pick_mig_takes_the_roomiest_free_instance(capsys):
     from gputui.core.demo import mig_uuid
 
     rc, out, err = run_cli(capsys, "pick", "--demo", "--sample", "0", "--mig")
-    assert (rc, out) == (0, "6:0"), err  # 3g.40gb with 2 GiB used beats 6:2 (2g.20gb, 5 GiB used)
+    # 5:0 has the most room but is granted to inference-api; 5:2 (5 GiB used) beats 5:1 (8.5 GiB used)
+    assert (rc, out) == (0, "5:2"), err
     rc, out, _ = run_cli(capsys, "pick", "--demo", "--sample", "0", "--mig", "--format", "docker")
-    assert out == f"--gpus device={mig_uuid(6, 0)}"
+    assert out == f"--gpus device={mig_uuid(5, 2)}"
     rc, out, err = run_cli(capsys, "pick", "--demo", "--sample", "0", "--mig", "--count", "3")
-    assert rc == 1 and err == ("gputui: Only 2 MIG devices (6:0, 6:2) are not granted to a running container "
-                               "(6:1 to embed-mig); 3 were asked for.")
+    assert rc == 1 and err == ("gputui: Only 2 MIG devices (5:2, 5:1) are not granted to a running container "
+                               "(5:0 to inference-api); 3 were asked for.")
+    rc, out, err = run_cli(capsys, "pick", "--demo", "--sample", "0", "--mig", "--min-free", "12G")
+    assert rc == 0 and out == "5:2"
     rc, out, err = run_cli(capsys, "pick", "--demo", "--sample", "0", "--mig", "--min-free", "20G")
-    assert rc == 0 and out == "6:0"
-    rc, out, err = run_cli(capsys, "pick", "--demo", "--sample", "0", "--mig", "--min-free", "40G")
-    assert rc == 1 and "No MIG device has 40.0 GiB free: the most free is" in err and "6:0 (3g.40gb)" in err
+    assert rc == 1 and "No MIG device has 20.0 GiB free: the most free is" in err and "5:2 (2g.20gb)" in err
 
 
 def test_pick_mig_refuses_max_util(capsys):

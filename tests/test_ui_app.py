@@ -92,7 +92,7 @@ async def test_first_poll_shows_every_gpu_and_process():
         assert "64.6/80.0 GiB" in shown  # GPU 0's memory, used/total
         assert "N/A" in shown  # SXM boards have no fan
         rows = table(app).rows
-        assert len(rows) == 10
+        assert len(rows) == 12  # GPU 5's MIG devices hold three of them
         assert {p.pid for p in rows} >= {4101, 4201, 5120, 5388, 4601}
         # the table has the focus so k / m act on its row
         assert app.focused is table(app)
@@ -158,17 +158,17 @@ async def test_digit_shows_only_that_gpu_and_a_shows_all():
         assert len(table(app).rows) == 4
         assert panel(app).filtered == 0
         header = app.screen.query_one(ProcessHeader).render_line(0).text
-        assert "4 of 10" in header and "GPU 0 only" in header
+        assert "4 of 12" in header and "GPU 0 only" in header
         await pilot.press("4")
         assert [p.pid for p in table(app).rows] == [4601]
         await pilot.press("a")
-        assert len(table(app).rows) == 10
+        assert len(table(app).rows) == 12
         assert panel(app).filtered is None
         await pilot.press("7")  # GPU 7 has nobody
         assert table(app).rows == []
         assert "Nobody is on GPU 7" in table(app).render_line(0).text
         await pilot.press("7")  # the same digit again: all GPUs
-        assert len(table(app).rows) == 10
+        assert len(table(app).rows) == 12
 
 
 async def test_digit_for_a_missing_gpu_says_so():
@@ -176,7 +176,7 @@ async def test_digit_for_a_missing_gpu_says_so():
     async with app.run_test(size=(140, 44), notifications=True) as pilot:
         await wait_for_polls(pilot)
         await pilot.press("9")
-        assert len(table(app).rows) == 10
+        assert len(table(app).rows) == 12
         assert any("There is no GPU 9" in n.message for n in app._notifications)
 
 
@@ -227,7 +227,7 @@ async def test_typing_a_filter_narrows_the_table_and_escape_clears_it():
         assert [p.pid for p in table(app).rows] == [4601]
         await pilot.press("escape")
         assert table(app).text_filter == ""
-        assert len(table(app).rows) == 10
+        assert len(table(app).rows) == 12
         assert not app.screen.query_one("#filter").display
 
 
@@ -569,7 +569,7 @@ async def test_a_failing_poll_shows_in_the_status_line_and_clears_on_recovery():
         text = status_text(app)
         assert "Could not read the GPUs: NVML_ERROR_UNKNOWN" in text
         # the last good picture stays on screen meanwhile
-        assert len(table(app).rows) == 10
+        assert len(table(app).rows) == 12
         gpus.fail = False
         await repoll(pilot)
         assert "Could not read" not in status_text(app)

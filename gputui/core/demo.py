@@ -11,10 +11,10 @@ runs the real poller, judges, CLI and app. What it simulates:
   dataloader worker (its trainer died) holds 3 GiB on GPU 0.
 * One container's CUDA_VISIBLE_DEVICES conflicts with its device request; one
   container was granted GPU 7 and never used it.
-* GPU 6 is in MIG mode, split into three instances (3g.40gb, 2g.20gb, 2g.20gb)
-  used by carol's sweep, the ``embed-mig`` container (granted its instance by
-  ``MIG-`` UUID) and bob's evaluation; like a real driver it reports no load for
-  the card, only per-instance memory.
+* GPU 5 is in MIG mode, split into three instances (3g.40gb, 2g.20gb, 2g.20gb)
+  used by the ``inference-api`` container (granted its instance by ``MIG-``
+  UUID), bob's evaluation and alice's distillation; like a real driver it
+  reports no load for the card, only per-instance memory.
 * Processes belong to alice, bob, carol and root.
 
 Values are smooth functions of the clock, so a frozen clock gives a frozen
@@ -152,11 +152,9 @@ class DemoMachine:
               restart_policy="no"),
             C("vllm-cache", "vllm/vllm-openai:v0.6.3", ("4",), compose_project="serving",
               compose_service="cache", main_pid=4601),
-            C("inference-api", "registry.local/serving/api:5.1", ("5",), compose_project="serving",
+            C("inference-api", "registry.local/serving/api:5.1", (mig_uuid(5, 0),), compose_project="serving",
               compose_service="api", main_pid=4701),
             C("batch-reserve", "registry.local/batch/runner:0.9", ("7",), main_pid=4801),
-            C("embed-mig", "registry.local/serving/embed:3.2", (mig_uuid(6, 1),), compose_project="serving",
-              compose_service="embed", main_pid=4901),
         ):
             self.containers[c.id] = c
         cid = {c.name: c.id for c in self.containers.values()}
@@ -182,17 +180,17 @@ class DemoMachine:
               int(77.5 * GIB), 0, 1, cpu=1.5, host_memory=12 * GIB, age=3 * 86400,
               container=cid["vllm-cache"]),
             P(4701, 5, "root", 0, "gunicorn api:app -w 2 -k uvicorn.workers.UvicornWorker",
-              6 * GIB, 16, 8, cpu=30, host_memory=4 * GIB, age=4 * 86400, container=cid["inference-api"]),
+              6 * GIB, 16, 8, cpu=30, host_memory=4 * GIB, age=4 * 86400, container=cid["inference-api"], mig=0),
             P(6010, 6, "carol", 1003, "python sweep.py --trial 17",
-              2 * GIB, 9, 6, cpu=35, host_memory=3 * GIB, age=900, ppid=6000, mig=0),
-            P(4901, 6, "root", 0, "python -m embed_server --port 9000",
-              int(8.5 * GIB), 20, 5, cpu=25, host_memory=5 * GIB, age=2 * 86400, container=cid["embed-mig"], mig=1),
-            P(6120, 6, "bob", 1002, "python eval_small.py --shard 2",
-              5 * GIB, 30, 8, cpu=60, host_memory=4 * GIB, age=1800, ppid=6100, mig=2),
+              2 * GIB, 9, 6, cpu=35, host_memory=3 * GIB, age=900, ppid=6000),
+            P(6120, 5, "bob", 1002, "python eval_small.py --shard 2",
+              int(8.5 * GIB), 30, 8, cpu=60, host_memory=4 * GIB, age=1800, ppid=6100, mig=1),
+            P(6230, 5, "alice", 1001, "python distill.py --student tiny --teacher llama-8b",
+              5 * GIB, 20, 5, cpu=45, host_memory=5 * GIB, age=3 * 3600, ppid=6200, mig=2),
         ):
             self.procs[p.pid] = p
-        if self.n_gpus > 6:
-            self.migs[6] = (
+        if self.n_gpus > 5:
+            self.migs[5] = (
                 SimMig(0, 1, "3g.40gb", 40192 * MIB, 42),
                 SimMig(1, 5, "2g.20gb", 19968 * MIB, 28),
                 SimMig(2, 6, "2g.20gb", 19968 * MIB, 28),

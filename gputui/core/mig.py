@@ -25,7 +25,7 @@ def instance_processes(g: Gpu, m: MigDevice) -> tuple[Process, ...]:
 
 
 def instance_owner(g: Gpu, m: MigDevice) -> str:
-    """Who uses the instance, in a few words: "alice · 2 procs", "trainer (alice) · 1 proc", "idle"."""
+    """Who uses the instance, in a few words: "alice · 2 procs", "trainer · 1 proc" (a container), "idle"."""
     procs = instance_processes(g, m)
     if not procs:
         return "idle"
@@ -34,8 +34,6 @@ def instance_owner(g: Gpu, m: MigDevice) -> str:
     who = ""
     if containers:
         who = containers.most_common(1)[0][0]
-        if users:
-            who += f" ({users.most_common(1)[0][0]})"
     elif users:
         who = users.most_common(1)[0][0]
     else:

@@ -21,10 +21,12 @@ from textual.widget import Widget
 from textual.widgets import Footer, Static
 
 from gputui.core.history import GpuSample
+from gputui.core.mig import MIG_LOAD_NOTE
 from gputui.core.model import Gpu, Snapshot, describe_fields
 from gputui.ui import format as fmt
 from gputui.ui.plots import plot_text
 from gputui.ui.safe import markup, plain
+from gputui.ui.widgets.mig_card import add_mig_rows, mig_mode_text
 from gputui.ui.widgets.status import PollStatus, StatusLine
 
 GIB = 1024**3
@@ -84,7 +86,11 @@ class PlotView(Widget):
 
 
 def _fmt_field(name: str, value, gpu: Gpu, settings) -> str:
+    if name == "mig_mode":
+        return mig_mode_text(gpu)
     if value is None:
+        if name in ("utilization_gpu", "utilization_memory") and gpu.mig_enabled:
+            return f"{fmt.NA} ({MIG_LOAD_NOTE})"
         return fmt.NA
     if name in ("memory_used", "memory_total"):
         return f"{value / GIB:.2f} GiB ({value:,} B)"
@@ -200,7 +206,8 @@ class GpuDetailScreen(Screen):
 
         util = [None if s.lost else s.utilization for s in samples]
         self.query_one("#plot-util", PlotView).show(
-            f"Utilization {cur(gpu.utilization_gpu, ' %')} · {minutes}", times, util, (0, 100), now, tz)
+            f"Utilization {cur(gpu.utilization_gpu, ' %')} · {MIG_LOAD_NOTE if gpu.mig_enabled else minutes}",
+            times, util, (0, 100), now, tz)
         total = gpu.memory_total or max((s.memory_total or 0 for s in samples), default=0) or GIB
         mem = [None if s.lost or s.memory_used is None else s.memory_used / GIB for s in samples]
         used = None if gpu.memory_used is None else gpu.memory_used / GIB
@@ -224,10 +231,11 @@ class GpuDetailScreen(Screen):
         table.add_column(style="dim", no_wrap=True)
         table.add_column()
         for name, value in describe_fields(gpu):
-            if name == "processes":
+            if name in ("processes", "mig_devices"):
                 continue
             table.add_row(name.replace("_", " "), markup(_fmt_field(name, value, gpu, settings)))
         table.add_row("free memory", markup(_fmt_field("memory_used", gpu.memory_free, gpu, settings)))
+        add_mig_rows(table, gpu)
         alerts = [a for a in snapshot.alerts if a.gpu == gpu.index]
         table.add_row("", "")
         table.add_row(Text("alerts", style="bold"), Text(str(len(alerts)) if alerts else "none"))

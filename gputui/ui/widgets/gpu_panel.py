@@ -34,6 +34,7 @@ from gputui.core.history import GpuSample
 from gputui.core.judges.suspect import activity
 from gputui.core.model import THERMAL_OR_POWER, Gpu, Snapshot
 from gputui.ui import format as fmt
+from gputui.ui.widgets import mig_card
 from gputui.ui.widgets.lines import LineBuilder, component_style, level_code, sparkline
 
 Mode = Literal["cards", "compact"]
@@ -399,9 +400,15 @@ class GpuPanel(ScrollView, can_focus=True):
                 (frame, g.name, len(g.processes), view.alerts, view.critical),
                 (frame, "lost-1"), (frame, "lost-2"), (frame, "lost-3", len(g.processes)), (frame,),
             )
+        elif g.mig_enabled:  # MIG mode: the body lists the instances (no load graphs exist)
+            keys = (
+                (frame, g.name, self._users(g), len(g.processes), view.alerts, view.critical, g.mig_reset_pending),
+                (frame, "mig", mig_card.body_key(g, 1)), (frame, "mig", mig_card.body_key(g, 2)),
+                (frame, "mig", mig_card.body_key(g, 3)), (frame,),
+            )
         else:
             keys = (
-                (frame, g.name, self._users(g), len(g.processes), view.alerts, view.critical),
+                (frame, g.name, self._users(g), len(g.processes), view.alerts, view.critical, g.mig_reset_pending),
                 (frame, view.util[-spark_w:], g.utilization_gpu, g.temperature,
                  fmt.power_pair(g.power_draw, g.power_limit), self.settings.temp_warning, self.settings.temp_critical),
                 (frame, view.mem[-spark_w:], fmt.mem_percent(g.memory_used, g.memory_total),
@@ -447,6 +454,9 @@ class GpuPanel(ScrollView, can_focus=True):
         return self._style("border")
 
     def _badge(self, view: GpuView) -> tuple[str, Style] | None:
+        if view.gpu.mig_reset_pending and not view.alerts:
+            # MIG mode pending ≠ current: the change waits for a GPU reset
+            return " MIG→reset ", self._style("badge-warning")
         if not view.alerts:
             return None
         text = f" ⚠ {view.alerts} " if view.alerts > 1 else " ⚠ "
@@ -476,6 +486,8 @@ class GpuPanel(ScrollView, can_focus=True):
                 LineBuilder().add(" It may have fallen off the bus: check `dmesg` for Xid errors.", s("dim")),
                 LineBuilder().add(f" {len(g.processes)} process(es) were on it at the last good read.", s("dim")),
             ][n - 1]
+        elif g.mig_enabled:
+            body = mig_card.body_line(g, n, width - 2, s)
         elif n == 1:
             body = self._util_line(view, spark_w)
         elif n == 2:
@@ -495,7 +507,7 @@ class GpuPanel(ScrollView, can_focus=True):
         top = LineBuilder().add("╭─", border)
         top.add(f" {g.index} ", s("title") + Style(reverse=True) if selected else s("title"))
         top.add(" ", border)
-        title = fmt.short_gpu_name(g.name)
+        title = fmt.short_gpu_name(g.name) + (" · MIG" if g.mig_enabled else "")
         right = LineBuilder()
         users = self._users(g)
         if g.lost:
@@ -589,11 +601,14 @@ class GpuPanel(ScrollView, can_focus=True):
             line.add_fit(name, len(name) + 1, s("dim"))
         room = width - fixed - (len(name) + 1 if show_name else 0) - 14
         spark = max(0, min(40, room // 2))
-        if spark >= 4:
-            line.add("U ", s("label")).extend(self._spark(view.util, spark), spark)
+        if g.mig_enabled:  # no load in MIG mode: how many instances instead of a graph
+            line.add_fit(mig_card.compact_load(g), (2 + spark if spark >= 4 else 4) + 5, s("label"))
         else:
-            line.add("UTIL", s("label"))
-        line.add(fmt.percent(g.utilization_gpu) + " ", self._value_style(g.utilization_gpu))
+            if spark >= 4:
+                line.add("U ", s("label")).extend(self._spark(view.util, spark), spark)
+            else:
+                line.add("UTIL", s("label"))
+            line.add(fmt.percent(g.utilization_gpu) + " ", self._value_style(g.utilization_gpu))
         if spark >= 4:
             line.add(" M ", s("label")).extend(self._spark(view.mem, spark), spark)
         else:

@@ -71,7 +71,7 @@ MARKER_WIDTH = 2
 def sort_value(p: Process, column: str, now_ts: float):
     """A comparable value for a column; None sorts last whichever the direction."""
     if column == "gpu":
-        return p.gpu_index
+        return (p.gpu_index, -1 if p.mig_device is None else p.mig_device)
     if column == "pid":
         return p.pid
     if column == "user":
@@ -106,11 +106,13 @@ def sort_processes(procs: list[Process], column: str, descending: bool, now_ts: 
 
 
 def matches(p: Process, text: str) -> bool:
-    """The filter box: case-insensitive substring of user, command, container, image or PID."""
+    """The filter box: case-insensitive substring of user, command, container, image, PID or MIG device (6:1)."""
     if not text:
         return True
     needle = text.lower()
     hay = [str(p.pid), p.user or "", p.command or ""]
+    if p.mig_label is not None:
+        hay.append(p.mig_label)  # "6:1" shows the processes of MIG device 1 of GPU 6
     if p.container is not None:
         hay += [p.container.label, p.container.image or "", p.container.id[:12]]
     return any(needle in h.lower() for h in hay)
@@ -124,7 +126,7 @@ def process_cells(p: Process, snapshot_time) -> tuple[str, ...]:
         command = f"({invisible_phrase(p.invisible_reason)})"
     marker = "●" if p.stale else ("?" if not p.visible else "")
     return (
-        str(p.gpu_index),
+        p.mig_label or str(p.gpu_index),  # a process on a MIG device: "0:1" = GPU 0, MIG device 1
         str(p.pid),
         p.user or "?",
         fmt.size(p.gpu_memory),
