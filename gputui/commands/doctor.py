@@ -19,6 +19,7 @@ import socket
 from gputui.context import EXIT_NO, EXIT_OK, EXIT_USAGE, UsageError
 from gputui.core import checks as C
 from gputui.core import doctor as probes
+from gputui.core.mig_checks import MigFacts
 from gputui.core.model import Snapshot
 from gputui.core.sources import NvmlUnavailable
 
@@ -103,7 +104,8 @@ def gather(ctx) -> C.DoctorFacts:
     else:
         findings, why = probes.container_findings(snapshot)
     return C.DoctorFacts(nvml=nvml, devices=devices, container_env=env, docker=docker, container_findings=findings,
-                         containers_error=why, demo=False, host=host)
+                         containers_error=why, demo=False, host=host,
+                         mig=MigFacts.of(snapshot) if snapshot is not None else None)
 
 
 def _init_error_kind(sentence: str) -> str:
@@ -171,5 +173,5 @@ def _gather_demo(ctx, docker_on: bool) -> C.DoctorFacts:
         devices=C.DeviceFacts((), user=probes.current_user(), demo=True),
         container_env=C.ContainerEnvFacts(in_container=False, demo=True),
         docker=C.DockerFacts(checked=docker_on, demo=True),
-        container_findings=findings, containers_error=why, demo=True, host=snap.host,
+        container_findings=findings, containers_error=why, demo=True, host=snap.host, mig=MigFacts.of(snap),
     )
