@@ -90,6 +90,8 @@ class KillTarget:
     restart_policy: str | None = None
     stale: tuple[Finding, ...] = ()
     status: str | None = None
+    #: GPU index -> the MIG device ("5:1") it runs on, for GPUs in MIG mode.
+    mig: tuple[tuple[int, str], ...] = ()
 
     @property
     def gpu_memory(self) -> int | None:
@@ -535,10 +537,12 @@ def targets_from_snapshot(snapshot: Snapshot) -> dict[int, KillTarget]:
                 out[p.pid] = KillTarget(
                     pid=p.pid, create_time=p.create_time, user=p.user, uid=p.uid, command=p.command,
                     gpus=((g.index, p.gpu_memory),), container=p.container, stale=p.stale, status=p.status,
+                    mig=((g.index, p.mig_label),) if p.mig_label else (),
                 )
             else:
                 stale = prev.stale + tuple(f for f in p.stale if f not in prev.stale)
-                out[p.pid] = replace(prev, gpus=prev.gpus + ((g.index, p.gpu_memory),), stale=stale)
+                mig = prev.mig + (((g.index, p.mig_label),) if p.mig_label else ())
+                out[p.pid] = replace(prev, gpus=prev.gpus + ((g.index, p.gpu_memory),), stale=stale, mig=mig)
     return out
 
 
@@ -672,7 +676,8 @@ def _short(command: str | None, width: int = 40) -> str:
 
 def describe_target(t: KillTarget) -> list[str]:
     """Lines that show one target in a confirmation: pid, user, command, GPU, memory, container, stale."""
-    gpus = ", ".join(f"GPU {i} ({fmt_bytes(m)})" for i, m in t.gpus) or "no GPU"
+    where = dict(t.mig)  # a process on a MIG device is shown by its instance, "GPU 5:1"
+    gpus = ", ".join(f"GPU {where.get(i, i)} ({fmt_bytes(m)})" for i, m in t.gpus) or "no GPU"
     head = f"PID {t.pid}  {t.user or 'unknown user'}  {gpus}  {_short(t.command, 60)}"
     lines = [head]
     if t.container is not None:

@@ -37,6 +37,11 @@ target is the GPU with the lowest windowed load (see
 :mod:`~gputui.core.judges.placement`) whose free memory holds the mover's
 observed peak and that no other running container is granted. With a single job
 on the hot GPU there is no suggestion: moving it would only move the hot spot.
+
+**MIG.** A card in MIG mode is not a whole GPU: it reports no utilization and its
+memory is split between instances, so it is neither compared nor proposed as a
+target here (its instances are judged by memory by ``pick --mig`` and the MIG
+checks of ``doctor``).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from dataclasses import dataclass
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.hysteresis import Latch, advance, effective_hold
+from gputui.core.judges.mig_placement import whole_gpus
 from gputui.core.judges.placement import GpuLoad, gpu_loads, granted_indices, rank_key, reservations
 from gputui.core.judges.suspect import suspect_indices
 from gputui.core.judges.text import duration, gib, gpus_phrase, join_and, over, plural
@@ -342,8 +348,9 @@ def judge(conditions: list[Condition], loads: dict[int, GpuLoad], snapshot: Snap
 
 def trusted_loads(history: History, snapshot: Snapshot, settings: Settings) -> dict[int, GpuLoad]:
     """The windowed loads, without GPUs whose reading is suspect (100% busy, no process, no memory):
-    a card that looks broken is no evidence of a pile-up (the alerts name it instead)."""
-    loads = gpu_loads(history, snapshot.gpus, settings.imbalance_window)
+    a card that looks broken is no evidence of a pile-up (the alerts name it instead). Cards in MIG mode
+    are not whole GPUs and are left out too."""
+    loads = gpu_loads(history, whole_gpus(snapshot.gpus)[0], settings.imbalance_window)
     bad = suspect_indices(snapshot)
     return {i: g for i, g in loads.items() if i not in bad} if bad else loads
 

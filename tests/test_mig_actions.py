@@ -1,0 +1,39 @@
+"""Kill and the imbalance judge around a card in MIG mode (the demo's GPU 5)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from gputui.actions.kill import describe_target, targets_from_snapshot
+from gputui.core.config import Settings
+from gputui.core.demo import FROZEN_EPOCH
+from gputui.core.machine import open_machine
+
+
+def demo_snapshot():
+    machine = open_machine(demo=True, demo_clock=lambda: FROZEN_EPOCH)
+    return machine.poller(Settings(), container_wait=2.0).poll()
+
+
+def test_kill_confirmation_names_the_instance():
+    targets = targets_from_snapshot(demo_snapshot())
+    assert describe_target(targets[6120])[0].startswith("PID 6120  bob  GPU 5:1 (8.5 GiB)")
+    assert "GPU 0 (" in describe_target(targets[4101])[0]  # whole GPUs read as before
+
+
+def test_kill_a_process_of_an_instance_frees_its_memory():
+    res = subprocess.run([sys.executable, "-m", "gputui", "kill", "--demo", "6230", "--yes"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "GPU 5:2 (5.0 GiB)" in res.stdout and "exited after SIGTERM" in res.stdout
+    assert "GPU 5: 5.0 GiB freed" in res.stdout
+
+
+def test_imbalance_never_compares_or_targets_the_mig_card():
+    doc = json.loads(subprocess.run([sys.executable, "-m", "gputui", "snapshot", "--json", "--demo"],
+                                    capture_output=True, text=True, timeout=120).stdout)
+    imb = doc["imbalance"]
+    assert imb["flagged"] and imb["suggestion"]["to_gpu"] != 5
+    assert "GPUs 1-4, 6, 7" in imb["message"]  # GPU 5 is split into MIG devices: not one of "the others"
