@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakenvml.scenario import GiB, FakeNvml, fake_mig_uuid, gpu, mig_device, process, scenario
+from tests.fakenvml.scenario import FakeNvml, GiB, fake_mig_uuid, gpu, mig_device, process, scenario
 
 pytestmark = pytest.mark.integration
 
@@ -82,11 +82,13 @@ _ABI_SCRIPT = textwrap.dedent("""
             "gi": nv.nvmlDeviceGetGpuInstanceId(m), "ci": nv.nvmlDeviceGetComputeInstanceId(m),
             "sm": a.multiprocessorCount, "mem_mb": a.memorySizeMB, "total": mem.total, "used": mem.used,
             "pids": [p.pid for p in procs], "util": util,
-            "by_uuid_is_mig": bool(nv.nvmlDeviceIsMigDeviceHandle(nv.nvmlDeviceGetHandleByUUID(nv.nvmlDeviceGetUUID(m)))),
+            "by_uuid_is_mig": bool(nv.nvmlDeviceIsMigDeviceHandle(
+                nv.nvmlDeviceGetHandleByUUID(nv.nvmlDeviceGetUUID(m)))),
         })
     out["migs"] = migs
-    out["card_procs"] = [(p.pid, p.gpuInstanceId, p.computeInstanceId) for p in nv.nvmlDeviceGetComputeRunningProcesses(h0)]
-    out["whole_procs"] = [(p.pid, p.gpuInstanceId, p.computeInstanceId) for p in nv.nvmlDeviceGetComputeRunningProcesses(h1)]
+    def ids(h):
+        return [(p.pid, p.gpuInstanceId, p.computeInstanceId) for p in nv.nvmlDeviceGetComputeRunningProcesses(h)]
+    out["card_procs"], out["whole_procs"] = ids(h0), ids(h1)
     try:
         nv.nvmlDeviceGetUtilizationRates(h0)
         out["util0"] = "answered"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gputui.core.judges.mig_placement import MigLoad, format_mig_pick, pick_mig
-from tests.fakenvml.scenario import GiB, FakeNvml, fake_mig_uuid, gpu, mig_device, process, scenario
+from tests.fakenvml.scenario import FakeNvml, GiB, fake_mig_uuid, gpu, mig_device, process, scenario
 
 
 def run_cli(capsys, *argv):

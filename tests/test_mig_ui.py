@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gputui.core.config import Settings
 from gputui.core.demo import FROZEN_EPOCH, mig_uuid
 from gputui.core.machine import open_machine
 from gputui.core.model import MigMode
-from gputui.core.config import Settings
 from gputui.ui.app import make_app
 from gputui.ui.screens.detail import GpuDetailScreen
-from gputui.ui.showcase import ManualClock, wait_for_polls
+from tests.fixtures.showcase import ManualClock, wait_for_polls
 from tests.test_ui_app import demo_app, lines, panel, table, visible_text
 
 

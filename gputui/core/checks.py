@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from gputui.core.grants import is_nvidia_runtime
 from gputui.core.judges.text import gpus_phrase, plural
@@ -207,8 +207,9 @@ class DoctorFacts:
     containers_error: str | None = None
     demo: bool = False
     host: str = ""
-    #: MIG modes, MIG devices and MIG grants (None when NVML could not be read).
-    mig: MigFacts | None = None
+    #: MIG modes, MIG devices and MIG grants: a gputui.core.mig_checks.MigFacts, judged by its check_mig
+    #: (kept untyped here because mig_checks builds on this module); None when NVML could not be read.
+    mig: Any = None
 
 
 # -- NVML and the driver ---------------------------------------------------------------------
@@ -647,9 +648,6 @@ def judge(facts: DoctorFacts) -> list[Check]:
     checks += check_docker(facts.docker)
     checks += check_containers(facts.container_findings, facts.containers_error, facts.demo)
     if facts.nvml.ok:
-        from gputui.core.mig_checks import check_mig
-
-        checks += check_mig(facts.mig)
         checks += check_health(facts.nvml)
     return complete(checks, facts)
 

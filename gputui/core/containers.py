@@ -199,8 +199,8 @@ def _other_instances(procs: Iterable[Process], granted_migs: set[tuple[int, int]
                    and (p.gpu_index, p.mig_device) not in granted_migs})
 
 
-def _cuda_visible(value: str | None, granted: tuple[int, ...], host: _Host,
-                  grant: str, granted_migs: set[tuple[int, int]] | None = None) -> tuple[tuple[int, ...] | None, str | None]:
+def _cuda_visible(value: str | None, granted: tuple[int, ...], host: _Host, grant: str,
+                  granted_migs: set[tuple[int, int]] | None = None) -> tuple[tuple[int, ...] | None, str | None]:
     """(host GPUs CUDA may use, problem) for a container's CUDA_VISIBLE_DEVICES.
 
     Integers index the GPUs *inside* the container (its grant, in host order);

@@ -7,7 +7,7 @@ nvidia-smi, CUDA and the container runtimes do, or by its ``MIG-`` UUID.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 from gputui.core.model import Gpu, MigDevice, Process, match_uuid
 

@@ -241,7 +241,7 @@ class NvmlSource:
         #: families for which the driver has none of the candidate functions
         self._absent: set[str] = set()
         self._missing: set[str] = set()
-        self._mig = MigReader(self)
+        self._mig = MigReader(self, _Device, _Lost)
 
     # -- lifecycle ------------------------------------------------------------------
 

@@ -23,13 +23,16 @@ version probing, GPU_IS_LOST handling) apply to it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gputui.core.model import MigDevice, MigMode, ProcessType, RawProcess
 
-if TYPE_CHECKING:
-    from gputui.core.nvml import NvmlSource, _Device
+#: What gputui.core.nvml (which imports this module) hands it: the source and its per-device state.
+#: Typed loosely on purpose: importing nvml here would make the two modules a cycle.
+_Source = Any
+_Device = Any
 
 _NOT_FOUND = 6
 _GPU_IS_LOST = 15
@@ -48,7 +51,7 @@ def profile_of(name: str | None) -> str | None:
 @dataclass
 class _MigEntry:
     index: int
-    child: "_Device"
+    child: _Device
     uuid: str
     gpu_instance_id: int | None
     compute_instance_id: int | None
@@ -65,13 +68,17 @@ class _MigState:
 class MigReader:
     """Reads MIG mode and MIG devices of one source's GPUs (called with the source's lock held)."""
 
-    def __init__(self, source: "NvmlSource") -> None:
+    def __init__(self, source: _Source, new_device: Callable[[int], _Device], lost: type[Exception]) -> None:
+        """``new_device(index)`` makes the source's per-device state for a MIG device handle; ``lost`` is
+        the exception the source raises for GPU_IS_LOST."""
         self._src = source
+        self._new_device = new_device
+        self._lost = lost
         self._state: dict[int, _MigState] = {}
         #: last current MIG mode seen per GPU, to ask utilization again after a mode change
         self._was_on: dict[int, bool] = {}
 
-    def read(self, dev: "_Device", now: float, procs: tuple[RawProcess, ...]
+    def read(self, dev: _Device, now: float, procs: tuple[RawProcess, ...]
              ) -> tuple[MigMode | None, tuple[MigDevice, ...], tuple[RawProcess, ...]]:
         """(mode, MIG devices, the card's processes with their MIG device) for one poll. Raises _Lost."""
         mode = self._mode(dev, now)
@@ -111,7 +118,7 @@ class MigReader:
             ))
         return mode, tuple(devices), _attach_processes(procs, found)
 
-    def _mode(self, dev: "_Device", now: float) -> MigMode | None:
+    def _mode(self, dev: _Device, now: float) -> MigMode | None:
         src = self._src
         fn = getattr(src._nv, "nvmlDeviceGetMigMode", None)
         if fn is None:  # a binding without MIG: N/A
@@ -122,10 +129,8 @@ class MigReader:
         current, pending = value
         return MigMode(current=bool(current), pending=bool(pending))
 
-    def _list(self, dev: "_Device") -> list[_MigEntry]:
+    def _list(self, dev: _Device) -> list[_MigEntry]:
         """Every MIG device of the card now: handles and the facts that do not change while it exists."""
-        from gputui.core.nvml import _Device, _Lost, _text
-
         src, nv = self._src, self._src._nv
         get = getattr(nv, "nvmlDeviceGetMigDeviceHandleByIndex", None)
         if get is None:
@@ -138,11 +143,11 @@ class MigReader:
             except nv.NVMLError as exc:
                 code = getattr(exc, "value", None)
                 if code == _GPU_IS_LOST:
-                    raise _Lost from None
+                    raise self._lost from None
                 continue  # NOT_FOUND: no MIG device in this slot
             except Exception:
                 continue
-            child = _Device(index=dev.index)
+            child = self._new_device(dev.index)
             child.handle = handle
             uuid = src._q(child, "uuid", nv.nvmlDeviceGetUUID, handle)
             if uuid is None:
@@ -152,15 +157,15 @@ class MigReader:
             ci = self._opt(child, "compute_instance_id", "nvmlDeviceGetComputeInstanceId", handle)
             attrs = self._opt(child, "attributes", "nvmlDeviceGetAttributes_v2", handle)
             entries.append(_MigEntry(
-                index=i, child=child, uuid=_text(uuid),
+                index=i, child=child, uuid=_as_text(uuid),
                 gpu_instance_id=int(gi) if gi is not None else None,
                 compute_instance_id=int(ci) if ci is not None else None,
-                profile=profile_of(_text(name)) if name is not None else None,
+                profile=profile_of(_as_text(name)) if name is not None else None,
                 sm_count=int(attrs.multiprocessorCount) if attrs is not None else None,
             ))
         return entries
 
-    def _opt(self, dev: "_Device", field: str, function: str, handle: Any) -> Any:
+    def _opt(self, dev: _Device, field: str, function: str, handle: Any) -> Any:
         """One query through a function the binding may lack (then None, as NOT_SUPPORTED would be)."""
         fn = getattr(self._src._nv, function, None)
         return None if fn is None else self._src._q(dev, field, fn, handle)
@@ -183,3 +188,7 @@ def _attach_processes(procs: tuple[RawProcess, ...], found: dict[int, tuple[int,
         if pid not in seen:
             out.append(RawProcess(pid=pid, type=kind, gpu_memory=memory, sm_utilization=None, mig_device=index))
     return tuple(out)
+
+
+def _as_text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

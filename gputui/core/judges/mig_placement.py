@@ -12,8 +12,8 @@ cannot use it as one, only its MIG devices.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from gputui.core.judges.placement import RESERVING_STATES
 from gputui.core.judges.text import gib, plural
@@ -137,7 +137,8 @@ def format_mig_pick(chosen: Sequence[MigLoad], fmt: str) -> str:
 
 def whole_gpus(gpus: Iterable[Gpu]) -> tuple[tuple[Gpu, ...], tuple[int, ...]]:
     """(GPUs that can be picked whole, indices of cards left out because they are in MIG mode)."""
-    keep, mig = [], []
+    keep: list[Gpu] = []
+    mig: list[Gpu] = []
     for g in gpus:
         (mig if g.mig_enabled and not g.lost else keep).append(g)
     return tuple(keep), tuple(g.index for g in mig)

@@ -9,7 +9,7 @@ no load graph and show temperature and power.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rich.style import Style
 from rich.table import Table
