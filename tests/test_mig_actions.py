@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from gputui.actions.kill import describe_target, targets_from_snapshot
 from gputui.core.config import Settings
 from gputui.core.demo import FROZEN_EPOCH
@@ -23,6 +25,7 @@ def test_kill_confirmation_names_the_instance():
     assert "GPU 0 (" in describe_target(targets[4101])[0]  # whole GPUs read as before
 
 
+@pytest.mark.functional
 def test_kill_a_process_of_an_instance_frees_its_memory():
     res = subprocess.run([sys.executable, "-m", "gputui", "kill", "--demo", "6230", "--yes"],
                          capture_output=True, text=True, timeout=120)
@@ -31,6 +34,7 @@ def test_kill_a_process_of_an_instance_frees_its_memory():
     assert "GPU 5: 5.0 GiB freed" in res.stdout
 
 
+@pytest.mark.functional
 def test_imbalance_never_compares_or_targets_the_mig_card():
     doc = json.loads(subprocess.run([sys.executable, "-m", "gputui", "snapshot", "--json", "--demo"],
                                     capture_output=True, text=True, timeout=120).stdout)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from gputui.core.config import Settings
 from gputui.core.demo import FROZEN_EPOCH, mig_uuid
 from gputui.core.machine import open_machine
@@ -13,6 +15,8 @@ from gputui.ui.app import make_app
 from gputui.ui.screens.detail import GpuDetailScreen
 from tests.fixtures.showcase import ManualClock, wait_for_polls
 from tests.test_ui_app import demo_app, lines, panel, table, visible_text
+
+pytestmark = pytest.mark.functional  # the Textual app under Pilot, an SVG snapshot
 
 
 async def test_mig_card_lists_its_instances_with_owners():
