@@ -41,3 +41,23 @@ def test_imbalance_never_compares_or_targets_the_mig_card():
     imb = doc["imbalance"]
     assert imb["flagged"] and imb["suggestion"]["to_gpu"] != 5
     assert "GPUs 1-4, 6, 7" in imb["message"]  # GPU 5 is split into MIG devices: not one of "the others"
+
+
+def test_a_full_mig_device_raises_memory_full_while_its_card_is_half_empty():
+    from dataclasses import replace
+
+    from gputui.core.history import History
+    from gputui.core.judges.alerts import AlertJudge
+
+    snap = demo_snapshot()
+    g5 = snap.gpu(5)
+    assert g5 is not None
+    full = replace(g5.mig_devices[1], memory_used=int(19.2 * 1024**3))
+    g5 = replace(g5, mig_devices=(g5.mig_devices[0], full, g5.mig_devices[2]))
+    snap = replace(snap, gpus=tuple(g5 if g.index == 5 else g for g in snap.gpus))
+    history = History()
+    history.add(snap, ())
+    alerts = AlertJudge(Settings()).update(history, snap)
+    mine = [a for a in alerts if a.gpu == 5 and a.kind == "memory-full"]
+    assert [a.message for a in mine] == [
+        "MIG device 5:1 (2g.20gb)'s memory is 98% used (19.2 GiB of 19.5 GiB): new allocations there will fail."]

@@ -13,7 +13,8 @@ throttle        a thermal or power clock-event reason is active           warnin
                 (:data:`~gputui.core.model.THERMAL_OR_POWER`)              cap) / critical
                                                                           (hardware slowdown)
 memory-full     memory >= ``memory_full`` (95%) used; clears              warning
-                ``memory_hysteresis`` (5 points) lower
+                ``memory_hysteresis`` (5 points) lower; judged for the card
+                and for each of its MIG devices
 suspect         near-full utilization with no process and next to no      warning
                 memory (:mod:`~gputui.core.judges.suspect`)
 lost            the GPU fell off the bus or stopped answering             critical
@@ -42,6 +43,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -180,6 +182,7 @@ class AlertJudge:
                     now_text = f"{mp:.0f}%" if mp is not None else "N/A"
                     msg = f"GPU {i}'s memory was at least {s.memory_full:g}% used and is {now_text} now."
                 alerts.append(Alert(i, "memory-full", "warning", msg, at(latch.since)))
+            alerts += self._mig_memory(g, now, hold, at)
 
         # -- imbalance (already hysteretic: mirror it) ------------------------------------
         imb = snapshot.imbalance
@@ -191,6 +194,30 @@ class AlertJudge:
 
         alerts.sort(key=lambda a: (_SEVERITY_ORDER[a.severity], a.gpu is None, a.gpu or 0, a.kind))
         return tuple(alerts)
+
+    def _mig_memory(self, g: Gpu, now: float, hold: float, at: Callable[[float | None], datetime]) -> list[Alert]:
+        """memory-full per MIG device: an instance's memory is its own (a full 1g.10gb fails allocations
+        while its card looks half empty)."""
+        s = self.settings
+        out: list[Alert] = []
+        for m in g.mig_devices if g.mig_enabled else ():
+            mp = m.memory_percent
+            latch = self._step((g.index, f"memory-full {m.uuid}"), now, mp is not None and mp >= s.memory_full,
+                               mp is not None and mp >= s.memory_full - s.memory_hysteresis, hold)
+            if not latch.active:
+                continue
+            label = f"MIG device {g.index}:{m.index} ({m.profile or 'unknown profile'})"
+            if mp is not None and mp >= s.memory_full:
+                free = m.memory_free
+                left = "nothing free" if not free else f"{fmt_size(free)} free"
+                msg = (f"{label}'s memory is {fmt_percent(used_percent(m.memory_used, m.memory_total))} used "
+                       f"({fmt_size(m.memory_used)} of {fmt_size(m.memory_total)}, {left}): "
+                       "new allocations there will fail.")
+            else:
+                msg = (f"{label}'s memory was at least {s.memory_full:g}% used and is "
+                       f"{f'{mp:.0f}%' if mp is not None else 'N/A'} now.")
+            out.append(Alert(g.index, "memory-full", "warning", msg, at(latch.since)))
+        return out
 
     def _imbalance_summary(self, history: History, snapshot: Snapshot) -> tuple[int | None, str]:
         """(hot GPU, a short sentence) for the imbalance alert: the contrast without the causes and
