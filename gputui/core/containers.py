@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.text import duration, gpus_phrase
+from gputui.core.mig import parse_mig_ref
 from gputui.core.model import Container, ContainerRecord, ContainerRef, Finding, Gpu, Process, match_uuid
 
 #: A container younger than this (seconds) is not judged for idle grants yet.
@@ -79,6 +81,7 @@ class _Host:
         self.indices = tuple(sorted(g.index for g in gpus))
         self.by_uuid = {g.uuid.lower(): g.index for g in gpus}
         self.mig_by_uuid = {m.uuid.lower(): (g.index, m.index) for g in gpus for m in g.mig_devices}
+        self.mig_uuid = {(g.index, m.index): m.uuid for g in gpus for m in g.mig_devices}
 
     def index_of(self, ident: str) -> int | None:
         """A GPU or MIG UUID (or unique UUID prefix, as CUDA accepts) -> host index of the card."""
@@ -89,9 +92,29 @@ class _Host:
         return None if mig is None else mig[0]
 
     def mig_of(self, ident: str) -> tuple[int, int] | None:
-        """A MIG UUID (or unique prefix) -> (card index, MIG device index)."""
+        """A MIG UUID (or unique prefix) or ``GPU:instance`` -> (card index, MIG device index)."""
+        ref = parse_mig_ref(ident)
+        if ref is not None:
+            return ref if ref in self.mig_uuid else None
         uuid = match_uuid(ident, self.mig_by_uuid)
         return None if uuid is None else self.mig_by_uuid[uuid]
+
+    def mig_problem(self, ident: str) -> str | None:
+        """Why a MIG reference in a grant names nothing on this host, or None."""
+        ref = parse_mig_ref(ident)
+        if ref is None and not ident.strip().upper().startswith("MIG-"):
+            return None
+        if self.mig_of(ident) is not None:
+            return None
+        if ref is not None:
+            return (f"its grant names MIG device {ident}, but GPU {ref[0]} has no MIG device {ref[1]}"
+                    if ref[0] in self.indices else f"its grant names MIG device {ident}, but there is no GPU {ref[0]}")
+        return f"its grant names MIG device {ident}, which does not exist on this host (destroyed or recreated?)"
+
+    def normalize(self, ident: str) -> str:
+        """A MIG reference as its ``MIG-`` UUID where it exists (the JSON lists UUIDs)."""
+        mig = self.mig_of(ident)
+        return self.mig_uuid[mig] if mig is not None else ident
 
 
 def _usage(procs: Iterable[Process]) -> tuple[tuple[int, ...], int, tuple[int, ...]]:
@@ -115,12 +138,15 @@ def _unmanaged(ref: ContainerRef, procs: list[Process]) -> Container:
 def _judge(r: ContainerRecord, procs: list[Process], host: _Host, history: History | None,
            settings: Settings, now: float) -> Container:
     used, memory, pids = _usage(procs)
+    mig_problems: list[str] = []
     if r.gpus == "all":
         granted = host.indices
         granted_migs: set[tuple[int, int]] = set()
     else:
         granted = tuple(sorted({i for i in (host.index_of(u) for u in r.gpus) if i is not None}))
         granted_migs = {m for m in (host.mig_of(u) for u in r.gpus) if m is not None}
+        mig_problems = [p for p in (host.mig_problem(u) for u in r.gpus) if p is not None]
+        r = replace(r, gpus=tuple(dict.fromkeys(host.normalize(u) for u in r.gpus)))
     findings: list[Finding] = []
     grant = grant_phrase(r)
     name = r.name
@@ -169,7 +195,7 @@ def _judge(r: ContainerRecord, procs: list[Process], host: _Host, history: Histo
         ))
 
     # env-conflict
-    for problem in r.grant_problems:
+    for problem in (*r.grant_problems, *mig_problems):
         findings.append(Finding("env-conflict", f"{name}: {problem}."))
     if cvd_problem is not None:
         findings.append(Finding("env-conflict", f"{name}: {cvd_problem}."))

@@ -59,20 +59,58 @@ class HostGpu:
 
 
 @dataclass(frozen=True)
+class HostMig:
+    """One MIG device as a grant can name it: ``MIG-`` UUID or ``GPU:instance``."""
+
+    gpu: int
+    index: int
+    uuid: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu}:{self.index}"
+
+
+@dataclass(frozen=True)
 class HostGpus:
-    """This host's GPUs, for resolving what a grant names."""
+    """This host's GPUs (and, where known, their MIG devices), for resolving what a grant names.
+
+    A MIG device's target key is its ``MIG-`` UUID. When the MIG devices are not
+    known (``mig_known`` False: the container source is told GPU UUIDs only), a
+    ``MIG-…`` or ``GPU:instance`` identifier is kept as written and resolved later
+    against the snapshot by the containers judge.
+    """
 
     gpus: tuple[HostGpu, ...] = ()
+    migs: tuple[HostMig, ...] = ()
+    mig_known: bool = False
 
     @classmethod
     def of(cls, gpus: Iterable[Gpu]) -> HostGpus:
-        return cls(tuple(HostGpu(g.index, g.uuid, g.minor_number) for g in gpus))
+        gpus = tuple(gpus)
+        return cls(tuple(HostGpu(g.index, g.uuid, g.minor_number) for g in gpus),
+                   tuple(HostMig(g.index, m.index, m.uuid) for g in gpus if g.mig_enabled for m in g.mig_devices),
+                   mig_known=True)
+
+    def mig(self, key: str | None) -> HostMig | None:
+        """The MIG device a key (a ``MIG-`` UUID) names."""
+        return next((m for m in self.migs if m.uuid == key), None) if key else None
 
     @classmethod
     def from_uuids(cls, uuids: Iterable[str], minors: Mapping[int, str] | None = None) -> HostGpus:
         """UUIDs in NVML index order, and device minor -> UUID (what the container source is given)."""
         by_uuid = {u: m for m, u in (minors or {}).items()}
         return cls(tuple(HostGpu(i, u, by_uuid.get(u)) for i, u in enumerate(uuids)))
+
+    def _mig_ref(self, ident: str, gpu: int, what: str) -> tuple[str | None, str | None]:
+        """``GPU:instance`` -> the MIG device's UUID (or kept as written while MIG devices are unknown)."""
+        if not self.mig_known:
+            return ident, None
+        index = int(ident.split(":")[1])
+        m = next((m for m in self.migs if m.gpu == gpu and m.index == index), None)
+        if m is not None:
+            return m.uuid, None
+        return None, f"{what} names MIG device {ident}, but GPU {gpu} has no MIG device {index}"
 
     def by_index(self, index: int) -> HostGpu | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -84,8 +122,12 @@ class HostGpus:
         return next((g for g in self.gpus if g.minor == minor), None)
 
     def index_of(self, key: str | None) -> int | None:
+        """The GPU index a key names (a MIG device's key names its card)."""
         g = self.by_uuid(key)
-        return g.index if g is not None else None
+        if g is not None:
+            return g.index
+        m = self.mig(key)
+        return m.gpu if m is not None else None
 
     def resolve(self, ident: str, what: str) -> tuple[str | None, str | None]:
         """An identifier as a grant writes it (index, UUID, unique UUID prefix) -> (target key, problem)."""
@@ -93,16 +135,23 @@ class HostGpus:
         if _INDEX.match(ident):
             index = int(ident.split(":")[0])
             g = self.by_index(index)
-            if g is not None:
+            if g is None:
+                return None, f"{what} names GPU {index}, which does not exist on this host ({len(self.gpus)} GPUs)"
+            if ":" not in ident:
                 return g.uuid, None
-            return None, f"{what} names GPU {index}, which does not exist on this host ({len(self.gpus)} GPUs)"
+            return self._mig_ref(ident, index, what)
         uuid = match_uuid(ident, (g.uuid for g in self.gpus))
         if uuid is not None:
             return uuid, None
         if ident.upper().startswith("GPU-"):
             return None, f"{what} names {ident}, which is not a GPU on this host"
         if ident.upper().startswith("MIG-"):
-            return None, f"{what} names MIG device {ident}, which gputui cannot place on a GPU"
+            if not self.mig_known:
+                return ident, None  # resolved against the snapshot's MIG devices by the containers judge
+            mig = match_uuid(ident, (m.uuid for m in self.migs))
+            if mig is not None:
+                return mig, None
+            return None, f"{what} names MIG device {ident}, which does not exist on this host"
         return None, f"{what} names {ident!r}, which gputui does not recognise as a GPU"
 
 
@@ -362,5 +411,5 @@ def _rewrite_cdi(hc: dict[str, Any], grant: Grant, moving: list[GrantEntry], swa
         hc["Devices"] = devices
 
 
-__all__ = ["GrantForm", "FORM_ORDER", "HostGpu", "HostGpus", "GrantEntry", "Grant", "read_grant",
+__all__ = ["GrantForm", "FORM_ORDER", "HostGpu", "HostMig", "HostGpus", "GrantEntry", "Grant", "read_grant",
            "rewrite_grant", "is_gpu_request", "is_nvidia_runtime", "env_dict", "node_minor", "CDI_PREFIX"]

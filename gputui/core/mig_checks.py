@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from gputui.core.checks import Check, _pass, _warn
 from gputui.core.judges.text import gpus_phrase
+from gputui.core.mig import parse_mig_ref
 from gputui.core.model import Container, Gpu, Snapshot, match_uuid
 
 
@@ -31,7 +32,7 @@ class MigFacts:
 def _mig_ids(c: Container) -> tuple[str, ...]:
     if c.gpus == "all":
         return ()
-    return tuple(u for u in c.gpus if u.upper().startswith("MIG-"))
+    return tuple(u for u in c.gpus if u.upper().startswith("MIG-") or parse_mig_ref(u) is not None)
 
 
 def check_mig(f: MigFacts | None) -> list[Check]:
