@@ -60,4 +60,5 @@ def test_a_full_mig_device_raises_memory_full_while_its_card_is_half_empty():
     alerts = AlertJudge(Settings()).update(history, snap)
     mine = [a for a in alerts if a.gpu == 5 and a.kind == "memory-full"]
     assert [a.message for a in mine] == [
-        "MIG device 5:1 (2g.20gb)'s memory is 98% used (19.2 GiB of 19.5 GiB): new allocations there will fail."]
+        "MIG device 5:1 (2g.20gb)'s memory is 98% used (19.2 GiB of 19.5 GiB, 307 MiB free): "
+        "new allocations there will fail."]

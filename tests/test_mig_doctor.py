@@ -7,13 +7,13 @@ import json
 import pytest
 
 from gputui.core.checks import Check
-from gputui.core.mig_checks import MigFacts, check_mig
+from gputui.core.mig_checks import MigFacts, Verdict, check_mig
 from gputui.core.model import Gpu, MigDevice, MigMode
 from tests.fakenvml.scenario import FakeNvml, gpu, mig_device, scenario
 
 
-def _by_name(checks: list[Check]) -> dict[str, Check]:
-    return {c.name: c for c in checks}
+def _by_name(verdicts: list[Verdict]) -> dict[str, Check]:
+    return {v[0]: Check(*v) for v in verdicts}
 
 
 def card(index: int, current: bool, pending: bool, devices: tuple[MigDevice, ...] = ()) -> Gpu:
@@ -21,8 +21,12 @@ def card(index: int, current: bool, pending: bool, devices: tuple[MigDevice, ...
                mig_devices=devices)
 
 
-def test_no_mig_capable_gpu_no_mig_checks():
-    assert check_mig(MigFacts((Gpu(index=0, uuid="GPU-0", name="NVIDIA L40S"),))) == []
+def test_no_mig_capable_gpu_passes_and_unread_containers_skip():
+    got = _by_name(check_mig(MigFacts((Gpu(index=0, uuid="GPU-0", name="NVIDIA L40S"),))))
+    assert [c.status for c in got.values()] == ["pass", "pass", "pass"]
+    assert list(got) == ["mig-devices", "mig-mode-change", "mig-grants"]
+    got = _by_name(check_mig(MigFacts(), containers_checked=False, containers_error="--no-docker was given"))
+    assert got["mig-grants"].status == "skip" and "--no-docker" in got["mig-grants"].message
     assert check_mig(None) == []
 
 

@@ -19,7 +19,7 @@ import socket
 from gputui.context import EXIT_NO, EXIT_OK, EXIT_USAGE, UsageError
 from gputui.core import checks as C
 from gputui.core import doctor as probes
-from gputui.core.mig_checks import MigFacts, check_mig
+from gputui.core.mig_checks import MigFacts
 from gputui.core.model import Snapshot
 from gputui.core.sources import NvmlUnavailable
 
@@ -44,10 +44,6 @@ def run(ctx) -> int:
     try:
         facts = gather(ctx)
         checks = C.judge(facts)
-        if facts.nvml.ok:  # the MIG checks go before the health checks, as in the checklist
-            mig = check_mig(facts.mig)
-            at = next((i for i, c in enumerate(checks) if c.name == "gpu-lost"), len(checks))
-            checks[at:at] = mig
     except UsageError:
         raise
     except Exception as exc:  # doctor must never show a traceback: it is what people run when things break

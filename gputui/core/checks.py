@@ -18,11 +18,12 @@ why, never a silent omission and never a pass.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gputui.core.grants import is_nvidia_runtime
 from gputui.core.judges.text import gpus_phrase, plural
+from gputui.core.mig_checks import MigFacts, check_mig
 from gputui.core.safe_text import clean
 
 Status = Literal["pass", "warn", "fail", "skip"]
@@ -31,10 +32,13 @@ Status = Literal["pass", "warn", "fail", "skip"]
 ALL_CHECKS = (
     "nvml", "nvml-functions", "gpu-models", "gpu-drivers", "persistence-mode", "device-nodes", "container",
     "cgroup-namespace", "docker-socket", "docker-daemon", "nvidia-runtime", "docker-gpus", "containers-unpinned",
-    "containers-env", "gpu-lost", "ecc-errors", "memory-repair", "throttling",
+    "containers-env", "mig-devices", "mig-mode-change", "mig-grants", "gpu-lost", "ecc-errors", "memory-repair",
+    "throttling",
 )
+#: Judged by :func:`gputui.core.mig_checks.check_mig`.
+MIG_CHECKS = ("mig-devices", "mig-mode-change", "mig-grants")
 _NVML_CHECKS = frozenset({"nvml-functions", "gpu-models", "gpu-drivers", "persistence-mode", "gpu-lost",
-                          "ecc-errors", "memory-repair", "throttling"})
+                          "ecc-errors", "memory-repair", "throttling", *MIG_CHECKS})
 _DOCKER_CHECKS = frozenset({"docker-daemon", "nvidia-runtime", "docker-gpus"})
 
 #: Throttle reasons that mean "too hot" and "power" respectively (names from model.THROTTLE_REASONS).
@@ -207,9 +211,8 @@ class DoctorFacts:
     containers_error: str | None = None
     demo: bool = False
     host: str = ""
-    #: MIG modes, MIG devices and MIG grants: a gputui.core.mig_checks.MigFacts, judged by its check_mig
-    #: (kept untyped here because mig_checks builds on this module); None when NVML could not be read.
-    mig: Any = None
+    #: MIG modes, MIG devices and MIG grants (empty: no GPU reports MIG mode); None when NVML could not be read.
+    mig: MigFacts | None = field(default_factory=MigFacts)
 
 
 # -- NVML and the driver ---------------------------------------------------------------------
@@ -648,6 +651,8 @@ def judge(facts: DoctorFacts) -> list[Check]:
     checks += check_docker(facts.docker)
     checks += check_containers(facts.container_findings, facts.containers_error, facts.demo)
     if facts.nvml.ok:
+        checks += [Check(*v) for v in check_mig(facts.mig, containers_checked=facts.container_findings is not None,
+                                                containers_error=facts.containers_error)]
         checks += check_health(facts.nvml)
     return complete(checks, facts)
 

@@ -1,4 +1,4 @@
-"""``gputui doctor``'s MIG checks (A100/H100/H200 partitions), pure like :mod:`gputui.core.checks`.
+"""``gputui doctor``'s MIG checks (A100/H100/H200 partitions), pure like :mod:`gputui.core.checks`, which runs them.
 
 * MIG mode on but no MIG devices: CUDA sees no device on that card at all.
 * MIG mode pending ≠ current: the change waits for a GPU reset.
@@ -9,11 +9,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
-from gputui.core.checks import Check, _pass, _warn
 from gputui.core.judges.text import gpus_phrase
 from gputui.core.mig import parse_mig_ref
 from gputui.core.model import Container, Gpu, Snapshot, match_uuid
+
+Status = Literal["pass", "warn", "fail", "skip"]
+#: (name, status, message, fix): :mod:`gputui.core.checks` turns these into its Checks (it imports this module).
+Verdict = tuple[str, Status, str, str | None]
+
+
+def _pass(name: str, message: str) -> Verdict:
+    return (name, "pass", message, None)
+
+
+def _warn(name: str, message: str, fix: str) -> Verdict:
+    return (name, "warn", message, fix)
+
+
+def _skip(name: str, message: str) -> Verdict:
+    return (name, "skip", message, None)
 
 
 @dataclass(frozen=True)
@@ -35,14 +51,20 @@ def _mig_ids(c: Container) -> tuple[str, ...]:
     return tuple(u for u in c.gpus if u.upper().startswith("MIG-") or parse_mig_ref(u) is not None)
 
 
-def check_mig(f: MigFacts | None) -> list[Check]:
-    """The MIG checks; nothing at all on a machine without a MIG-capable GPU."""
+def check_mig(f: MigFacts | None, containers_checked: bool = True, containers_error: str | None = None
+              ) -> list[Verdict]:
+    """The three MIG checks (``mig-devices``, ``mig-mode-change``, ``mig-grants``); the grants check is a skip
+    when containers were not read."""
     if f is None:
         return []
     capable = [g for g in f.gpus if g.mig_mode is not None and not g.lost]
-    if not capable and not f.grants:
-        return []
-    out: list[Check] = []
+    out: list[Verdict] = []
+    if not capable:
+        out.append(_pass("mig-devices", "No GPU here reports MIG mode (none is MIG-capable, or the driver "
+                                        "cannot say)."))
+        out.append(_pass("mig-mode-change", "No MIG mode change is waiting for a GPU reset."))
+        out += _grants(f, containers_checked, containers_error)
+        return out
     empty = [g.index for g in capable if g.mig_enabled and not g.mig_devices]
     if empty:
         first = empty[0]
@@ -70,6 +92,14 @@ def check_mig(f: MigFacts | None) -> list[Check]:
         ))
     else:
         out.append(_pass("mig-mode-change", "No MIG mode change is waiting for a GPU reset."))
+    out += _grants(f, containers_checked, containers_error)
+    return out
+
+
+def _grants(f: MigFacts, containers_checked: bool, containers_error: str | None) -> list[Verdict]:
+    if not containers_checked:
+        return [_skip("mig-grants", f"Not checked: {containers_error or 'container information is not available'}.")]
+    out: list[Verdict] = []
     existing = [m.uuid for g in f.gpus for m in g.mig_devices]
     dead = [(name, u) for name, uuids in f.grants for u in uuids if match_uuid(u, existing) is None]
     if dead:
@@ -84,4 +114,6 @@ def check_mig(f: MigFacts | None) -> list[Check]:
         ))
     elif f.grants:
         out.append(_pass("mig-grants", "Every MIG device granted to a container exists."))
+    else:
+        out.append(_pass("mig-grants", "No container is granted a MIG device."))
     return out
