@@ -69,7 +69,7 @@ def test_demo_failure_leaves_the_simulation_alone(demo):
                 raise RuntimeError("injected")
 
     engine = engine_for(machine, Settings(), hooks=FailCreate())
-    result = engine.execute(engine.plan("llama-train", "5", snap))
+    result = engine.execute(engine.plan("llama-train", "1", snap))  # GPU 5 is a MIG card
     assert not result.ok and result.failed_step == "create"
     assert _gpus_of(poller.poll(), "llama-train") == [0]
 
@@ -98,7 +98,7 @@ def test_cli_demo_migrate_says_it_is_a_simulation():
 
 
 def test_cli_dry_run_prints_plan_and_diff_and_changes_nothing():
-    code, out, err = run_cli("migrate", "--demo", "llama-train", "--to", "5", "--dry-run")
+    code, out, err = run_cli("migrate", "--demo", "llama-train", "--to", "1", "--dry-run")
     assert code == 0, err
     assert '- HostConfig.DeviceRequests[0].DeviceIDs = ["0"]' in out
     assert "Dry run: nothing was changed." in out

@@ -57,7 +57,8 @@ from gputui.actions.container_ops import (
 from gputui.actions.journal import Journal, JournalError, PendingJournal, pending_journals
 from gputui.actions.locks import ContainerLock, LockHeld
 from gputui.core.grants import Grant, GrantEntry, GrantForm, HostGpu, HostGpus, read_grant, rewrite_grant
-from gputui.core.model import Gpu, Snapshot
+from gputui.core.mig import parse_mig_ref, resolve_mig
+from gputui.core.model import Gpu, MigDevice, Snapshot
 from gputui.core.safe_text import clean as clean_text
 from gputui.core.units import fmt_bytes
 
@@ -154,6 +155,10 @@ class MigrationPlan:
     peak_memory: int | None = None
     forced: bool = False
     demo: bool = False
+    #: The target MIG device's index on GPU ``to_gpu`` (``to_uuid`` is then its MIG- UUID), None for a whole GPU.
+    to_mig: int | None = None
+    #: The MIG devices the container leaves ("5:0"), when it held MIG devices.
+    from_migs: tuple[str, ...] = ()
     #: The original inspect data, written to the journal before anything changes.
     attrs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
 
@@ -161,19 +166,26 @@ class MigrationPlan:
     def from_label(self) -> str:
         if self.from_all:
             return "all GPUs"
+        if self.from_migs:
+            return "MIG device " + ", ".join(self.from_migs)
         if not self.from_gpus:
             return "an unknown GPU"
         return "GPU " + ", ".join(str(i) for i in self.from_gpus)
 
+    @property
+    def to_label(self) -> str:
+        """"GPU 6", or "MIG device 5:2" for a MIG device."""
+        return f"GPU {self.to_gpu}" if self.to_mig is None else f"MIG device {self.to_gpu}:{self.to_mig}"
+
     def summary(self) -> str:
         """One line: "bert-finetune: all GPUs -> GPU 6"."""
-        return f"{self.container_name}: {self.from_label} -> GPU {self.to_gpu}"
+        return f"{self.container_name}: {self.from_label} -> {self.to_label}"
 
     def describe(self) -> str:
         """The multi-line plan printed by ``--dry-run`` and shown by the dialog."""
         lines = [
             f"Migrate container {self.container_name} ({self.container_id[:12]}) "
-            f"from {self.from_label} to GPU {self.to_gpu} ({self.to_uuid}).",
+            f"from {self.from_label} to {self.to_label} ({self.to_uuid}).",
             f"  grant now:   {self.grant_before}",
             f"  grant after: {self.grant_after}",
         ]
@@ -215,6 +227,7 @@ class MigrationPlan:
             "container_id": self.container_id,
             "from_gpus": "all" if self.from_all else list(self.from_gpus),
             "to_gpu": self.to_gpu,
+            "to_mig": self.to_mig,
             "to_uuid": self.to_uuid,
             "grant_before": self.grant_before,
             "grant_after": self.grant_after,
@@ -236,6 +249,40 @@ def resolve_target(gpus: tuple[Gpu, ...], text: str) -> Gpu:
         present = ", ".join(str(g.index) for g in gpus) or "none"
         raise MigrationNotFound(f"There is no GPU {t!r} on this machine (GPUs present: {present}).")
     return next(g for g in gpus if g.index == idx)
+
+
+def resolve_destination(gpus: tuple[Gpu, ...], text: str) -> tuple[Gpu, MigDevice | None]:
+    """``--to``: a whole GPU (index, UUID) or a MIG device (``GPU:instance``, ``MIG-`` UUID) -> (card, MIG
+    device or None). A card in MIG mode is not a whole-GPU target: CUDA can use only its MIG devices."""
+    t = str(text).strip()
+    hit = resolve_mig(gpus, t)
+    if hit is not None:
+        return hit
+    if parse_mig_ref(t) is not None or t.lower().startswith("mig-"):
+        present = ", ".join(f"{g.index}:{m.index}" for g in gpus for m in g.mig_devices) or "none"
+        raise MigrationNotFound(f"There is no MIG device {t!r} on this machine (MIG devices present: {present}).")
+    g = resolve_target(gpus, t)
+    if g.mig_enabled:
+        choices = ", ".join(f"{g.index}:{m.index} ({m.profile or '?'})" for m in g.mig_devices) or \
+            "none exist yet"
+        raise MigrationRefused("mig-card", f"GPU {g.index} is split into MIG devices, so no container can be "
+                                           f"given the whole card; choose one of them with --to: {choices}.")
+    return g, None
+
+
+def mig_target_refusal(card: Gpu, mig: MigDevice, peak_memory: int | None, force: bool = False,
+                       name: str = "the container") -> str | None:
+    """Why MIG device ``mig`` of ``card`` cannot take the container (one sentence), or None."""
+    label = f"MIG device {card.index}:{mig.index} ({mig.profile or 'unknown profile'})"
+    if card.lost:
+        return f"GPU {card.index} is lost (it fell off the bus or stopped answering)."
+    free = mig.memory_free
+    if force or not peak_memory or free is None:
+        return None
+    if peak_memory > free:
+        return (f"{label} has {fmt_bytes(free)} free but {name} has used up to {fmt_bytes(peak_memory)}; "
+                f"use --force to move it anyway.")
+    return None
 
 
 def _name(attrs: dict[str, Any]) -> str:
@@ -444,7 +491,7 @@ def _endpoint(ep: dict[str, Any], cid: str) -> dict[str, Any]:
     return out
 
 
-def _rewrite_cuda_visible(body: dict[str, Any], from_uuids: set[str], target: Gpu,
+def _rewrite_cuda_visible(body: dict[str, Any], from_uuids: set[str], target_uuid: str,
                           visible_after: int, name: str) -> list[str]:
     """Rewrite host UUIDs in CUDA_VISIBLE_DEVICES; container-relative indices stay. Returns warnings."""
     warnings: list[str] = []
@@ -456,9 +503,9 @@ def _rewrite_cuda_visible(body: dict[str, Any], from_uuids: set[str], target: Gp
         out: list[str] = []
         for v in [v.strip() for v in value.split(",")]:
             low = v.lower()
-            if low.startswith("gpu-") and any(u.lower() == low or (len(low) > 8 and u.lower().startswith(low))
-                                              for u in from_uuids):
-                v = target.uuid
+            if low.startswith(("gpu-", "mig-")) and any(
+                    u.lower() == low or (len(low) > 8 and u.lower().startswith(low)) for u in from_uuids):
+                v = target_uuid
             elif v.isdigit() and int(v) >= visible_after:
                 warnings.append(
                     f"CUDA_VISIBLE_DEVICES={value} selects the container's GPU {v}, but after the move {name} "
@@ -578,6 +625,47 @@ def _moving(grant: Grant, host: HostGpus, gpus: tuple[Gpu, ...], tgt: Gpu, from_
     return moving, False, tuple(dict.fromkeys(i for i in (host.index_of(e.key) for e in moving) if i is not None))
 
 
+def _moving_mig(grant: Grant, host: HostGpus, gpus: tuple[Gpu, ...], target_key: str, target_label: str,
+                from_gpu: str | int | None, name: str
+                ) -> tuple[list[GrantEntry], bool, tuple[int, ...], tuple[str, ...]]:
+    """:func:`_moving` by target key, for moves that involve MIG devices (to one, from one, or both):
+    (entries, granted all GPUs?, card indices they leave, MIG devices they leave)."""
+    whole = [e for e in grant.entries if e.kind != "id"]
+    if whole:
+        from_idx = tuple(sorted(g.index for g in gpus)) if grant.all else \
+            tuple(i for i in (host.index_of(e.key) for e in whole) if i is not None)
+        return whole, grant.all, tuple(dict.fromkeys(from_idx)), ()
+
+    def label(key: str) -> str:
+        m = host.mig(key)
+        return f"MIG device {m.label}" if m is not None else f"GPU {host.index_of(key)}"
+
+    keys = grant.keys
+    if target_key in keys:
+        raise MigrationRefused("same-gpu", f"{name} is already on {target_label}." if len(keys) == 1
+                               else f"{name} already holds {target_label}.")
+    if from_gpu is not None:
+        src = str(from_gpu).strip()
+        hit = resolve_mig(gpus, src)
+        src_key = hit[1].uuid if hit is not None else resolve_target(gpus, src).uuid
+        moving = [e for e in grant.entries if e.key == src_key]
+        if not moving:
+            held = ", ".join(label(k) for k in keys)
+            raise MigrationRefused("not-held", f"{name} does not hold {label(src_key)}"
+                                               f"{f' (it holds {held})' if held else ''}.")
+    elif len(keys) > 1:
+        raise MigrationRefused("ambiguous", f"{name} holds {', '.join(label(k) for k in keys)}; say which one to "
+                                            f"move with --from.")
+    elif keys:
+        moving = [e for e in grant.entries if e.key == keys[0]]
+    else:
+        moving = list(grant.entries)  # names only devices this host lacks: moving it makes it usable again
+    moved_keys = [e.key for e in moving if e.key is not None]
+    from_idx = tuple(dict.fromkeys(i for i in (host.index_of(k) for k in moved_keys) if i is not None))
+    from_migs = tuple(dict.fromkeys(m.label for m in (host.mig(k) for k in moved_keys) if m is not None))
+    return moving, False, from_idx, from_migs
+
+
 def _command_diff(before: list[str] | None, after: list[str] | None) -> tuple[str, ...]:
     """The effective command as a diff line pair when the copy would run something else."""
     if before is None or after is None or before == after:
@@ -620,23 +708,30 @@ def plan_migration(
     if read_only:
         raise MigrationRefused("read-only", READ_ONLY)
     _preflight(attrs, others)
-    tgt = resolve_target(gpus, str(target))
+    tgt, tmig = resolve_destination(gpus, str(target))
     host = HostGpus.of(gpus)
     grant = read_grant(attrs, host)
     if not grant:
         raise MigrationRefused("no-grant", f"{name} has no GPU grant to move; give it one with "
                                            f"--gpus when you create it.")
-    if any(e.ident.lower().startswith("mig-") for e in grant.entries):
-        raise MigrationRefused("mig", f"{name} uses a MIG instance; gputui migrates whole GPUs only.")
     if tgt.lost:
         raise MigrationRefused("target-lost", target_refusal(tgt, None) or "")
-    moving, from_all, from_idx = _moving(grant, host, gpus, tgt, from_gpu, name)
-    if any(e.form == "devices" for e in moving) and tgt.minor_number is None:
-        raise MigrationRefused("target-minor", f"{name} is given GPUs as /dev/nvidiaN nodes and the device "
-                                               f"node of GPU {tgt.index} is not known.")
+    to_uuid = tmig.uuid if tmig is not None else tgt.uuid
+    to_label = f"GPU {tgt.index}" if tmig is None else f"MIG device {tgt.index}:{tmig.index}"
+    from_migs: tuple[str, ...] = ()
+    if tmig is not None or any(host.mig(k) is not None for k in grant.keys):
+        moving, from_all, from_idx, from_migs = _moving_mig(grant, host, gpus, to_uuid, to_label, from_gpu, name)
+    else:
+        moving, from_all, from_idx = _moving(grant, host, gpus, tgt, from_gpu, name)
+    if any(e.form == "devices" for e in moving) and (tgt.minor_number is None or tmig is not None):
+        raise MigrationRefused("target-minor", f"{name} is given GPUs as /dev/nvidiaN nodes, which cannot name a "
+                                               f"MIG device." if tmig is not None else
+                               f"{name} is given GPUs as /dev/nvidiaN nodes and the device "
+                               f"node of GPU {tgt.index} is not known.")
 
     usage = usage or {}
-    refusal = target_refusal(tgt, peak_memory, usage.get(tgt.index, 0), force, name)
+    refusal = (mig_target_refusal(tgt, tmig, peak_memory, force, name) if tmig is not None
+               else target_refusal(tgt, peak_memory, usage.get(tgt.index, 0), force, name))
     if refusal:
         raise MigrationRefused("no-fit", refusal)
 
@@ -655,13 +750,14 @@ def plan_migration(
 
     base, connect, keeps = _create_body(attrs, image_ref, image_config)
     new = copy.deepcopy(base)
-    rewrite_grant(new, grant, moving, HostGpu(tgt.index, tgt.uuid, tgt.minor_number))
+    rewrite_grant(new, grant, moving, HostGpu(tgt.index, to_uuid, tgt.minor_number if tmig is None else None,
+                                              mig=tmig.index if tmig is not None else None))
     after_grant = read_grant(new, host)
     visible_after = 1 if after_grant.all else max(1, len(after_grant.keys))
-    from_uuids = {g.uuid for g in gpus if g.index in from_idx}
-    warnings += _rewrite_cuda_visible(new, from_uuids, tgt, visible_after, name)
+    from_uuids = {g.uuid for g in gpus if g.index in from_idx} | {e.key for e in moving if host.mig(e.key)}
+    warnings += _rewrite_cuda_visible(new, {u for u in from_uuids if u}, to_uuid, visible_after, name)
     if from_all or grant.count > 1:
-        only = f"GPU {tgt.index} only" if after_grant.keys == (tgt.uuid,) else after_grant.describe(host)
+        only = f"{to_label} only" if after_grant.keys == (to_uuid,) else after_grant.describe(host)
         warnings.append(f"{name} was granted {grant.describe(host).split(' (')[0]}; after the move it is "
                         f"granted {only}.")
     hc = attrs.get("HostConfig") or {}
@@ -670,8 +766,10 @@ def plan_migration(
             if not (b or {}).get("HostPort"):
                 warnings.append(f"Port {port} is published on a random host port; the new container gets a "
                                 f"new one.")
-    if peak_memory and tgt.memory_free is not None and peak_memory > tgt.memory_free + usage.get(tgt.index, 0):
-        warnings.append(f"Forced: GPU {tgt.index} has {fmt_bytes(tgt.memory_free)} free, less than the "
+    room = tmig.memory_free if tmig is not None else (
+        None if tgt.memory_free is None else tgt.memory_free + usage.get(tgt.index, 0))
+    if peak_memory and room is not None and peak_memory > room:
+        warnings.append(f"Forced: {to_label} has {fmt_bytes(room)} free, less than the "
                         f"{fmt_bytes(peak_memory)} {name} has used.")
     labels = cfg.get("Labels") or {}
     change = None
@@ -682,7 +780,7 @@ def plan_migration(
         warnings.append(f"{name} belongs to compose project {project}: the next 'docker compose up' that "
                         f"recreates service {service} puts it back on its old GPU unless the compose file "
                         f"changes{f' ({where})' if where else ''}.")
-        change = compose_change(clean_text(service), tgt.uuid)  # display text: one line per YAML line
+        change = compose_change(clean_text(service), to_uuid)  # display text: one line per YAML line
     state = attrs.get("State") or {}
     health = cfg.get("Healthcheck") or {}
     command = running_command(attrs)
@@ -704,7 +802,9 @@ def plan_migration(
         from_gpus=from_idx,
         from_all=from_all,
         to_gpu=tgt.index,
-        to_uuid=tgt.uuid,
+        to_uuid=to_uuid,
+        to_mig=tmig.index if tmig is not None else None,
+        from_migs=from_migs,
         backup_name=f"{name}{BACKUP_INFIX}{stamp}",
         stop_timeout=int(cfg.get("StopTimeout") or 10),
         stop_signal=str(cfg.get("StopSignal") or "SIGTERM"),
@@ -779,6 +879,10 @@ def target_options(snapshot: Snapshot, container_id: str, peak_memory: int | Non
     out = []
     for g in snapshot.gpus:
         refusal = target_refusal(g, peak_memory, usage.get(g.index, 0), force, name)
+        if g.mig_enabled and not g.lost:  # not a whole GPU: its MIG devices are targets on the command line
+            first = f"{g.index}:{g.mig_devices[0].index}" if g.mig_devices else f"{g.index}:0"
+            refusal = (f"GPU {g.index} is split into MIG devices; move to one with "
+                       f"'gputui migrate {name} --to {first}'.")
         if g.index in current and len(current) == 1:
             refusal = f"{name} is already on GPU {g.index}."
         out.append(TargetOption(g.index, g.uuid, g.memory_free, g.utilization_gpu, refusal,
@@ -1106,7 +1210,7 @@ class DockerMigrationEngine:
             self.hooks.before(step, run)
             self.api.remove_container(plan.container_id, v=False, force=True)
         except (Exception, KeyboardInterrupt) as exc:
-            message = (f"{plan.container_name} now runs on GPU {plan.to_gpu}, but its backup "
+            message = (f"{plan.container_name} now runs on {plan.to_label}, but its backup "
                        f"{plan.backup_name} could not be removed ({_err(exc)}); 'gputui migrate --recover' "
                        f"removes it (keeping its volumes).")
             journal.release()
@@ -1115,7 +1219,7 @@ class DockerMigrationEngine:
             return MigrationResult(True, "ok", message, plan, run.new_id, journal=str(journal.path))
         journal.finish()
         _notify(progress, step, "done", STEP_TEXT[step])
-        message = f"{plan.container_name} moved from {plan.from_label} to GPU {plan.to_gpu} ({plan.to_uuid})."
+        message = f"{plan.container_name} moved from {plan.from_label} to {plan.to_label} ({plan.to_uuid})."
         if not runs:
             message += " It was not running, so the copy was not started and nothing was verified."
         elif plan.start_stopped:
@@ -1489,7 +1593,7 @@ class DemoMigrationEngine:
                 try:
                     self.hooks.before(step, run)
                     if step == "create":
-                        self.sim.move_container(plan.container_id, plan.to_gpu)
+                        self.sim.move_container(plan.container_id, plan.to_gpu, plan.to_mig)
                         run.new_id = plan.container_id
                 except Exception as exc:
                     message = (f"Migration of {plan.container_name} failed: it could not {STEP_TEXT[step]} "
@@ -1500,7 +1604,7 @@ class DemoMigrationEngine:
                 if self.step_delay:
                     time.sleep(self.step_delay)
                 _notify(progress, step, "done", text)
-        message = (f"{plan.container_name} moved from {plan.from_label} to GPU {plan.to_gpu} on the simulated "
+        message = (f"{plan.container_name} moved from {plan.from_label} to {plan.to_label} on the simulated "
                    f"server (demo: nothing real changed).")
         _audit("ok", plan, new_id=run.new_id)
         return MigrationResult(True, "ok", message, plan, run.new_id, demo=True)

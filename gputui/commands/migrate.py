@@ -50,7 +50,8 @@ def add_parser(sub, common):
     )
     common(p)
     p.add_argument("container", nargs="?", metavar="CONTAINER", help="container name or id (or a unique id prefix)")
-    p.add_argument("--to", metavar="GPU", help="target GPU: index or UUID")
+    p.add_argument("--to", metavar="GPU", help="target GPU: index or UUID; or a MIG device: GPU:instance "
+                                               "(e.g. 0:2) or MIG- UUID")
     p.add_argument("--from", dest="from_gpu", metavar="GPU",
                    help="for a container holding several GPUs: the one to move")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the configuration change only")
@@ -130,7 +131,7 @@ def run(ctx) -> int:
         if not args.yes:
             if not interactive():
                 raise UsageError("Refusing to migrate without confirmation: stdin is not a terminal; add --yes.")
-            if ask(f"Migrate {plan.container_name} to GPU {plan.to_gpu}? [y/N] ", out) not in ("y", "yes"):
+            if ask(f"Migrate {plan.container_name} to {plan.to_label}? [y/N] ", out) not in ("y", "yes"):
                 audit_refusal(plan.container_name, plan.to_gpu, "the user declined the confirmation",
                               demo=engine.demo)
                 print("Nothing was changed.", file=out)

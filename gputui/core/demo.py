@@ -329,23 +329,27 @@ class DemoMachine:
                     return c
         return None
 
-    def move_container(self, name_or_id: str, to_gpu: int) -> None:
-        """Recreate the simulated container on another GPU: its grant names the
-        target's UUID and its processes move there (new PIDs, as a restart gives)."""
+    def move_container(self, name_or_id: str, to_gpu: int, to_mig: int | None = None) -> None:
+        """Recreate the simulated container on another GPU (or MIG device ``to_gpu:to_mig``): its grant
+        names the target's UUID and its processes move there (new PIDs, as a restart gives)."""
         c = self.container_by_name(name_or_id)
         if c is None:
             raise KeyError(f"no container named {name_or_id!r} on the demo server")
         if not 0 <= to_gpu < self.n_gpus:
             raise ValueError(f"the demo server has no GPU {to_gpu}")
+        if (to_mig is None) != (to_gpu not in self.migs) or \
+                to_mig is not None and not any(m.index == to_mig for m in self.migs[to_gpu]):
+            raise ValueError(f"the demo server has no {'MIG device' if to_mig is not None else 'whole GPU'} "
+                             f"{to_gpu}{'' if to_mig is None else f':{to_mig}'}")
         with self._lock:
-            c.grant = (_uuid(to_gpu),)
+            c.grant = (_uuid(to_gpu) if to_mig is None else mig_uuid(to_gpu, to_mig),)
             c.grant_source = "device_request"
             c.cuda_visible_devices = None if c.cuda_visible_devices not in (None, "0") else c.cuda_visible_devices
             moved = [p for p in self.procs.values() if p.container == c.id]
             next_pid = max(self.procs) + 1
             for p in moved:
                 del self.procs[p.pid]
-                p.pid, p.gpu, p.age = next_pid, to_gpu, 0.0
+                p.pid, p.gpu, p.age, p.mig = next_pid, to_gpu, 0.0, to_mig
                 self.procs[next_pid] = p
                 next_pid += 1
             if moved:

@@ -51,11 +51,18 @@ _HOW = {"device_request": "--gpus", "nvidia_runtime_env": "NVIDIA_VISIBLE_DEVICE
 
 @dataclass(frozen=True)
 class HostGpu:
-    """One GPU as a grant can name it: NVML index, UUID, device-node minor number."""
+    """One GPU as a grant can name it: NVML index, UUID, device-node minor number. As a rewrite
+    target it can also be a MIG device: ``uuid`` its ``MIG-`` UUID, ``mig`` its index on GPU ``index``."""
 
     index: int
     uuid: str
     minor: int | None = None
+    mig: int | None = None
+
+    @property
+    def ref(self) -> str:
+        """How an index-style form (CDI ``nvidia.com/gpu=…``) names it: "3" or "3:1"."""
+        return str(self.index) if self.mig is None else f"{self.index}:{self.mig}"
 
 
 @dataclass(frozen=True)
@@ -225,7 +232,9 @@ class Grant:
             named = []
             for e in entries:
                 index = host.index_of(e.key)
-                label = f"GPU {index}" if index is not None else "a GPU this host does not have"
+                mig = host.mig(e.key)
+                label = (f"MIG device {mig.label}" if mig is not None else f"GPU {index}" if index is not None
+                         else "a GPU this host does not have")
                 named.append(f"{label} ({e.raw})" if e.raw != str(index) else label)
             parts.append(f"{', '.join(named)} via {how}")
         return "; ".join(parts) or "none"
@@ -388,8 +397,8 @@ def rewrite_grant(body: dict[str, Any], grant: Grant, moving: Iterable[GrantEntr
 
 def _rewrite_cdi(hc: dict[str, Any], grant: Grant, moving: list[GrantEntry], swap: _Swap) -> None:
     # Keep the naming the CDI spec uses: nvidia-ctk names devices by index unless told otherwise.
-    by_uuid = any(e.ident.lower().startswith("gpu-") for e in moving if e.form == "cdi")
-    new = swap.target.uuid if by_uuid else str(swap.target.index)
+    by_uuid = any(e.ident.lower().startswith(("gpu-", "mig-")) for e in moving if e.form == "cdi")
+    new = swap.target.uuid if by_uuid else swap.target.ref
     for req in hc.get("DeviceRequests") or []:
         if (req.get("Driver") or "").lower() != "cdi":
             continue

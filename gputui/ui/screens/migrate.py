@@ -324,7 +324,7 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
             return
         t = Text()
         # grants, labels, env values and warnings quote the container owner's text: one line each, escaped
-        t.append(plain(f"{plan.from_label} → GPU {plan.to_gpu} ({plan.to_uuid})") + "\n", style="bold")
+        t.append(plain(f"{plan.from_label} → {plan.to_label} ({plan.to_uuid})") + "\n", style="bold")
         t.append(plain(f"grant after: {plan.grant_after}") + "\n")
         t.append("Configuration change (everything else is copied as it is):\n")
         for line in plan.diff:
