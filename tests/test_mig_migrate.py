@@ -126,3 +126,27 @@ def test_the_dialog_never_offers_a_mig_card_whole():
     assert by_index[5].refusal == ("GPU 5 is split into MIG devices; move to one with "
                                    "'gputui migrate bert-finetune --to 5:0'.")
     assert by_index[6].refusal is None
+
+
+def test_grant_model_reads_and_rewrites_mig_devices_in_every_form():
+    from gputui.core.grants import HostGpu, HostGpus, read_grant, rewrite_grant
+
+    gpus = mig_host().gpus
+    host = HostGpus.of(gpus)
+    a, b = fake_mig_uuid(0, 1, 0), fake_mig_uuid(0, 2, 0)
+    cdi = {"HostConfig": {"DeviceRequests": [{"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=0:0"]}]}}
+    grant = read_grant(cdi, host)
+    assert grant.keys == (a,) and grant.problems == ()
+    assert grant.describe(host) == "MIG device 0:0 (nvidia.com/gpu=0:0) via CDI device"
+    rewrite_grant(cdi, grant, grant.entries, HostGpu(0, b, None, mig=1))
+    assert cdi["HostConfig"]["DeviceRequests"][0]["DeviceIDs"] == ["nvidia.com/gpu=0:1"]
+    legacy = {"HostConfig": {"Runtime": "nvidia"}, "Config": {"Env": [f"NVIDIA_VISIBLE_DEVICES={a}"]}}
+    assert read_grant(legacy, host).keys == (a,)
+    gone = read_grant({"HostConfig": {"DeviceRequests": [{"Driver": "nvidia", "DeviceIDs": ["0:7", "MIG-dead"],
+                                                           "Capabilities": [["gpu"]]}]}}, host)
+    assert gone.keys == () and gone.problems == (
+        "its device request names MIG device 0:7, but GPU 0 has no MIG device 7",
+        "its device request names MIG device MIG-dead, which does not exist on this host")
+    # the container source is told GPU UUIDs only: MIG references are kept for the containers judge
+    src = HostGpus.from_uuids([g.uuid for g in gpus])
+    assert read_grant(cdi, src).keys == ("0:1",) and read_grant(legacy, src).keys == (a,)
