@@ -37,6 +37,10 @@ async def _gpu0(pilot) -> None:
     await pilot.press("0")
 
 
+async def _mig(pilot) -> None:
+    await pilot.press("5")
+
+
 async def _detail(pilot) -> None:
     await pilot.press("enter")  # the cursor starts on GPU 0's biggest process
     await pilot.pause()
@@ -50,6 +54,7 @@ async def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     await _shot(out / "overview.svg", "gputui --demo")
     await _shot(out / "gpu0-filter.svg", "gputui --demo · who is on GPU 0? (key 0)", _gpu0)
+    await _shot(out / "mig.svg", "gputui --demo · GPU 5 in MIG mode: its instances and their owners (key 5)", _mig)
     await _shot(out / "detail.svg", "gputui --demo · GPU 0 details (Enter)", _detail)
     await _shot(out / "help.svg", "gputui --demo · keys (?)", _help)
 
