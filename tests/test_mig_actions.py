@@ -62,3 +62,17 @@ def test_a_full_mig_device_raises_memory_full_while_its_card_is_half_empty():
     assert [a.message for a in mine] == [
         "MIG device 5:1 (2g.20gb)'s memory is 98% used (19.2 GiB of 19.5 GiB, 307 MiB free): "
         "new allocations there will fail."]
+
+
+def test_an_idle_mig_grant_names_the_instance():
+    from gputui.core.containers import build_containers
+    from gputui.core.demo import mig_uuid
+    from gputui.core.model import ContainerRecord
+
+    snap = demo_snapshot()
+    record = ContainerRecord(id="c" * 64, name="reserved-mig", image="img", state="running",
+                             gpus=(mig_uuid(5, 1),), grant_source="device_request", grant_raw=(mig_uuid(5, 1),))
+    c = next(c for c in build_containers((record,), snap.gpus, None, Settings(), FROZEN_EPOCH)
+             if c.name == "reserved-mig")
+    assert [f.kind for f in c.findings] == ["idle-grant"]
+    assert c.findings[0].message.startswith("Provisional: reserved-mig holds MIG device 5:1 but runs nothing")

@@ -205,7 +205,7 @@ def _judge(r: ContainerRecord, procs: list[Process], host: _Host, history: Histo
 
     # idle-grant
     if r.gpus != "all" and granted and not first_only:
-        idle = _idle_grant(r, granted, used, history, settings, now)
+        idle = _idle_grant(r, granted, used, history, settings, now, granted_migs)
         if idle is not None:
             findings.append(Finding("idle-grant", idle[0], provisional=idle[1]))
 
@@ -298,7 +298,8 @@ def _nvidia_visible_conflict(r: ContainerRecord, granted: tuple[int, ...], host:
 
 
 def _idle_grant(r: ContainerRecord, granted: tuple[int, ...], used_now: tuple[int, ...],
-                history: History | None, settings: Settings, now: float) -> tuple[str, bool] | None:
+                history: History | None, settings: Settings, now: float,
+                granted_migs: set[tuple[int, int]] | None = None) -> tuple[str, bool] | None:
     """(message, provisional) when a granted GPU saw none of the container's processes; provisional
     while gputui has watched for less than the idle window."""
     window = settings.idle_grant_window
@@ -312,7 +313,13 @@ def _idle_grant(r: ContainerRecord, granted: tuple[int, ...], used_now: tuple[in
     if not idle:
         return None
     paused = " (it is paused)" if r.state == "paused" else ""
-    held = f"{r.name} holds {gpus_phrase(idle)}{paused}"
+    migs = sorted(m for m in granted_migs or () if m[0] in idle)
+    whole = [i for i in idle if i not in {g for g, _ in migs}]
+    what = gpus_phrase(whole)
+    if migs:  # a card held by instance is named by its instances
+        inst = "MIG device " + ", ".join(f"{g}:{m}" for g, m in migs)
+        what = f"{what} and {inst}" if whole else inst
+    held = f"{r.name} holds {what}{paused}"
     observed = (samples[-1][0] - samples[0][0]) if len(samples) > 1 else 0.0
     if observed >= window * 0.98:
         return f"{held} but ran nothing there during the last {duration(window)}.", False
