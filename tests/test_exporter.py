@@ -231,3 +231,21 @@ def test_families_are_built_once_per_poll_however_many_scrape():
     c = collector.collect()
     assert c is not a
     assert any(f.name == "gputui_process_gpu_memory_bytes" and f.samples for f in c)
+
+
+def test_mig_devices_have_their_memory_series_and_processes_their_mig_uuid():
+    """Issue 16: gputui_mig_device_memory_used_bytes{gpu,uuid,mig_uuid,profile}; mig_uuid on process series."""
+    from gputui.core.model import MigDevice, MigMode
+
+    mig = MigDevice(index=1, uuid="MIG-1", gpu_instance_id=2, compute_instance_id=0, profile="3g.40gb",
+                    memory_used=3, memory_total=4)
+    snap = _snap(_proc(7, mem=3, mig_device=1), _proc(8, mem=1, sm=50), mig_mode=MigMode(True, True),
+                 mig_devices=(mig,))
+    s = _samples(snap)
+    (used,) = s["gputui_mig_device_memory_used_bytes"]
+    assert used.labels == {"gpu": "0", "uuid": "GPU-0", "mig_uuid": "MIG-1", "profile": "3g.40gb"}
+    assert used.value == 3 and s["gputui_mig_device_memory_total_bytes"][0].value == 4
+    by_pid = {x.labels["pid"]: x.labels["mig_uuid"] for x in s["gputui_process_gpu_memory_bytes"]}
+    assert by_pid == {"7": "MIG-1", "8": ""}
+    assert s["gputui_process_sm_utilization_ratio"][0].labels["mig_uuid"] == ""
+    assert "gputui_mig_device_memory_used_bytes" not in _samples(_snap())  # no MIG: no series

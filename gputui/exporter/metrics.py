@@ -28,7 +28,8 @@ from gputui.core.model import Container, Gpu, Process, Snapshot
 
 MIB = 1024 * 1024
 DEFAULT_MAX_PROCESSES = 200
-PROCESS_LABELS = ["gpu", "uuid", "pid", "user", "exe", "container", "image", "compose_project", "compose_service"]
+PROCESS_LABELS = ["gpu", "uuid", "pid", "user", "exe", "container", "image", "compose_project", "compose_service",
+                  "mig_uuid"]
 CONTAINER_LABELS = ["container", "image", "compose_project", "compose_service"]
 DCGM_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname", "container"]
 
@@ -108,6 +109,9 @@ class _Gpus:
                             lab + ["kind"])
         self.stale_memory = _gauge("gputui_stale_gpu_memory_bytes",
                                    "GPU memory held by processes judged stale, bytes.", lab)
+        mig = lab + ["mig_uuid", "profile"]
+        self.mig_used = _gauge("gputui_mig_device_memory_used_bytes", "Memory in use on a MIG device, bytes.", mig)
+        self.mig_total = _gauge("gputui_mig_device_memory_total_bytes", "Memory of a MIG device, bytes.", mig)
 
     def add(self, g: Gpu) -> None:
         lab = [str(g.index), g.uuid]
@@ -138,11 +142,17 @@ class _Gpus:
         for kind, n in sorted(counts.items()):
             self.stale.add_metric(lab + [kind], n)
         self.stale_memory.add_metric(lab, held)
+        for m in g.mig_devices if g.mig_enabled and not g.lost else ():
+            mig = lab + [_s(m.uuid), _s(m.profile)]
+            if m.memory_used is not None:
+                self.mig_used.add_metric(mig, m.memory_used)
+            if m.memory_total is not None:
+                self.mig_total.add_metric(mig, m.memory_total)
 
     def families(self) -> list[Metric]:
         return [self.info, self.util, self.mem_util, self.mem_used, self.mem_total, self.temp, self.power,
                 self.power_limit, self.fan, self.sm_clock, self.lost, self.throttled, self.stale,
-                self.stale_memory]
+                self.stale_memory, self.mig_used, self.mig_total]
 
 
 def _container_labels(p: Process) -> list[str]:
@@ -157,10 +167,11 @@ def _process_families(snap: Snapshot, cap: int) -> list[Metric]:
                     "GPU memory a process holds, bytes; container labels are empty for host processes.",
                     PROCESS_LABELS)
     sm = _gauge("gputui_process_sm_utilization_ratio", "A process's share of the GPU's SMs, 0-1.",
-                ["gpu", "uuid", "pid"])
+                ["gpu", "uuid", "pid", "mig_uuid"])
     dropped = _gauge("gputui_process_series_dropped",
                      "GPU processes left out of the process series by the cap (smallest GPU memory first).", [])
     uuid_of = {g.index: g.uuid for g in snap.gpus}
+    mig_of = {(g.index, m.index): m.uuid for g in snap.gpus for m in g.mig_devices}
     procs = [p for g in snap.gpus for p in g.processes]
     if len(procs) > cap:
         procs.sort(key=lambda p: p.gpu_memory or 0, reverse=True)
@@ -172,10 +183,13 @@ def _process_families(snap: Snapshot, cap: int) -> list[Metric]:
             continue
         seen.add(key)
         head = [str(p.gpu_index), uuid_of[p.gpu_index], str(p.pid)]
+        # the MIG device it runs on ("" on a whole GPU, like the container labels of a host process)
+        mig = _s(mig_of.get((p.gpu_index, p.mig_device), "")) if p.mig_device is not None else ""
         if p.gpu_memory is not None:
-            memory.add_metric(head + [_s(p.user), _s(exe_name(p.command))] + _container_labels(p), p.gpu_memory)
+            memory.add_metric(head + [_s(p.user), _s(exe_name(p.command))] + _container_labels(p) + [mig],
+                              p.gpu_memory)
         if p.sm_utilization is not None:
-            sm.add_metric(head, p.sm_utilization / 100)
+            sm.add_metric(head + [mig], p.sm_utilization / 100)
     dropped.add_metric([], len(procs) - len(kept))
     return [memory, sm, dropped]
 
