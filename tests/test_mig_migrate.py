@@ -116,16 +116,43 @@ def test_real_dockerd_moves_between_instances_in_each_grant_form(docker_cleanup)
         engine.plan("mig-mv-legacy", "0:0", full)
 
 
-def test_the_dialog_never_offers_a_mig_card_whole():
+def test_target_options_list_the_instances_of_a_mig_card_not_the_card():
     from gputui.actions.migrate import target_options
 
     sim, poller = demo()
     snap = poller.poll()
-    cid = next(c.id for c in snap.containers if c.name == "bert-finetune")
-    by_index = {o.index: o for o in target_options(snap, cid, 18 * GiB)}
-    assert by_index[5].refusal == ("GPU 5 is split into MIG devices; move to one with "
-                                   "'gputui migrate bert-finetune --to 5:0'.")
-    assert by_index[6].refusal is None
+    cid = next(c.id for c in snap.containers if c.name == "inference-api")
+    opts = {o.ref: o for o in target_options(snap, cid, 6 * GiB)}
+    assert "5" not in opts and {"5:0", "5:1", "5:2"} <= set(opts)
+    assert opts["5:0"].current and opts["5:0"].refusal == "inference-api is already on MIG device 5:0."
+    assert opts["5:2"].refusal is None and opts["5:2"].profile == "2g.20gb"
+    bert = next(c.id for c in snap.containers if c.name == "bert-finetune")
+    tight = {o.ref: o for o in target_options(snap, bert, 18 * GiB)}
+    assert "has 11.0 GiB free but bert-finetune has used up to 18.0 GiB" in (tight["5:1"].refusal or "")
+
+
+@pytest.mark.functional
+async def test_the_dialog_moves_a_container_to_another_instance():
+    from gputui.ui.app import make_app
+    from gputui.ui.screens.migrate import MigrateScreen
+    from tests.test_migrate_ui import dialog_shown, wait_for
+
+    machine = open_machine(demo=True, demo_clock=lambda: FROZEN_EPOCH)
+    app = make_app(machine, Settings(), live=False)
+    async with app.run_test(size=(140, 48)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        app.push_screen(MigrateScreen(app.snapshot, container="inference-api", target="5:2"))
+        await wait_for(pilot, lambda: dialog_shown(app))
+        dialog = app.screen
+        await wait_for(pilot, lambda: dialog.plan is not None)
+        assert (dialog.plan.to_label, dialog.plan.from_label) == ("MIG device 5:2", "MIG device 5:0")
+        assert [o.ref for o in dialog.options if o.mig is not None] == ["5:2", "5:1", "5:0"]  # most room first
+        await pilot.press("y")
+        await wait_for(pilot, lambda: dialog.state == "done")
+        assert dialog.result.ok and "to MIG device 5:2" in dialog.result.message
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: any(p.mig_label == "5:2" for p in app.snapshot.processes
+                                          if p.container and p.container.name == "inference-api"))
 
 
 def test_grant_model_reads_and_rewrites_mig_devices_in_every_form():

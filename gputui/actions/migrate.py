@@ -863,6 +863,14 @@ class TargetOption:
     refusal: str | None
     suggested: bool = False
     current: bool = False
+    #: a MIG device of GPU ``index`` (its index and profile), None for a whole GPU
+    mig: int | None = None
+    profile: str | None = None
+
+    @property
+    def ref(self) -> str:
+        """What ``--to`` takes for it: "6", or "5:1" for a MIG device."""
+        return str(self.index) if self.mig is None else f"{self.index}:{self.mig}"
 
 
 def target_options(snapshot: Snapshot, container_id: str, peak_memory: int | None, force: bool = False,
@@ -877,17 +885,23 @@ def target_options(snapshot: Snapshot, container_id: str, peak_memory: int | Non
     if sug is not None and sug.container is not None and sug.container in (container_id, name):
         suggested = sug.to_gpu
     out = []
+    on_migs = {(p.gpu_index, p.mig_device) for p in snapshot.processes
+               if p.container is not None and p.container.id == container_id and p.mig_device is not None}
     for g in snapshot.gpus:
+        if g.mig_enabled and not g.lost:  # not a whole GPU: each of its MIG devices is a target
+            for m in g.mig_devices:
+                now = (g.index, m.index) in on_migs
+                refusal = f"{name} is already on MIG device {g.index}:{m.index}." if now and len(on_migs) == 1 \
+                    else mig_target_refusal(g, m, peak_memory, force, name)
+                out.append(TargetOption(g.index, m.uuid, m.memory_free, None, refusal, current=now, mig=m.index,
+                                        profile=m.profile))
+            continue
         refusal = target_refusal(g, peak_memory, usage.get(g.index, 0), force, name)
-        if g.mig_enabled and not g.lost:  # not a whole GPU: its MIG devices are targets on the command line
-            first = f"{g.index}:{g.mig_devices[0].index}" if g.mig_devices else f"{g.index}:0"
-            refusal = (f"GPU {g.index} is split into MIG devices; move to one with "
-                       f"'gputui migrate {name} --to {first}'.")
         if g.index in current and len(current) == 1:
             refusal = f"{name} is already on GPU {g.index}."
         out.append(TargetOption(g.index, g.uuid, g.memory_free, g.utilization_gpu, refusal,
                                 suggested=g.index == suggested, current=g.index in current))
-    out.sort(key=lambda o: (not o.suggested, o.refusal is not None, -(o.memory_free or 0), o.index))
+    out.sort(key=lambda o: (not o.suggested, o.refusal is not None, -(o.memory_free or 0), o.index, o.mig or 0))
     return out
 
 

@@ -44,6 +44,7 @@ from gputui.actions.migrate import (
     target_options,
 )
 from gputui.core.model import Container, Process, Snapshot
+from gputui.core.safe_text import clean
 from gputui.core.units import fmt_bytes
 from gputui.ui.safe import markup, plain, text
 
@@ -119,7 +120,7 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
             self.result = result
 
     def __init__(self, snapshot: Snapshot | None, process: Process | None = None, *,
-                 container: Container | str | None = None, target: int | None = None,
+                 container: Container | str | None = None, target: int | str | None = None,
                  force: bool = False) -> None:
         super().__init__()
         self.snapshot = snapshot
@@ -137,7 +138,8 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         self._plan_key: tuple | None = None
         self._peak: int | None = None
         self.container_id, self.container_name, self.problem = self._identify(snapshot, process, container)
-        self.target = target if target is not None else self._suggested_target(snapshot)
+        #: the chosen target as ``--to`` takes it: a GPU index, or "5:1" for a MIG device
+        self.target: int | str | None = target if target is not None else self._suggested_target(snapshot)
 
     # -- which container ----------------------------------------------------------------
     @staticmethod
@@ -270,7 +272,8 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
 
     def _option_prompt(self, o: TargetOption) -> Text:
         prompt = Text()
-        prompt.append(f"GPU {o.index}", style="bold")
+        prompt.append(f"GPU {o.index}" if o.mig is None else f"MIG {o.ref} {clean(o.profile or '')}".rstrip(),
+                      style="bold")
         prompt.append(f"  {fmt_bytes(o.memory_free):>9} free")
         prompt.append(f"  load {'N/A' if o.utilization is None else str(o.utilization) + '%':>4}")
         if o.suggested:
@@ -307,12 +310,13 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         self.options = options
         with self.app.batch_update():
             olist.clear_options()
-            olist.add_options([Option(self._option_prompt(o), id=str(o.index), disabled=o.refusal is not None)
+            olist.add_options([Option(self._option_prompt(o), id=o.ref, disabled=o.refusal is not None)
                                for o in options])
-            if keep is None or not any(o.index == keep and o.refusal is None for o in options):
-                keep = next((o.index for o in options if o.refusal is None), None)
+            if keep is None or not any(o.ref == str(keep) and o.refusal is None for o in options):
+                first = next((o for o in options if o.refusal is None), None)
+                keep = None if first is None else first.index if first.mig is None else first.ref
             if keep is not None:
-                olist.highlighted = next(i for i, o in enumerate(options) if o.index == keep)
+                olist.highlighted = next(i for i, o in enumerate(options) if o.ref == str(keep))
         self.target = keep
 
     def _show_plan_text(self, text: Text) -> None:
@@ -460,9 +464,10 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
     def _target_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         if self.state != "idle" or event.option.id is None:
             return
-        index = int(event.option.id)
-        if index != self.target:
-            self.target = index
+        ref = event.option.id
+        target: int | str = int(ref) if ref.isdigit() else ref  # "5:1": a MIG device
+        if target != self.target:
+            self.target = target
             self._request_plan()
 
     @on(OptionList.OptionSelected, "#migrate-targets")
