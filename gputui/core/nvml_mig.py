@@ -11,8 +11,8 @@ What is read when:
 cached (``slow_ttl``)  MIG mode (current, pending); the list of MIG devices (handles,
                        UUID, GPU/compute instance ids, profile, SM count) — instances
                        can be created and destroyed without a reset, so it is re-listed
-every poll, per MIG    memory used/total, compute and graphics processes (which
-device                 processes run on which instance)
+every poll, per MIG    memory used/total, compute processes (which processes run on
+device                 which instance; MIG runs no graphics contexts)
 =====================  ==================================================================
 
 A driver or binding without the MIG functions gives ``mig_mode=None`` (N/A), as
@@ -100,15 +100,13 @@ class MigReader:
         for e in state.entries:
             mem = self._src._memory(e.child)
             pids: list[int] = []
-            for graphics in (False, True):
-                for pid, used in self._src._running(e.child, graphics=graphics) or ():
-                    if pid not in pids:
-                        pids.append(pid)
-                    prev = found.get(pid)
-                    kind: ProcessType = "graphics" if graphics else "compute"
-                    if prev is not None and prev[0] == e.index and prev[1] != kind:
-                        kind = "compute+graphics"
-                    found[pid] = (e.index, kind, used if used is not None else (prev[2] if prev else None))
+            # compute only: MIG devices run no graphics contexts (NVIDIA's MIG user guide), so their graphics
+            # list would cost one driver call per instance per poll to say nothing
+            for pid, used in self._src._running(e.child, graphics=False) or ():
+                if pid not in pids:
+                    pids.append(pid)
+                prev = found.get(pid)
+                found[pid] = (e.index, "compute", used if used is not None else (prev[2] if prev else None))
             devices.append(MigDevice(
                 index=e.index, uuid=e.uuid, gpu_instance_id=e.gpu_instance_id,
                 compute_instance_id=e.compute_instance_id, profile=e.profile,
