@@ -240,6 +240,7 @@ class DemoMachine:
                 clock_sm=1410 if util > 5 else 210, clock_memory=1593, clock_sm_max=1410, clock_memory_max=1593,
                 pstate=0 if util > 5 else 7 if not plist else 0, throttle_reasons=throttle, ecc_errors=0,
                 persistence_mode=True, minor_number=i,
+                mig_mode=MigMode(False, False),  # an A100 can do MIG; only GPU 5 is split
             )
             if migs is not None:
                 g = self._mig_card(g, migs, plist)
