@@ -92,6 +92,7 @@ SUBCOMMANDS = {
     "kill": "stop GPU processes safely",
     "doctor": "walk the troubleshooting checklist",
     "exporter": "serve Prometheus metrics on /metrics",
+    "fleet": "every server's GPUs, owners and containers, from Prometheus",
 }
 
 
@@ -99,6 +100,8 @@ def _chosen_command(argv: list[str]) -> str | None:
     for token in argv:
         if token in SUBCOMMANDS or token == "snapshot":
             return token
+    if any(t == "--prometheus" or t.startswith("--prometheus=") for t in argv):
+        return "fleet"  # `gputui --prometheus URL` is the fleet screen
     return None
 
 
@@ -127,6 +130,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                         help="temperature warning threshold (default 83)")
     parser.add_argument("--temp-critical", type=celsius_arg, metavar="C",
                         help="temperature critical threshold (default 90)")
+    parser.add_argument("--prometheus", metavar="URL", default=None,
+                        help="show the fleet Prometheus scrapes instead of this machine (same as 'gputui fleet')")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     snap = sub.add_parser(
@@ -251,6 +256,11 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         ctx = load_context(args)
         command = args.command
+        if command is None and getattr(args, "prometheus", None):
+            command = "fleet"  # --prometheus implies fleet mode
+            for name, value in (("json", False), ("timeout", 5.0)):
+                if not hasattr(args, name):
+                    setattr(args, name, value)
         # migrate reports journals itself; the dashboard shows them in its status line.
         if command != "migrate" and (command is not None or getattr(args, "once", False)
                                      or not sys.stdout.isatty()):

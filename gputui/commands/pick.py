@@ -32,7 +32,10 @@ from __future__ import annotations
 import argparse
 import time
 
+from gputui.commands.fleet import add_prometheus_options
+from gputui.context import UsageError
 from gputui.core.config import parse_size
+from gputui.core.fleet.pick import FORMATS as FLEET_FORMATS
 from gputui.core.judges.mig_placement import format_mig_pick, mig_loads, mig_reservations, pick_mig, whole_gpus
 from gputui.core.judges.placement import (
     FORMATS,
@@ -89,8 +92,14 @@ def add_parser(sub, common):
                    help="highest mean utilization allowed over the sample, in percent")
     p.add_argument("--sample", type=_sample, default=1.0, metavar="SECONDS",
                    help="how long to watch the GPUs before choosing (default 1; 0 = one reading)")
-    p.add_argument("--format", choices=FORMATS, default="index",
-                   help="index (3,5), uuid, env (CUDA_VISIBLE_DEVICES=3,5) or docker (--gpus device=GPU-...)")
+    p.add_argument("--format", choices=FORMATS + FLEET_FORMATS, default=None,
+                   help="index (3,5), uuid, env (CUDA_VISIBLE_DEVICES=3,5) or docker (--gpus device=GPU-...); "
+                        "with --prometheus: host-index (gpu-node-03 5), docker (DOCKER_HOST=ssh://... docker run "
+                        "--gpus device=GPU-...) or ssh (ssh gpu-node-03 CUDA_VISIBLE_DEVICES=5)")
+    # Across the fleet (gputui.commands.fleet_pick): Prometheus's windowed averages instead of a sample.
+    add_prometheus_options(p)
+    p.add_argument("--window", dest="prom_window", type=_sample, default=None, metavar="SECONDS",
+                   help="with --prometheus: average over this many seconds (default 60)")
     p.add_argument("--mig", action="store_true",
                    help="pick MIG devices (A100/H100/H200 in MIG mode) by free memory instead of whole GPUs; "
                         "prints GPU:instance or the MIG-... UUID")
@@ -99,6 +108,17 @@ def add_parser(sub, common):
 
 def run(ctx) -> int:
     args = ctx.args
+    if getattr(args, "prometheus", None):
+        if args.mig:
+            raise UsageError("--mig picks MIG devices on this machine; with --prometheus whole GPUs are picked.")
+        from gputui.commands.fleet_pick import run as run_fleet
+
+        return run_fleet(ctx)
+    fmt = args.format or "index"
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt} names a host: it needs --prometheus URL.")
+    if getattr(args, "prom_window", None) is not None:
+        raise UsageError("--window averages Prometheus's data: it needs --prometheus URL (locally, use --sample).")
     if args.mig and args.max_util is not None:
         print("gputui: --max-util cannot be used with --mig: MIG devices report no utilization "
               "(they are picked by free memory).", file=ctx.stderr)
@@ -127,7 +147,7 @@ def run(ctx) -> int:
         if not mig.ok:
             print(f"gputui: {mig.problem}", file=ctx.stderr)
             return EXIT_NO
-        print(format_mig_pick(mig.chosen, args.format), file=ctx.stdout)
+        print(format_mig_pick(mig.chosen, fmt), file=ctx.stdout)
         return EXIT_OK
     whole, split = whole_gpus(snap.gpus)
     loads = gpu_loads(history, whole, None)
@@ -142,5 +162,5 @@ def run(ctx) -> int:
         print(f"gputui: {result.problem}{note}", file=ctx.stderr)
         return EXIT_NO
     uuids = {g.index: g.uuid for g in snap.gpus}
-    print(format_pick(result.chosen, uuids, args.format), file=ctx.stdout)
+    print(format_pick(result.chosen, uuids, fmt), file=ctx.stdout)
     return EXIT_OK

@@ -68,6 +68,8 @@ class Settings:
     temp_hysteresis: int = 5
     #: a memory-full alert clears this many points below memory_full
     memory_hysteresis: float = 5.0
+    #: the Prometheus server `gputui fleet` reads (None: give --prometheus)
+    prometheus_url: str | None = None
 
     def with_overrides(self, **overrides: Any) -> Settings:
         clean = {k: v for k, v in overrides.items() if v is not None}
@@ -76,7 +78,7 @@ class Settings:
 
 #: config-file keys -> Settings fields; sections flatten with their key names.
 _SECTIONS = {
-    "": {"interval", "theme", "read_only", "bell", "driver", "slow_link", "slow_link_graphs"},
+    "": {"interval", "theme", "read_only", "bell", "driver", "slow_link", "slow_link_graphs", "prometheus_url"},
     "imbalance": {"window": "imbalance_window", "util_high": "util_high", "util_low": "util_low",
                   "util_spread": "util_spread", "memory_high": "memory_high", "memory_low": "memory_low",
                   "hold": "imbalance_hold", "margin": "imbalance_margin"},
@@ -195,7 +197,7 @@ def _coerce(path: Path, text: str, key: str, target: str, value: Any) -> Any:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError("expected a number")
             return float(_in_range(target, value, key))
-        if kind == "str":
+        if kind in ("str", "str | None"):
             if not isinstance(value, str):
                 raise ValueError("expected a string")
             return value

@@ -78,14 +78,14 @@ DCGM_NOTE = ("dcgm-exporter reports no per-process data: run gputui exporter on 
 NO_GPU_NOTE = "The exporter reports no GPUs on this host."
 
 
-def _key(labels: dict[str, str]) -> tuple[str, str] | None:
+def target_key(labels: dict[str, str]) -> tuple[str, str] | None:
     instance = labels.get("instance")
     if not instance:
         return None
     return (labels.get("job", ""), instance)
 
 
-def _int(text: str | None) -> int | None:
+def label_int(text: str | None) -> int | None:
     if text is None or not text.strip().lstrip("-").isdigit():
         return None
     return int(text)
@@ -135,7 +135,7 @@ def _inventory(up: Sequence[Sample], seen: Sequence[Sample], gpus: Sequence[Samp
                now: float, problems: _Problems) -> tuple[dict[tuple[str, str], _HostDraft], dict[tuple[str, str], bool]]:
     targets: dict[tuple[str, str], bool] = {}
     for s in up:
-        k = _key(s.labels)
+        k = target_key(s.labels)
         if k is not None:
             targets[k] = s.value >= 1
     hosts: dict[tuple[str, str], _HostDraft] = {}
@@ -155,7 +155,7 @@ def _inventory(up: Sequence[Sample], seen: Sequence[Sample], gpus: Sequence[Samp
             draft.last_seen = ts if draft.last_seen is None else max(draft.last_seen, ts)
 
     for s in seen:
-        k = _key(s.labels)
+        k = target_key(s.labels)
         if k is None:
             problems.add("host series without an instance label")
             continue
@@ -163,7 +163,7 @@ def _inventory(up: Sequence[Sample], seen: Sequence[Sample], gpus: Sequence[Samp
         name = s.labels.get("hostname") or s.labels.get("Hostname")
         note(k, source, name, s.value)
     for s in gpus:  # a host younger than the last-seen step is not in `seen` yet
-        k = _key(s.labels)
+        k = target_key(s.labels)
         if k is None:
             problems.add("GPU series without an instance label")
             continue
@@ -178,7 +178,7 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
                 problems: _Problems) -> dict[tuple[str, str], dict[int, _GpuDraft]]:
     out: dict[tuple[str, str], dict[int, _GpuDraft]] = {}
     for s in samples:
-        k = _key(s.labels)
+        k = target_key(s.labels)
         if k is None or k not in hosts:
             continue
         metric = s.labels.get("__name__", "")
@@ -187,7 +187,7 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
             continue
         if metric == "gputui_host_info":
             continue
-        index = _int(s.labels.get("gpu"))
+        index = label_int(s.labels.get("gpu"))
         if index is None:
             problems.add("GPU series without a gpu index label")
             continue
@@ -230,8 +230,8 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
 def _processes(samples: Sequence[Sample], problems: _Problems) -> dict[tuple[str, str, int], list[FleetProcess]]:
     out: dict[tuple[str, str, int], list[FleetProcess]] = {}
     for s in samples:
-        k = _key(s.labels)
-        index, pid = _int(s.labels.get("gpu")), _int(s.labels.get("pid"))
+        k = target_key(s.labels)
+        index, pid = label_int(s.labels.get("gpu")), label_int(s.labels.get("pid"))
         if k is None or index is None or pid is None:
             problems.add("process series without instance, gpu or pid labels")
             continue
@@ -261,13 +261,13 @@ class _State:
 def _states(samples: Sequence[Sample]) -> dict[tuple[str, str], _State]:
     out: dict[tuple[str, str], _State] = {}
     for s in samples:
-        k = _key(s.labels)
+        k = target_key(s.labels)
         if k is None or not _finite(s.value):
             continue
         st = out.setdefault(k, _State([], [], []))
         metric, labels = s.labels.get("__name__", ""), s.labels
         if metric == "gputui_alert_active" and s.value >= 1:
-            st.alerts.append(FleetAlert(_int(labels.get("gpu")), labels.get("kind", ""), labels.get("severity", "")))
+            st.alerts.append(FleetAlert(label_int(labels.get("gpu")), labels.get("kind", ""), labels.get("severity", "")))
         elif metric == "gputui_imbalance_flagged":
             st.imbalance = s.value >= 1
         elif metric == "gputui_stale_processes":
@@ -383,7 +383,7 @@ class HostHistory:
 def _per_gpu(series: Sequence[RangeSeries], scale: Callable[[int, float], float | None]) -> dict[int, tuple[tuple[float, float], ...]]:
     out: dict[int, tuple[tuple[float, float], ...]] = {}
     for s in series:
-        index = _int(s.labels.get("gpu"))
+        index = label_int(s.labels.get("gpu"))
         if index is None:
             continue
         points = []
@@ -406,7 +406,7 @@ class FleetReader:
         self.clock = clock
         self._pool: ThreadPoolExecutor | None = None
 
-    def _run(self, queries: Sequence[str], at: float) -> list[list[Sample]]:
+    def run_queries(self, queries: Sequence[str], at: float) -> list[list[Sample]]:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=len(FLEET_QUERIES), thread_name_prefix="gputui-prom")
         futures = [self._pool.submit(self.client.query, q, at) for q in queries]
@@ -425,7 +425,7 @@ class FleetReader:
     def read(self) -> FleetSnapshot:
         """One refresh: ``len(FLEET_QUERIES)`` queries. Raises PrometheusError."""
         now = self.clock()
-        up, seen, gpus, procs, state = self._run(FLEET_QUERIES, now)
+        up, seen, gpus, procs, state = self.run_queries(FLEET_QUERIES, now)
         return build_fleet(self.client.url, now, up, seen, gpus, procs, state)
 
     def host_history(self, host: FleetHost, span: float = 600.0, points: int = 120) -> HostHistory:

@@ -1,0 +1,96 @@
+"""``gputui fleet``: every server's GPUs, owners and containers, read from Prometheus.
+
+``gputui fleet --prometheus URL`` opens the fleet screen; ``--json`` prints one
+document (the schema is :meth:`FleetSnapshot.to_json`, documented in the README).
+The URL comes from ``--prometheus`` or ``prometheus_url`` in config.toml; ``gputui
+--prometheus URL`` with no subcommand means the same as ``gputui fleet``.
+Prometheus unreachable, or not Prometheus: one sentence, exit 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from gputui.core.fleet.prom import DEFAULT_TIMEOUT, PromClient, PrometheusError, check_url
+
+EXIT_OK, EXIT_NO, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--timeout needs a number of seconds, not {text!r}") from None
+    if not 0.1 <= value <= 300:
+        raise argparse.ArgumentTypeError("--timeout must be between 0.1 and 300 seconds")
+    return value
+
+
+def add_prometheus_options(p: argparse.ArgumentParser) -> None:
+    """--prometheus and --timeout, shared with ``gputui pick``."""
+    p.add_argument("--prometheus", metavar="URL", default=argparse.SUPPRESS,
+                   help="the Prometheus server that scrapes the hosts' exporters, e.g. http://prometheus:9090 "
+                        "(default: prometheus_url in config.toml)")
+    p.add_argument("--timeout", type=_timeout, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                   help=f"seconds each Prometheus request may take (default {DEFAULT_TIMEOUT:g})")
+
+
+def add_parser(sub, common):
+    p = sub.add_parser(
+        "fleet",
+        help="every server's GPUs, owners and containers, from Prometheus",
+        description="Show every host that Prometheus scrapes a gputui exporter (or dcgm-exporter) on: GPUs busy "
+                    "and idle, memory, temperature, imbalance, stale memory, alerts and containers with findings. "
+                    "Enter opens a host's GPUs and processes. With --json, print one document and exit. "
+                    "Exit 3 when Prometheus cannot be read.",
+    )
+    common(p)
+    add_prometheus_options(p)
+    p.add_argument("--json", action="store_true", help="print one JSON document and exit")
+    p.add_argument("--interval", type=_interval, default=argparse.SUPPRESS, metavar="SECONDS",
+                   help="refresh period of the fleet screen (default: interval in config.toml)")
+    return p
+
+
+def _interval(text: str) -> float:
+    from gputui.cli import _interval as parse
+
+    return parse(text)
+
+
+def prometheus_url(ctx) -> str:
+    """The URL from --prometheus or the config file; UsageError when there is none or it is malformed."""
+    from gputui.cli import UsageError
+
+    url = getattr(ctx.args, "prometheus", None) or getattr(ctx.settings, "prometheus_url", None)
+    if not url:
+        raise UsageError("Which Prometheus? Give --prometheus URL (e.g. http://prometheus:9090) or set "
+                         "prometheus_url in config.toml.")
+    try:
+        return check_url(url)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def open_reader(ctx):
+    from gputui.core.fleet.queries import FleetReader
+
+    return FleetReader(PromClient(prometheus_url(ctx), timeout=getattr(ctx.args, "timeout", DEFAULT_TIMEOUT)))
+
+
+def run(ctx) -> int:
+    reader = open_reader(ctx)
+    if not getattr(ctx.args, "json", False):
+        from gputui.ui.fleet_app import run_fleet_app
+
+        return run_fleet_app(ctx, reader)
+    try:
+        snap = reader.read()
+    except PrometheusError as exc:
+        print(f"gputui: {exc}", file=ctx.stderr)
+        return EXIT_UNAVAILABLE
+    finally:
+        reader.close()
+    ctx.stdout.write(json.dumps(snap.to_json(), indent=2) + "\n")
+    return EXIT_OK

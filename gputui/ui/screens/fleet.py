@@ -1,0 +1,202 @@
+"""The fleet screen: one row per host, sortable (`s`/`S`/`r`) and filterable (`/`), live.
+
+Rows are keyed by the host's (job, instance); a refresh updates only the cells that
+changed and rebuilds the rows only when the order or the set of shown hosts
+changed, keeping the highlighted host. `Enter` opens the host screen.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from gputui.core.fleet.model import FleetHost, FleetSnapshot
+from gputui.core.safe_text import clean
+from gputui.ui.screens.fleet_view import COLUMNS, SORT_KEYS, banner, host_cells, matches, summary
+
+
+def row_key(host: FleetHost) -> str:
+    return f"{host.job}\x00{host.instance}"
+
+
+class FleetScreen(Screen[None]):
+    DEFAULT_CSS = """
+    FleetScreen { layout: vertical; }
+    #fleet-banner { height: auto; background: $error 30%; padding: 0 1; display: none; }
+    #fleet-banner.-shown { display: block; }
+    #fleet-summary { height: 1; padding: 0 1; }
+    #fleet-hosts { height: 1fr; }
+    #fleet-filter { display: none; height: 3; }
+    #fleet-filter.-shown { display: block; }
+    #fleet-warnings { height: auto; max-height: 3; color: $warning; padding: 0 1; display: none; }
+    #fleet-warnings.-shown { display: block; }
+    """
+
+    BINDINGS = [
+        Binding("enter", "open_host", "Host", id="fleet-open"),
+        Binding("slash", "filter", "Filter", id="fleet-filter"),
+        Binding("s", "sort(1)", "Sort", id="fleet-sort"),
+        Binding("S", "sort(-1)", "Sort back", show=False, id="fleet-sort-back"),
+        Binding("r", "reverse", "Reverse", id="fleet-reverse"),
+        Binding("R", "refresh", "Refresh", show=False, id="fleet-refresh"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, id="fleet-clear"),
+        Binding("q", "app.quit", "Quit", id="fleet-quit"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sort_column = "host"
+        self.reverse = False
+        self.needle = ""
+        self._order: list[str] = []
+        self._cells: dict[str, tuple[Text, ...]] = {}
+        self._hosts: dict[str, FleetHost] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="fleet-banner")
+        yield Static(summary(None, 0, ""), id="fleet-summary")
+        table: DataTable[Text] = DataTable(id="fleet-hosts", cursor_type="row", zebra_stripes=True)
+        yield table
+        yield Input(placeholder="filter: host, user, container, alert… (Enter keeps it, Esc clears)", id="fleet-filter")
+        yield Static(id="fleet-warnings")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#fleet-hosts", DataTable)
+        for key, heading in COLUMNS:
+            table.add_column(heading + (" ▲" if key == self.sort_column else ""), key=key)
+        table.focus()
+        app = self.app
+        if getattr(app, "snapshot", None) is not None:
+            self.update_fleet(app.snapshot)  # type: ignore[attr-defined]
+        status = getattr(app, "status", None)
+        if status is not None:
+            self.update_fleet_status(status)
+
+    # -- data ------------------------------------------------------------------------
+    def update_fleet(self, snap: FleetSnapshot) -> None:
+        now = time.time()
+        hosts = [h for h in snap.hosts if matches(h, self.needle)]
+        hosts.sort(key=SORT_KEYS[self.sort_column], reverse=self.reverse)  # type: ignore[arg-type]
+        self._hosts = {row_key(h): h for h in snap.hosts}
+        order = [row_key(h) for h in hosts]
+        cells = {row_key(h): host_cells(h, now) for h in hosts}
+        table = self.query_one("#fleet-hosts", DataTable)
+        with self.app.batch_update():
+            if order != self._order:
+                selected = self.selected_key()
+                table.clear()
+                for k in order:
+                    table.add_row(*cells[k], key=k)
+                if selected in order:
+                    table.move_cursor(row=order.index(selected), animate=False)
+            else:
+                for k in order:
+                    old = self._cells.get(k)
+                    for (col, _), value, before in zip(COLUMNS, cells[k], old or ()):
+                        if value != before:
+                            table.update_cell(k, col, value, update_width=True)
+            self._order, self._cells = order, cells
+            self.query_one("#fleet-summary", Static).update(summary(snap, len(order), self.needle))
+            warnings = self.query_one("#fleet-warnings", Static)
+            warnings.set_class(bool(snap.warnings), "-shown")
+            if snap.warnings:
+                warnings.update(Text(" ".join(clean(w) for w in snap.warnings)))
+
+    def update_fleet_status(self, status) -> None:
+        text = banner(status)
+        widget = self.query_one("#fleet-banner", Static)
+        widget.set_class(text is not None, "-shown")
+        if text is not None:
+            widget.update(text)
+        elif getattr(self.app, "snapshot", None) is None:
+            pass
+
+    def selected_key(self) -> str | None:
+        table = self.query_one("#fleet-hosts", DataTable)
+        if table.row_count == 0:
+            return None
+        try:
+            return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        except Exception:
+            return None
+
+    def selected_host(self) -> FleetHost | None:
+        key = self.selected_key()
+        return self._hosts.get(key) if key is not None else None
+
+    def _redraw(self) -> None:
+        snap = getattr(self.app, "snapshot", None)
+        self._order = []
+        if snap is not None:
+            self.update_fleet(snap)
+
+    # -- keys ------------------------------------------------------------------------
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_open_host()
+
+    def action_open_host(self) -> None:
+        host = self.selected_host()
+        if host is None:
+            return
+        from gputui.ui.screens.fleet_host import HostScreen
+
+        self.app.push_screen(HostScreen(host.key))
+
+    def action_filter(self) -> None:
+        box = self.query_one("#fleet-filter", Input)
+        box.add_class("-shown")
+        box.value = self.needle
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "fleet-filter":
+            self.needle = event.value.strip()
+            self._redraw()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "fleet-filter":
+            if not self.needle:
+                event.input.remove_class("-shown")
+            self.query_one("#fleet-hosts", DataTable).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#fleet-filter", Input)
+        box.remove_class("-shown")
+        if self.needle:
+            self.needle = ""
+            box.value = ""
+            self._redraw()
+        self.query_one("#fleet-hosts", DataTable).focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if isinstance(self.focused, Input) and action in ("sort", "reverse", "open_host", "filter", "refresh"):
+            return False  # typing in the filter box: letters are text, not keys
+        return True
+
+    def action_sort(self, step: int) -> None:
+        keys = [k for k, _ in COLUMNS]
+        self.sort_column = keys[(keys.index(self.sort_column) + step) % len(keys)]
+        self._headings()
+        self._redraw()
+
+    def action_reverse(self) -> None:
+        self.reverse = not self.reverse
+        self._headings()
+        self._redraw()
+
+    def action_refresh(self) -> None:
+        self.app.refresh_now()  # type: ignore[attr-defined]
+
+    def _headings(self) -> None:
+        table = self.query_one("#fleet-hosts", DataTable)
+        for key, heading in COLUMNS:
+            mark = (" ▼" if self.reverse else " ▲") if key == self.sort_column else ""
+            table.columns[key].label = Text(heading + mark)  # type: ignore[index]
+        table.refresh()

@@ -1,0 +1,308 @@
+"""One host of the fleet: its GPU cards with load and memory history, and its processes.
+
+Read from the exporter's series (the fleet refresh) plus two range queries for
+the sparklines (:meth:`FleetApp.request_history`). Keys 0–9 show one GPU's
+processes, `a` all again. Actions stay on the host they concern: `m` and `k`
+show the exact ``ssh HOST gputui migrate …`` / ``gputui kill …`` command to run
+there (`c` copies it), never a silent remote action.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Static
+
+from gputui.core.fleet.model import FleetGpu, FleetHost, FleetProcess, FleetSnapshot
+from gputui.core.fleet.queries import HostHistory
+from gputui.core.safe_text import clean
+from gputui.ui import format as fmt
+from gputui.ui.screens.fleet_view import banner, spark, state_cell
+
+PROCESS_COLUMNS = (("gpu", "GPU"), ("pid", "PID"), ("user", "User"), ("exe", "Executable"),
+                   ("container", "Container"), ("image", "Image"), ("memory", "GPU memory"))
+SPARK_WIDTH = 40
+
+
+def card_text(gpu: FleetGpu, history: HostHistory | None, selected: bool) -> Text:
+    text = Text()
+    text.append(f"GPU {gpu.index} ", style="bold reverse" if selected else "bold")
+    text.append(clean(gpu.name or "N/A"))
+    if gpu.lost:
+        text.append("  LOST", style="bold red")
+    text.append(f"  load {fmt.percent(gpu.utilization_gpu).strip()}  ")
+    text.append(f"memory {fmt.size_pair(gpu.memory_used, gpu.memory_total)}  ")
+    text.append(f"{fmt.temperature(gpu.temperature)}  ")
+    text.append(f"{len(gpu.processes)} proc" if gpu.processes else "")
+    if history is not None:
+        util = history.util.get(gpu.index, ())
+        memory = history.memory.get(gpu.index, ())
+        text.append("\n  load   ", style="dim")
+        text.append(spark(util, history.start, history.end, SPARK_WIDTH), style="green")
+        text.append("\n  memory ", style="dim")
+        text.append(spark(memory, history.start, history.end, SPARK_WIDTH), style="cyan")
+        text.append(f"   last {(history.end - history.start) / 60:.0f} min, 0–100 %", style="dim")
+    return text
+
+
+def process_cells(gpu: FleetGpu, p: FleetProcess) -> tuple[Text, ...]:
+    return (Text(str(gpu.index)), Text(str(p.pid)), Text(clean(p.user or "N/A")), Text(clean(p.exe or "N/A")),
+            Text(clean(p.container or "-")), Text(clean(p.image or "-")), Text(fmt.size(p.gpu_memory)))
+
+
+def best_target(host: FleetHost, avoid: int) -> FleetGpu | None:
+    """The least loaded other GPU of the host (utilization + memory percent), not granted to a container."""
+    granted = {u for u, _ in host.grants}
+    options = [g for g in host.gpus if g.index != avoid and not g.lost and g.uuid not in granted]
+    if not options:
+        return None
+    return min(options, key=lambda g: ((g.utilization_gpu or 0) + (g.memory_percent or 0.0), g.index))
+
+
+def migrate_command(host: FleetHost, gpu: FleetGpu, process: FleetProcess) -> tuple[str | None, str]:
+    """(command, explanation) for `m` on a remote process."""
+    if not process.container:
+        return None, (f"PID {process.pid} runs outside a container: gputui migrates containers only. "
+                      f"Stop it and start it on another GPU, or kill it with k.")
+    target = best_target(host, gpu.index)
+    if target is None:
+        return None, f"{clean(host.shown)} has no other GPU to move {clean(process.container)} to."
+    cmd = (f"ssh {shlex.quote(clean(host.ssh_target))} gputui migrate {shlex.quote(clean(process.container))} "
+           f"--to {target.index}")
+    return cmd, (f"Run this to move container {clean(process.container)} from GPU {gpu.index} to GPU "
+                 f"{target.index}, the least loaded other GPU there. It shows the plan and asks before it acts "
+                 f"(add --dry-run to only see the plan).")
+
+
+def kill_command(host: FleetHost, gpu: FleetGpu, process: FleetProcess) -> tuple[str, str]:
+    cmd = f"ssh -t {shlex.quote(clean(host.ssh_target))} gputui kill {process.pid}"
+    return cmd, (f"Run this to stop PID {process.pid} ({clean(process.user or 'unknown user')}, "
+                 f"{clean(process.exe or 'unknown executable')}, {fmt.size(process.gpu_memory)} on GPU {gpu.index}). "
+                 f"gputui on {clean(host.shown)} checks the process again and asks before it signals.")
+
+
+class CommandScreen(ModalScreen[None]):
+    """The exact command to run on the remote host; `c` copies it (OSC 52), Esc closes."""
+
+    DEFAULT_CSS = """
+    CommandScreen { align: center middle; }
+    #command-box { width: 90%; max-width: 110; height: auto; border: round $accent; padding: 1 2;
+                   background: $surface; }
+    #command-text { margin: 1 0; padding: 0 1; background: $boost; }
+    """
+    BINDINGS = [
+        Binding("c", "copy", "Copy", id="command-copy"),
+        Binding("escape,q,enter", "close", "Close", id="command-close"),
+    ]
+
+    def __init__(self, title: str, command: str | None, explanation: str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.command = command
+        self.explanation = explanation
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="command-box"):
+            yield Static(Text(self.title_text, style="bold"))
+            yield Static(Text(self.explanation))
+            if self.command is not None:
+                yield Static(Text(self.command), id="command-text")
+                yield Static(Text("gputui never acts on a remote host itself. c copies the command, Esc closes.",
+                                  style="dim"))
+            yield Footer()
+
+    def action_copy(self) -> None:
+        if self.command is not None:
+            self.app.copy_to_clipboard(self.command)
+            self.notify("Command copied to the clipboard.", timeout=3)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class HostScreen(Screen[None]):
+    DEFAULT_CSS = """
+    HostScreen { layout: vertical; }
+    #host-banner { height: auto; background: $error 30%; padding: 0 1; display: none; }
+    #host-banner.-shown { display: block; }
+    #host-title { height: auto; padding: 0 1; }
+    #host-cards { height: auto; max-height: 60%; padding: 0 1; }
+    #host-procs { height: 1fr; }
+    """
+    BINDINGS = [
+        Binding("escape", "back", "Fleet", id="host-back"),
+        Binding("a", "show_gpu(-1)", "All GPUs", id="host-all"),
+        Binding("m", "migrate", "Migrate (command)", id="host-migrate"),
+        Binding("k", "kill", "Kill (command)", id="host-kill"),
+        Binding("q", "app.quit", "Quit", id="host-quit"),
+        *[Binding(str(i), f"show_gpu({i})", f"GPU {i}", show=False, id=f"host-gpu-{i}") for i in range(10)],
+    ]
+
+    def __init__(self, key: tuple[str, str]) -> None:
+        super().__init__()
+        self.key = key
+        self.host: FleetHost | None = None
+        self.gpu_filter: int | None = None
+        self.history: HostHistory | None = None
+        self._rows: list[str] = []
+        self._cells: dict[str, tuple[Text, ...]] = {}
+        self._history_error: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="host-banner")
+        yield Static(id="host-title")
+        yield VerticalScroll(Static(id="host-cards-text"), id="host-cards")
+        table: DataTable[Text] = DataTable(id="host-procs", cursor_type="row", zebra_stripes=True)
+        yield table
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#host-procs", DataTable)
+        for key, heading in PROCESS_COLUMNS:
+            table.add_column(heading, key=key)
+        table.focus()
+        snap = getattr(self.app, "snapshot", None)
+        if snap is not None:
+            self.update_fleet(snap)
+        status = getattr(self.app, "status", None)
+        if status is not None:
+            self.update_fleet_status(status)
+
+    # -- data ---------------------------------------------------------------------------
+    def update_fleet(self, snap: FleetSnapshot) -> None:
+        host = snap.host(self.key)
+        if host is None:
+            self.query_one("#host-title", Static).update(
+                Text(f"{clean(self.key[1])} is no longer in Prometheus's data (no series in the last hour).",
+                     style="bold red"))
+            return
+        self.host = host
+        if host.up and host.gpus:
+            self.app.request_history(host)  # type: ignore[attr-defined]
+        self._show()
+
+    def update_history(self, history: HostHistory | None, error: str | None) -> None:
+        if history is not None and history.key != self.key:
+            return
+        if history is not None:
+            self.history = history
+        self._history_error = error
+        self._show()
+
+    def update_fleet_status(self, status) -> None:
+        text = banner(status)
+        widget = self.query_one("#host-banner", Static)
+        widget.set_class(text is not None, "-shown")
+        if text is not None:
+            widget.update(text)
+
+    def _show(self) -> None:
+        host = self.host
+        if host is None:
+            return
+        now = time.time()
+        title = Text()
+        title.append(clean(host.shown), style="bold")
+        title.append(f"  {clean(host.instance)} · {clean(host.job)} · source {host.source} · ")
+        title.append_text(state_cell(host, now))
+        if self.gpu_filter is not None:
+            title.append(f" · GPU {self.gpu_filter} only (a: all)", style="yellow")
+        if host.imbalance_flagged:
+            title.append(" · imbalance flagged", style="bold yellow")
+        for a in host.alerts:
+            where = f" GPU {a.gpu}" if a.gpu is not None else ""
+            title.append(f"\n{clean(a.severity)}: {clean(a.kind)}{where}",
+                         style="bold red" if a.severity == "critical" else "yellow")
+        for name in host.containers_with_findings:
+            kinds = ", ".join(sorted({clean(f.kind) for f in host.findings if f.container == name}))
+            title.append(f"\ncontainer {clean(name)}: {kinds}", style="yellow")
+        if host.note:
+            title.append(f"\n{clean(host.note)}", style="dim")
+        if self._history_error:
+            title.append(f"\nNo history: {clean(self._history_error)}", style="dim")
+        if not host.up:
+            title.append("\nThe exporter is not answering: the last values it sent are no longer shown.",
+                         style="dim")
+        self.query_one("#host-title", Static).update(title)
+        gpus = [g for g in host.gpus if self.gpu_filter is None or g.index == self.gpu_filter]
+        cards = Text("\n").join(card_text(g, self.history, g.index == self.gpu_filter) for g in gpus)
+        self.query_one("#host-cards-text", Static).update(cards if gpus else Text("No GPUs to show.", style="dim"))
+        self._fill_table(gpus)
+
+    def _fill_table(self, gpus: list[FleetGpu]) -> None:
+        table = self.query_one("#host-procs", DataTable)
+        rows = [(f"{g.index}:{p.pid}", process_cells(g, p)) for g in gpus for p in g.processes]
+        keys = [k for k, _ in rows]
+        before, self._cells = self._cells, dict(rows)
+        with self.app.batch_update():
+            if keys != self._rows:
+                selected = self._selected_key()
+                table.clear()
+                for k, cells in rows:
+                    table.add_row(*cells, key=k)
+                if selected in keys:
+                    table.move_cursor(row=keys.index(selected), animate=False)
+                self._rows = keys
+            else:
+                for k, cells in rows:
+                    for (col, _), value, old in zip(PROCESS_COLUMNS, cells, before.get(k, ())):
+                        if value != old:
+                            table.update_cell(k, col, value, update_width=True)
+
+    def _selected_key(self) -> str | None:
+        table = self.query_one("#host-procs", DataTable)
+        if table.row_count == 0:
+            return None
+        try:
+            return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        except Exception:
+            return None
+
+    def _selected(self) -> tuple[FleetGpu, FleetProcess] | None:
+        key, host = self._selected_key(), self.host
+        if key is None or host is None:
+            return None
+        index, pid = (int(x) for x in key.split(":"))
+        for g in host.gpus:
+            if g.index == index:
+                for p in g.processes:
+                    if p.pid == pid:
+                        return g, p
+        return None
+
+    # -- keys ---------------------------------------------------------------------------
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_show_gpu(self, index: int) -> None:
+        host = self.host
+        if index >= 0 and host is not None and index not in {g.index for g in host.gpus}:
+            self.notify(f"{clean(host.shown)} has no GPU {index}.", severity="warning", timeout=3)
+            return
+        self.gpu_filter = None if index < 0 else index
+        self._show()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("migrate", "kill"):
+            return True if self._selected() is not None else None
+        return True
+
+    def action_migrate(self) -> None:
+        picked, host = self._selected(), self.host
+        if picked is None or host is None:
+            return
+        command, why = migrate_command(host, *picked)
+        self.app.push_screen(CommandScreen(f"Migrate on {clean(host.shown)}", command, why))
+
+    def action_kill(self) -> None:
+        picked, host = self._selected(), self.host
+        if picked is None or host is None:
+            return
+        command, why = kill_command(host, *picked)
+        self.app.push_screen(CommandScreen(f"Kill on {clean(host.shown)}", command, why))

@@ -1,0 +1,172 @@
+"""How the fleet reads on screen: one host as a row of short cells, sort keys, the banner.
+
+Pure functions over the fleet model (no widgets), shared by the fleet screen, the
+host screen and the tests. Every label from Prometheus goes through
+:func:`gputui.core.safe_text.clean` here, and cells are :class:`rich.text.Text`,
+never markup, so a label cannot style or escape the terminal.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Callable
+
+from rich.text import Text
+
+from gputui.core.fleet.model import FleetHost, FleetSnapshot
+from gputui.core.safe_text import clean
+from gputui.core.units import fmt_duration
+from gputui.ui import format as fmt
+
+#: (column key, heading) of the host table, in order.
+COLUMNS = (
+    ("host", "Host"), ("state", "State"), ("gpus", "GPUs busy/idle"), ("memory", "GPU memory"),
+    ("hottest", "Hottest"), ("imbalance", "Imbalance"), ("stale", "Stale memory"), ("alerts", "Alerts"),
+    ("findings", "Containers with findings"),
+)
+
+SPARK = " ▁▂▃▄▅▆▇█"
+
+
+def ago(when: datetime | float | None, now: float) -> str:
+    if when is None:
+        return "never"
+    ts = when.timestamp() if isinstance(when, datetime) else when
+    return f"{fmt_duration(now - ts)} ago"
+
+
+def clock(when: datetime | float, now: float) -> str:
+    """A local time that does not change while it is shown: '14:02:07', or '2026-11-30 14:02' on another day."""
+    ts = when.timestamp() if isinstance(when, datetime) else when
+    local = datetime.fromtimestamp(ts)
+    if local.date() == datetime.fromtimestamp(now).date():
+        return local.strftime("%H:%M:%S")
+    return local.strftime("%Y-%m-%d %H:%M")
+
+
+def state_cell(host: FleetHost, now: float) -> Text:
+    if host.up:
+        return Text("up", style="green")
+    if host.last_seen is None:
+        return Text("down", style="bold red")
+    return Text(f"down since {clock(host.last_seen, now)}", style="bold red")
+
+
+def host_cells(host: FleetHost, now: float) -> tuple[Text, ...]:
+    """The row of one host: what the user reads, N/A where Prometheus does not say."""
+    name = Text(clean(host.shown))
+    if host.source == "dcgm":
+        name.append(" (dcgm)", style="dim")
+    if not host.up:
+        na = Text("")
+        return (name, state_cell(host, now), na, na, na, na, na, na, na)
+    total = len(host.gpus)
+    busy = host.busy_gpus
+    gpus = Text(f"{busy}/{total - busy}" if total else "no GPUs", style="yellow" if not total else "")
+    memory = Text(fmt.size_pair(host.memory_used, host.memory_total))
+    hot = host.hottest
+    hottest = Text(fmt.temperature(hot), style="red" if hot is not None and hot >= 85 else "")
+    if host.imbalance_flagged is None:
+        imbalance = Text(fmt.NA, style="dim")
+    else:
+        imbalance = Text("flagged", style="bold yellow") if host.imbalance_flagged else Text("no")
+    if host.stale_gpu_memory is not None:
+        stale = Text(fmt.size(host.stale_gpu_memory) if host.stale_gpu_memory else "0",
+                     style="yellow" if host.stale_gpu_memory else "")
+    elif host.stale_processes:
+        stale = Text(f"{host.stale_processes} proc", style="yellow")
+    else:
+        stale = Text(fmt.NA, style="dim")
+    alerts = Text(", ".join(clean(a.kind) + (f"@{a.gpu}" if a.gpu is not None else "") for a in host.alerts) or
+                  ("-" if host.source == "gputui" else fmt.NA),
+                  style="bold red" if any(a.severity == "critical" for a in host.alerts) else
+                  ("yellow" if host.alerts else "dim"))
+    names = host.containers_with_findings
+    findings = Text(", ".join(clean(n) for n in names) if names else ("-" if host.source == "gputui" else fmt.NA),
+                    style="yellow" if names else "dim")
+    return (name, state_cell(host, now), gpus, memory, hottest, imbalance, stale, alerts, findings)
+
+
+def _num(value: float | None) -> tuple[int, float]:
+    return (value is None, -(value or 0.0))
+
+
+SORT_KEYS: dict[str, Callable[[FleetHost], object]] = {
+    "host": lambda h: (h.shown.lower(), h.instance),
+    "state": lambda h: (h.up, h.last_seen.timestamp() if h.last_seen else 0.0),
+    "gpus": lambda h: (not h.up, -h.busy_gpus, -len(h.gpus)),
+    "memory": lambda h: _num(h.memory_used / h.memory_total if h.memory_used is not None and h.memory_total else None),
+    "hottest": lambda h: _num(h.hottest),
+    "imbalance": lambda h: (h.imbalance_flagged is not True, h.imbalance_flagged is None),
+    "stale": lambda h: _num(h.stale_gpu_memory),
+    "alerts": lambda h: (-sum(2 if a.severity == "critical" else 1 for a in h.alerts),),
+    "findings": lambda h: (-len(h.containers_with_findings),),
+}
+
+
+def matches(host: FleetHost, needle: str) -> bool:
+    """The `/` filter: host, instance, source, GPU names, users, executables, containers, alerts, findings."""
+    if not needle:
+        return True
+    words = [host.host, host.instance, host.source, "up" if host.up else "down"]
+    for g in host.gpus:
+        words.append(g.name or "")
+        for p in g.processes:
+            words.extend((p.user or "", p.exe or "", p.container or "", p.image or "", str(p.pid)))
+    words.extend(a.kind for a in host.alerts)
+    words.extend(f"{f.container} {f.kind}" for f in host.findings)
+    haystack = "\n".join(words).lower()
+    return all(part in haystack for part in needle.lower().split())
+
+
+def summary(snap: FleetSnapshot | None, shown: int, needle: str) -> Text:
+    if snap is None:
+        return Text("Reading the fleet from Prometheus…", style="dim")
+    up = sum(1 for h in snap.hosts if h.up)
+    gpus = sum(len(h.gpus) for h in snap.hosts)
+    busy = sum(h.busy_gpus for h in snap.hosts)
+    text = Text()
+    text.append(f"{len(snap.hosts)} hosts", style="bold")
+    text.append(f" · {up} up")
+    down = len(snap.hosts) - up
+    if down:
+        text.append(f" · {down} down", style="bold red")
+    text.append(f" · {busy}/{gpus} GPUs busy · {clean(snap.prometheus)}")
+    if needle:
+        text.append(f" · filter {clean(needle)!r}: {shown} shown", style="yellow")
+    return text
+
+
+def banner(status, now: float | None = None) -> Text | None:
+    """One line when Prometheus is slow or failing (None when all is well)."""
+    now = time.time() if now is None else now
+    if status.error is None and status.slow_for is None:
+        return None
+    data = ("showing the data of " + clock(status.last_ok, now)) if status.last_ok else "no data yet"
+    if status.error is not None:
+        return Text(f"{clean(status.error)} {data[0].upper()}{data[1:]}; retrying every {status.interval:g} s.",
+                    style="bold")
+    return Text(f"Prometheus has not answered for {status.slow_for:.0f} s; {data}.", style="bold")
+
+
+def spark(points: tuple[tuple[float, float], ...], start: float, end: float, width: int) -> str:
+    """Percent values on a fixed 0–100 scale, one character per time bucket (blank: no data)."""
+    if width <= 0:
+        return ""
+    buckets: list[list[float]] = [[] for _ in range(width)]
+    span = max(end - start, 1e-9)
+    for t, v in points:
+        i = int((t - start) / span * width)
+        if 0 <= i < width:
+            buckets[i].append(v)
+        elif i == width:
+            buckets[-1].append(v)
+    out = []
+    for b in buckets:
+        if not b:
+            out.append(" ")
+            continue
+        v = max(b)
+        out.append(SPARK[min(8, max(1, round(v / 100 * 8)))] if v > 0 else SPARK[1] if v == 0 else " ")
+    return "".join(out)
