@@ -122,7 +122,7 @@ class StaticTarget:
         target = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 if self.path.split("?")[0] != "/metrics":
                     self.send_error(404)
                     return

@@ -166,7 +166,7 @@ class _Server:
         release = self.release = threading.Event()
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 if hang:
                     release.wait(10)
                     return

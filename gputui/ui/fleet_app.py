@@ -21,10 +21,11 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from textual import work
 from textual.app import App
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
 from textual.worker import get_current_worker
@@ -80,7 +81,7 @@ class FleetApp(App[int]):
     CSS_PATH = "gputui.tcss"
     TITLE = "gputui fleet"
 
-    BINDINGS = [Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="quit-ctrl-c")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="quit-ctrl-c")]
 
     def __init__(self, reader: FleetReader, settings: Settings, *, live: bool = True) -> None:
         super().__init__()
@@ -154,7 +155,7 @@ class FleetApp(App[int]):
                 snapshot = self.reader.read()
             except PrometheusError as exc:
                 message: Message = FleetFailed(str(exc), time.monotonic() - started)
-            except Exception as exc:  # a bug must not stop refreshing: one sentence, keep going
+            except Exception as exc:  # noqa: BLE001 - a bug must not stop refreshing: one sentence, keep going
                 text = (str(exc).strip() or type(exc).__name__).rstrip(".")
                 message = FleetFailed(f"Reading the fleet failed: {text}.", time.monotonic() - started)
             else:
@@ -221,7 +222,7 @@ class FleetApp(App[int]):
             error = None
         except PrometheusError as exc:
             history, error = None, str(exc)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the screen says it instead of a traceback
             history, error = None, f"Reading the host's history failed: {exc}."
         if not worker.is_cancelled and not self._closing:
             self.post_message(HostHistoryRead(history, error))

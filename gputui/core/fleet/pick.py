@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass
 
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
-from gputui.core.fleet.queries import FLEET_QUERIES, MIB, FleetReader, label_int, target_key
+from gputui.core.fleet.queries import FLEET_QUERIES, MIB, FleetReader, build_fleet, label_int, target_key
 from gputui.core.judges.placement import GpuLoad, pick, rank_key
 from gputui.core.safe_text import clean
 
@@ -75,9 +75,8 @@ def pick_fleet(reader: FleetReader, count: int = 1, min_free: int | None = None,
     """Read the fleet and choose. Raises PrometheusError."""
     now = reader.clock()
     results = reader.run_queries(FLEET_QUERIES + windowed_queries(window), now)
-    from gputui.core.fleet.queries import build_fleet
-
-    snap = build_fleet(reader.client.url, now, *results[:len(FLEET_QUERIES)], queries=PICK_QUERIES)
+    up, seen, gpus, procs, state = results[:len(FLEET_QUERIES)]
+    snap = build_fleet(reader.client.url, now, up, seen, gpus, procs, state, queries=PICK_QUERIES)
     per_gpu = []
     for samples in results[len(FLEET_QUERIES):]:
         values: dict[tuple[str, str, int], float] = {}
@@ -118,8 +117,8 @@ def choose(snap: FleetSnapshot, util: dict, mean_used: dict, peak_used: dict, co
     if best is not None:
         return FleetPick(best[1], best[2])
     assert closest is not None
-    down = sum(1 for h in snap.hosts if not h.up)
-    scope = f"{len(up)} host{'s' if len(up) != 1 else ''} up" + (f", {down} down" if down else "")
+    n_down = sum(1 for h in snap.hosts if not h.up)
+    scope = f"{len(up)} host{'s' if len(up) != 1 else ''} up" + (f", {n_down} down" if n_down else "")
     problem = closest[2].rstrip(".")
     return FleetPick(None, (), f"Nothing fits on any GPU host ({scope}); closest is {clean(closest[1].shown)}: "
                                f"{problem[:1].lower()}{problem[1:]}.")

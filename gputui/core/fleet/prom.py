@@ -142,7 +142,7 @@ class PromClient:
                 raw = exc.read(64 * 1024)
             except OSError:
                 raw = b""
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             raise PrometheusUnreachable(f"{where} did not answer within {self.timeout:g} s.") from None
         except urllib.error.URLError as exc:
             reason = exc.reason

@@ -20,14 +20,21 @@ said is no longer true.
 from __future__ import annotations
 
 import json
+import math
 import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Callable, Iterable, Sequence
 
 from gputui.core.fleet.model import (
-    ContainerFinding, FleetAlert, FleetGpu, FleetHost, FleetProcess, FleetSnapshot, Source,
+    ContainerFinding,
+    FleetAlert,
+    FleetGpu,
+    FleetHost,
+    FleetProcess,
+    FleetSnapshot,
+    Source,
 )
 from gputui.core.fleet.prom import PromClient, PrometheusError, PrometheusUnreachable, RangeSeries, Sample
 
@@ -92,7 +99,7 @@ def label_int(text: str | None) -> int | None:
 
 
 def _finite(value: float) -> bool:
-    return value == value and value not in (float("inf"), float("-inf"))
+    return math.isfinite(value)
 
 
 @dataclass

@@ -8,12 +8,14 @@ changed, keeping the highlighted host. `Enter` opens the host screen.
 from __future__ import annotations
 
 import time
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets.data_table import CellDoesNotExist
 
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.safe_text import clean
@@ -37,7 +39,7 @@ class FleetScreen(Screen[None]):
     #fleet-warnings.-shown { display: block; }
     """
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_host", "Host", id="fleet-open"),
         Binding("slash", "filter", "Filter", id="fleet-filter"),
         Binding("s", "sort(1)", "Sort", id="fleet-sort"),
@@ -123,7 +125,7 @@ class FleetScreen(Screen[None]):
             return None
         try:
             return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
-        except Exception:
+        except CellDoesNotExist:  # the cursor is past the rows a refresh just removed
             return None
 
     def selected_host(self) -> FleetHost | None:
@@ -176,9 +178,8 @@ class FleetScreen(Screen[None]):
         self.query_one("#fleet-hosts", DataTable).focus()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if isinstance(self.focused, Input) and action in ("sort", "reverse", "open_host", "filter", "refresh"):
-            return False  # typing in the filter box: letters are text, not keys
-        return True
+        # typing in the filter box: letters are text, not keys
+        return not (isinstance(self.focused, Input) and action in ("sort", "reverse", "open_host", "filter", "refresh"))
 
     def action_sort(self, step: int) -> None:
         keys = [k for k, _ in COLUMNS]

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import shlex
 import time
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
+from textual.widgets.data_table import CellDoesNotExist
 
 from gputui.core.fleet.model import FleetGpu, FleetHost, FleetProcess, FleetSnapshot
 from gputui.core.fleet.queries import HostHistory
@@ -96,7 +98,7 @@ class CommandScreen(ModalScreen[None]):
                    background: $surface; }
     #command-text { margin: 1 0; padding: 0 1; background: $boost; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("c", "copy", "Copy", id="command-copy"),
         Binding("escape,q,enter", "close", "Close", id="command-close"),
     ]
@@ -135,7 +137,7 @@ class HostScreen(Screen[None]):
     #host-cards { height: auto; max-height: 60%; padding: 0 1; }
     #host-procs { height: 1fr; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Fleet", id="host-back"),
         Binding("a", "show_gpu(-1)", "All GPUs", id="host-all"),
         Binding("m", "migrate", "Migrate (command)", id="host-migrate"),
@@ -261,7 +263,7 @@ class HostScreen(Screen[None]):
             return None
         try:
             return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
-        except Exception:
+        except CellDoesNotExist:  # the cursor is past the rows a refresh just removed
             return None
 
     def _selected(self) -> tuple[FleetGpu, FleetProcess] | None:

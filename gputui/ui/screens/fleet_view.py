@@ -9,8 +9,8 @@ never markup, so a label cannot style or escape the terminal.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 
 from rich.text import Text
 

@@ -1,0 +1,230 @@
+"""The fleet at scale: ``.venv/bin/python benchmarks/fleet_bench.py``.
+
+Backfills a synthetic fleet — 200 hosts x 8 GPUs, one hour at 15 s resolution,
+in the gputui exporter's metric names (10 hosts stopped answering 20 minutes ago)
+— with ``promtool tsdb create-blocks-from openmetrics``, starts a real Prometheus
+on that TSDB (loopback, no scrape targets), and measures:
+
+- ``gputui fleet --json`` wall time (median of ``--runs``; goal <= 1 s);
+- PromQL queries per refresh (goal <= 8) and one in-process refresh's time;
+- the fleet screen's idle CPU at a 2 s refresh in a 200x50 tmux terminal (goal <= 3 % of a core);
+- keypress-to-frame on the host list: ``s`` (sort by the next column) until the
+  heading's sort mark has moved on screen, read with ``tmux capture-pane`` (median of 15).
+
+The backfilled hour ends five minutes in the future, so the picture keeps changing
+(a new sample becomes current every 15 s) while it is measured. There is no peer
+tool to run side by side: Grafana dashboards and ssh loops over nvidia-smi do not
+answer the same question from a terminal. Results go to
+``benchmarks/results/fleet-<time>.json`` and ``results/fleet-latest.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(REPO))
+
+HOSTS, GPUS, STEP, SPAN = 200, 8, 15, 3600
+DOWN = 10
+TARGETS = {"json_wall_s": 1.0, "queries": 8, "idle_cpu": 3.0}
+GIB = 1024**3
+
+
+def _ui_bench():
+    spec = importlib.util.spec_from_file_location("gputui_ui_bench", BENCH / "ui_bench.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def write_openmetrics(path: Path, end: float) -> int:
+    """The synthetic fleet as OpenMetrics text (one family after another); returns the sample count."""
+    rng = random.Random(15)
+    start = end - SPAN
+    times = [start + i * STEP for i in range(SPAN // STEP + 1)]
+    down_after = end - 300 - 20 * 60  # the down hosts' last sample (20 min before "now")
+    hosts = [f"gpu-node-{i:03d}" for i in range(HOSTS)]
+    inst = {h: f"{h}:9835" for h in hosts}
+    down = set(hosts[:: HOSTS // DOWN][:DOWN])
+    base = {(h, g): rng.random() for h in hosts for g in range(GPUS)}
+    n = 0
+    with open(path, "w") as out:
+        def family(name: str, series: list[tuple[str, str, object]]) -> None:
+            # series: (host, label text, value function of t)
+            nonlocal n
+            out.write(f"# TYPE {name} gauge\n")
+            for host, labels, fn in series:
+                for t in times:
+                    if host in down and t > down_after and name != "up":
+                        break
+                    out.write(f'{name}{{job="gputui",instance="{inst[host]}"{labels}}} {fn(t)} {t:.0f}\n')
+                    n += 1
+
+        family("up", [(h, "", (lambda t, h=h: 0 if h in down and t > down_after else 1)) for h in hosts])
+        family("gputui_host_info", [(h, (f',hostname="{h}",driver_version="550.127.05",cuda_version="12.4",'
+                                         f'gputui_version="0.1.0"'), lambda t: 1) for h in hosts])
+
+        def gpu_labels(h: str, g: int) -> str:
+            return f',gpu="{g}",uuid="GPU-{hosts.index(h):04d}{g:04d}-0000-4000-8000-000000000000"'
+
+        def util(h: str, g: int):
+            return lambda t: round(min(1.0, max(0.0, base[(h, g)] + 0.2 * ((int(t) // STEP + g) % 5 - 2) / 2)), 2)
+
+        family("gputui_gpu_info", [(h, gpu_labels(h, g) + ',name="NVIDIA H100 80GB HBM3",pci_bus_id="x"',
+                                    lambda t: 1) for h in hosts for g in range(GPUS)])
+        family("gputui_gpu_utilization_ratio", [(h, gpu_labels(h, g), util(h, g)) for h in hosts for g in range(GPUS)])
+        family("gputui_gpu_memory_used_bytes", [(h, gpu_labels(h, g), (lambda t, v=int(base[(h, g)] * 70 * GIB): v))
+                                                for h in hosts for g in range(GPUS)])
+        family("gputui_gpu_memory_total_bytes", [(h, gpu_labels(h, g), lambda t: 80 * GIB)
+                                                 for h in hosts for g in range(GPUS)])
+        family("gputui_gpu_temperature_celsius", [(h, gpu_labels(h, g), (lambda t, v=30 + int(base[(h, g)] * 55): v))
+                                                  for h in hosts for g in range(GPUS)])
+        procs = [(h, gpu_labels(h, g) + f',pid="{1000 + g}",user="user{g}",exe="python3",container="job-{h}-{g}",'
+                                        f'image="pytorch:2.4",compose_project="",compose_service=""',
+                  (lambda t, v=int(base[(h, g)] * 60 * GIB): v))
+                 for h in hosts for g in range(GPUS) if base[(h, g)] > 0.3]
+        family("gputui_process_gpu_memory_bytes", procs)
+        family("gputui_imbalance_flagged", [(h, "", (lambda t, f=int(base[(h, 0)] > 0.8): f)) for h in hosts])
+        family("gputui_last_poll_timestamp_seconds", [(h, "", lambda t: t) for h in hosts])
+        out.write("# EOF\n")
+    return n
+
+
+def prometheus_on(tsdb_parent: Path):
+    from tests.fixtures.prometheus import Prometheus
+
+    return Prometheus([], tsdb_parent, scrape_interval="15s").start(ready_timeout=180)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--seconds", type=float, default=30.0, help="idle CPU measurement time")
+    ap.add_argument("--hold", type=float, default=0.0, help="keep Prometheus up this long at the end (to look)")
+    args = ap.parse_args(argv)
+    for tool in ("prometheus", "promtool", "tmux"):
+        if shutil.which(tool) is None:
+            print(f"fleet benchmark: {tool} is not installed", file=sys.stderr)
+            return 2
+    ui = _ui_bench()
+    results: dict[str, object] = {"hosts": HOSTS, "gpus_per_host": GPUS, "step_s": STEP, "span_s": SPAN,
+                                  "down_hosts": DOWN, "time": datetime.now(timezone.utc).isoformat()}
+    with tempfile.TemporaryDirectory(prefix="gputui-fleet-bench-") as tmp:
+        work = Path(tmp)
+        end = time.time() + 300
+        om = work / "fleet.om"
+        t0 = time.monotonic()
+        results["samples"] = write_openmetrics(om, end)
+        results["openmetrics_mib"] = round(om.stat().st_size / 1024**2, 1)
+        (work / "p").mkdir()
+        subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(work / "p")],
+                       check=True, capture_output=True, timeout=1800)
+        om.unlink()
+        results["backfill_s"] = round(time.monotonic() - t0, 1)
+        prom = prometheus_on(work)
+        tmux = ui.Tmux()
+        try:
+            print(f"Prometheus with the backfilled fleet: {prom.url}", flush=True)
+            results.update(measure(prom.url, args, ui, tmux))
+        finally:
+            tmux.close()
+            prom.stop()
+    verdict = [
+        f"fleet --json wall {results['json_wall_s']:.3f} s (goal <= {TARGETS['json_wall_s']})",
+        f"queries per refresh {results['queries_per_refresh']} (goal <= {TARGETS['queries']})",
+        f"fleet screen idle CPU at 2 s {results['idle_cpu_percent']:.2f} % of a core (goal <= {TARGETS['idle_cpu']})",
+        f"keypress-to-frame median {results['key_to_frame_ms_median']:.0f} ms (p90 {results['key_to_frame_ms_p90']:.0f})",
+    ]
+    ok = (results["json_wall_s"] <= TARGETS["json_wall_s"] and results["queries_per_refresh"] <= TARGETS["queries"]
+          and results["idle_cpu_percent"] <= TARGETS["idle_cpu"])
+    results["ok"] = ok
+    out_dir = BENCH / "results"
+    out_dir.mkdir(exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for name in (f"fleet-{stamp}.json", "fleet-latest.json"):
+        (out_dir / name).write_text(json.dumps(results, indent=2) + "\n")
+    print(f"fleet of {HOSTS} hosts x {GPUS} GPUs ({results['samples']} samples backfilled in "
+          f"{results['backfill_s']} s):")
+    for line in verdict:
+        print("  " + line)
+    return 0 if ok else 1
+
+
+def measure(url: str, args, ui, tmux) -> dict[str, object]:
+    from gputui.core.fleet.prom import PromClient
+    from gputui.core.fleet.queries import FleetReader
+
+    out: dict[str, object] = {}
+    reader = FleetReader(PromClient(url, timeout=30))
+    snap = reader.read()
+    out["queries_per_refresh"] = reader.client.queries
+    out["hosts_seen"] = len(snap.hosts)
+    out["hosts_up"] = sum(1 for h in snap.hosts if h.up)
+    out["gpus_seen"] = sum(len(h.gpus) for h in snap.hosts)
+    times = []
+    for _ in range(args.runs):
+        t = time.perf_counter()
+        reader.read()
+        times.append(time.perf_counter() - t)
+    out["refresh_in_process_s"] = round(statistics.median(times), 4)
+    reader.close()
+
+    exe = str(Path(sys.executable).parent / "gputui")
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([exe, "fleet", "--prometheus", url, "--json"], capture_output=True, env=env, check=True)
+    walls = []
+    for _ in range(args.runs):
+        t = time.perf_counter()
+        res = subprocess.run([exe, "fleet", "--prometheus", url, "--json"], capture_output=True, env=env, check=False)
+        walls.append(time.perf_counter() - t)
+        assert res.returncode == 0, res.stderr
+    out["json_wall_s"] = round(statistics.median(walls), 3)
+    out["json_wall_all_s"] = [round(w, 3) for w in walls]
+
+    keep = {k: env[k] for k in ("HOME", "PATH", "XDG_CONFIG_HOME", "XDG_STATE_HOME") if k in env}
+    tmux.start("fleet", [exe, "fleet", "--prometheus", url, "--interval", "2"], keep)
+    pid = tmux.pid("fleet")
+    ui.wait_for(tmux, "fleet", lambda s: "gpu-node-199" in s or "gpu-node-04" in s, 60)
+    time.sleep(5)
+    out["idle_cpu_percent"] = round(ui.measure_cpu(tmux, {"fleet": pid}, args.seconds, press=False)["fleet"], 2)
+    rss, hwm = ui.memory(pid)
+    out["rss_mib"], out["rss_peak_mib"] = round(rss, 1), round(hwm, 1)
+
+    def marked(screen: str) -> str:
+        head = next((line for line in screen.splitlines() if "Host" in line and "State" in line), "")
+        return head.split("▲")[0] if "▲" in head else head.split("▼")[0]
+
+    lat = []
+    for _ in range(15):
+        before = marked(tmux.screen("fleet"))
+        t = time.perf_counter()
+        tmux.keys("fleet", "s")
+        while marked(tmux.screen("fleet")) == before:
+            if time.perf_counter() - t > 10:
+                raise RuntimeError(f"the sort mark did not move within 10 s:\n{tmux.screen('fleet')}")
+            time.sleep(0.002)
+        lat.append((time.perf_counter() - t) * 1000)
+        time.sleep(0.3)
+    out["key_to_frame_ms_median"] = round(statistics.median(lat), 1)
+    out["key_to_frame_ms_p90"] = round(sorted(lat)[int(0.9 * len(lat)) - 1], 1)
+    tmux.kill_session("fleet")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
