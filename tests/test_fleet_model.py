@@ -140,6 +140,15 @@ def test_pick_prefers_the_idlest_gpu_not_granted_and_skips_down_hosts() -> None:
     assert (two.host.host, two.chosen) == ("gpu-node-01", (1, 0))  # node-02 has only one free GPU
 
 
+def test_pick_a_gpus_all_grant_reserves_no_gpu() -> None:
+    every = [s("gputui_container_gpu_granted", 1, instance="a:1", container="notebook", uuid=f"GPU-gpu-node-01-{g}",
+               gpu=str(g), via="device_request") for g in (0, 1)]
+    snap = build_fleet("http://p", NOW, [up("a:1")], [], gputui_host("a:1", "gpu-node-01"), [], every)
+    util = {("gpu", "a:1", 0): 0.5, ("gpu", "a:1", 1): 0.1}
+    result = choose(snap, util, {}, {}, 1, None, None, 60)
+    assert (result.host.host, result.chosen) == ("gpu-node-01", (1,))
+
+
 def test_pick_nothing_fits_is_one_sentence() -> None:
     snap = _fleet_for_pick()
     util = {("gpu", i, g): 0.9 for i in ("a:1", "b:1") for g in (0, 1)}

@@ -81,7 +81,8 @@ def open_reader(ctx):
 
 def run(ctx) -> int:
     reader = open_reader(ctx)
-    if not getattr(ctx.args, "json", False):
+    # Like the local dashboard, a pipe or a file gets the one-shot output (here: the JSON document).
+    if not getattr(ctx.args, "json", False) and ctx.stdout.isatty():
         from gputui.ui.fleet_app import run_fleet_app
 
         return run_fleet_app(ctx, reader)

@@ -62,12 +62,21 @@ def host_loads(host: FleetHost, util: dict, mean_used: dict, peak_used: dict) ->
 
 
 def _reserved(host: FleetHost) -> dict[int, tuple[str, ...]]:
+    """GPU index -> containers explicitly granted it. The exporter expands a ``--gpus all`` grant to
+    every GPU; like a local pick, such a grant reserves no GPU in particular, so a container granted
+    every GPU of a multi-GPU host is left out."""
     by_uuid = {g.uuid: g.index for g in host.gpus}
-    out: dict[int, list[str]] = {}
+    per_container: dict[str, set[str]] = {}
     for uuid, container in host.grants:
         if uuid in by_uuid:
+            per_container.setdefault(container, set()).add(uuid)
+    out: dict[int, list[str]] = {}
+    for container, uuids in per_container.items():
+        if len(by_uuid) > 1 and uuids == set(by_uuid):
+            continue
+        for uuid in uuids:
             out.setdefault(by_uuid[uuid], []).append(container)
-    return {i: tuple(sorted(set(names))) for i, names in out.items()}
+    return {i: tuple(sorted(names)) for i, names in out.items()}
 
 
 def pick_fleet(reader: FleetReader, count: int = 1, min_free: int | None = None, max_util: float | None = None,

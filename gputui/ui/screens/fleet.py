@@ -71,7 +71,8 @@ class FleetScreen(Screen[None]):
     def on_mount(self) -> None:
         table = self.query_one("#fleet-hosts", DataTable)
         for key, heading in COLUMNS:
-            table.add_column(heading + (" ▲" if key == self.sort_column else ""), key=key)
+            # every heading keeps room for the sort mark: a column's width is set when it is added
+            table.add_column(heading + (" ▲" if key == self.sort_column else "  "), key=key)
         table.focus()
         app = self.app
         if getattr(app, "snapshot", None) is not None:
@@ -198,6 +199,6 @@ class FleetScreen(Screen[None]):
     def _headings(self) -> None:
         table = self.query_one("#fleet-hosts", DataTable)
         for key, heading in COLUMNS:
-            mark = (" ▼" if self.reverse else " ▲") if key == self.sort_column else ""
+            mark = (" ▼" if self.reverse else " ▲") if key == self.sort_column else "  "
             table.columns[key].label = Text(heading + mark)  # type: ignore[index]
         table.refresh()
