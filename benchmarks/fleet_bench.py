@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--seconds", type=float, default=30.0, help="idle CPU measurement time")
-    ap.add_argument("--hold", type=float, default=0.0, help="keep Prometheus up this long at the end (to look)")
+    ap.add_argument("--hold", type=float, default=0.0, help="only serve the backfilled fleet this long (to look at it), measure nothing")
     args = ap.parse_args(argv)
     for tool in ("prometheus", "promtool", "tmux"):
         if shutil.which(tool) is None:
@@ -139,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         tmux = ui.Tmux()
         try:
             print(f"Prometheus with the backfilled fleet: {prom.url}", flush=True)
+            if args.hold:
+                time.sleep(args.hold)
+                return 0
             results.update(measure(prom.url, args, ui, tmux))
         finally:
             tmux.close()

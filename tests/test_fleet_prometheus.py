@@ -60,6 +60,9 @@ def test_fleet_json_and_pick_follow_the_scenarios_and_a_stopped_exporter(fleet):
     assert dcgm["source"] == "dcgm" and dcgm["note"] and all(g["processes"] == [] for g in dcgm["gpus"])
     assert [g["memory_used"] for g in dcgm["gpus"]] == [33496 * 1024**2, 0]
     assert dcgm["imbalance_flagged"] is None
+    # `gputui --prometheus URL` is fleet mode; to a pipe it prints the same document
+    piped = gputui("--prometheus", prom.url)
+    assert piped.returncode == 0 and sorted(h["host"] for h in json.loads(piped.stdout)["hosts"]) == sorted(hosts)
 
     # pick across the fleet: the idle dcgm GPU for one; two on one host is gpu-node-02
     assert gputui("pick", "--prometheus", prom.url).stdout == "dcgm-node-01 1\n"

@@ -10,6 +10,7 @@ Label values are kept as Prometheus returned them: faces clean them
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import datetime
 from typing import Any, Literal
 
@@ -150,26 +151,26 @@ class FleetHost:
             return host[1:].split("]", 1)[0]
         return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
-    @property
+    @cached_property
     def busy_gpus(self) -> int:
         return sum(1 for g in self.gpus if g.busy(self.has_process_data))
 
-    @property
+    @cached_property
     def memory_used(self) -> int | None:
         known = [g.memory_used for g in self.gpus if g.memory_used is not None]
         return sum(known) if known else None
 
-    @property
+    @cached_property
     def memory_total(self) -> int | None:
         known = [g.memory_total for g in self.gpus if g.memory_total is not None]
         return sum(known) if known else None
 
-    @property
+    @cached_property
     def hottest(self) -> int | None:
         known = [g.temperature for g in self.gpus if g.temperature is not None]
         return max(known) if known else None
 
-    @property
+    @cached_property
     def containers_with_findings(self) -> tuple[str, ...]:
         return tuple(sorted({f.container for f in self.findings}))
 

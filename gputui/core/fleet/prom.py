@@ -1,6 +1,6 @@
 """A small Prometheus HTTP API client: instant and range queries, each with a timeout.
 
-Standard library only (``urllib``), so a one-shot ``gputui fleet --json`` pays for
+Standard library only (``http.client``, one kept-alive connection per thread), so a one-shot ``gputui fleet --json`` pays for
 no extra import. Every failure is one :class:`PrometheusError` whose ``str`` is a
 sentence fit for a terminal (Prometheus's own error text is cleaned):
 
@@ -14,14 +14,12 @@ to its fixed number of queries.
 
 from __future__ import annotations
 
+import http.client
 import json
-import socket
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gputui.core.safe_text import clean
 
@@ -47,9 +45,10 @@ class QueryFailed(PrometheusError):
     """Prometheus rejected or failed a query."""
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One series of an instant vector: its labels and its value at the query time."""
+class Sample(NamedTuple):
+    """One series of an instant vector: its labels and its value at the query time.
+
+    A named tuple, not a dataclass: a fleet refresh builds thousands of them."""
 
     labels: dict[str, str]
     value: float
@@ -81,7 +80,9 @@ class PromClient:
         self.timeout = timeout
         self._lock = threading.Lock()
         self._queries = 0
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self._path = urllib.parse.urlsplit(self.url).path
+        self._local = threading.local()
+        self._connections: list[http.client.HTTPConnection] = []
 
     @property
     def queries(self) -> int:
@@ -100,9 +101,13 @@ class PromClient:
         if kind != "vector" or not isinstance(result, list):
             raise QueryFailed(f"Prometheus answered {clean(promql)!r} with a {clean(kind)} instead of a vector.")
         out: list[Sample] = []
+        append = out.append
         for item in result:
             try:
-                out.append(Sample(_labels(item["metric"]), _number(item["value"][1])))
+                labels = item["metric"]
+                if type(labels) is not dict:  # noqa: E721 - JSON objects are exactly dict
+                    continue
+                append(Sample(labels, float(item["value"][1])))
             except (KeyError, IndexError, TypeError, ValueError):
                 continue  # one malformed series is left out, not the whole answer
         return out
@@ -122,34 +127,66 @@ class PromClient:
                 continue
         return out
 
+    def close(self) -> None:
+        """Close every kept-alive connection."""
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()
+
     # -- transport ----------------------------------------------------------------
+    def _connection(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            parts = urllib.parse.urlsplit(self.url)
+            kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+            conn = kind(parts.netloc.rsplit("@", 1)[-1], timeout=self.timeout)
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def _drop(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def _send(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """POST on this thread's kept-alive connection (a refresh every few seconds would otherwise pay
+        a TCP handshake per query); a connection the server closed meanwhile is replaced once."""
+        headers = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json",
+                   "User-Agent": "gputui-fleet"}
+        for attempt in (0, 1):
+            reused = getattr(self._local, "conn", None) is not None
+            conn = self._connection()
+            try:
+                conn.request("POST", self._path + path, body=body, headers=headers)
+                response = conn.getresponse()
+                raw = response.read(MAX_BODY + 1)
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self._drop()
+                if attempt == 0 and reused:
+                    continue
+                raise
+            except BaseException:
+                self._drop()
+                raise
+            if response.will_close or len(raw) > MAX_BODY:
+                self._drop()
+            return response.status, raw
+        raise AssertionError("unreachable")
+
     def _call(self, path: str, params: dict[str, str]) -> dict[str, Any]:
         with self._lock:
             self._queries += 1
         body = urllib.parse.urlencode(params).encode()
-        request = urllib.request.Request(
-            self.url + path, data=body, method="POST",
-            headers={"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json",
-                     "User-Agent": "gputui-fleet"})
         where = f"Prometheus at {clean(self.url)}"
-        status = 200
         try:
-            with self._opener.open(request, timeout=self.timeout) as response:
-                raw = response.read(MAX_BODY + 1)
-        except urllib.error.HTTPError as exc:
-            status = exc.code
-            try:
-                raw = exc.read(64 * 1024)
-            except OSError:
-                raw = b""
-        except TimeoutError:
+            status, raw = self._send(path, body)
+        except TimeoutError:  # socket.timeout is TimeoutError
             raise PrometheusUnreachable(f"{where} did not answer within {self.timeout:g} s.") from None
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            if isinstance(reason, (socket.timeout, TimeoutError)):
-                raise PrometheusUnreachable(f"{where} did not answer within {self.timeout:g} s.") from None
-            raise PrometheusUnreachable(f"Cannot reach {where}: {_reason(reason)}.") from None
-        except OSError as exc:  # reset, broken pipe, ...
+        except (OSError, http.client.HTTPException) as exc:  # refused, unknown host, reset, bad status line
             raise PrometheusUnreachable(f"Cannot reach {where}: {_reason(exc)}.") from None
         if len(raw) > MAX_BODY:
             raise QueryFailed(f"{where} sent more than {MAX_BODY // 1024**2} MiB for one query.")
@@ -183,4 +220,6 @@ def _number(text: Any) -> float:
 def _reason(reason: object) -> str:
     if isinstance(reason, OSError) and reason.strerror:
         return clean(reason.strerror).rstrip(".").lower()
+    if isinstance(reason, http.client.RemoteDisconnected):
+        return "it closed the connection without answering"
     return clean(str(reason) or type(reason).__name__).rstrip(".")

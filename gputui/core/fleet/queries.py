@@ -80,6 +80,16 @@ Q_PROCESSES = "gputui_process_gpu_memory_bytes"
 Q_STATE = names(STATE_METRICS)
 FLEET_QUERIES = (Q_UP, Q_HOSTS, Q_GPUS, Q_PROCESSES, Q_STATE)
 
+#: The live screen splits Q_GPUS: what never changes while an exporter runs (GPU names, UUIDs and
+#: sizes, host info) is read again only every STATIC_TTL seconds or when a new target appears; what
+#: changes is read every refresh, ``gputui_gpu_lost`` only where it is 1.
+_STATIC_GPU_METRICS = ("gputui_host_info", "gputui_gpu_info", "gputui_gpu_memory_total_bytes")
+Q_GPU_STATIC = names(_STATIC_GPU_METRICS)
+Q_GPU_LIVE = (names(tuple(m for m in GPUTUI_GPU_METRICS + DCGM_GPU_METRICS
+                          if m not in _STATIC_GPU_METRICS and m != "gputui_gpu_lost")) + " or gputui_gpu_lost == 1")
+LIVE_QUERIES = (Q_UP, Q_HOSTS, Q_GPU_LIVE, Q_PROCESSES, Q_STATE)
+STATIC_TTL = 30.0
+
 DCGM_NOTE = ("dcgm-exporter reports no per-process data: run gputui exporter on this host "
              "to see processes, owners and containers.")
 NO_GPU_NOTE = "The exporter reports no GPUs on this host."
@@ -169,44 +179,59 @@ def _inventory(up: Sequence[Sample], seen: Sequence[Sample], gpus: Sequence[Samp
         source: Source = "gputui" if s.labels.get("gputui_source") == "gputui" else "dcgm"
         name = s.labels.get("hostname") or s.labels.get("Hostname")
         note(k, source, name, s.value)
-    for s in gpus:  # a host younger than the last-seen step is not in `seen` yet
-        k = target_key(s.labels)
-        if k is None:
+    for s in gpus if _missing(targets, hosts) else ():  # a host younger than the newest `seen` step
+        labels = s.labels
+        instance = labels.get("instance")
+        if not instance:
             problems.add("GPU series without an instance label")
             continue
-        metric = s.labels.get("__name__", "")
+        k = (labels.get("job", ""), instance)
+        metric = labels.get("__name__", "")
+        known = hosts.get(k)
+        if known is not None and metric != "gputui_host_info" and (
+                known.source == "gputui" or not metric.startswith("gputui_")):
+            continue  # the common case, kept cheap: thousands of GPU series per refresh
         src: Source = "gputui" if metric.startswith("gputui_") else "dcgm"
-        if k not in hosts or (hosts[k].source == "dcgm" and src == "gputui") or metric == "gputui_host_info":
-            note(k, src, s.labels.get("hostname" if src == "gputui" else "Hostname"), now)
+        note(k, src, labels.get("hostname" if src == "gputui" else "Hostname"), now)
     return hosts, targets
+
+
+def _missing(targets: dict[tuple[str, str], bool], hosts: dict[tuple[str, str], _HostDraft]) -> bool:
+    """Whether the GPU series may name a host `seen` does not: a target that answers but is not a
+    known host (new, or no GPU exporter at all), or no `up` series to tell (federated data)."""
+    return not targets or any(is_up and k not in hosts for k, is_up in targets.items())
 
 
 def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDraft],
                 problems: _Problems) -> dict[tuple[str, str], dict[int, _GpuDraft]]:
-    out: dict[tuple[str, str], dict[int, _GpuDraft]] = {}
-    for s in samples:
-        k = target_key(s.labels)
-        if k is None or k not in hosts:
+    out: dict[tuple[str, str], dict[str, _GpuDraft]] = {}
+    isfinite = math.isfinite
+    for labels, v in samples:  # thousands per refresh: plain lookups, no helper calls
+        k = (labels.get("job", ""), labels.get("instance", ""))
+        host = hosts.get(k)
+        if host is None:
             continue
-        metric = s.labels.get("__name__", "")
+        metric = labels.get("__name__", "")
         dcgm = metric.startswith("DCGM_")
-        if dcgm != (hosts[k].source == "dcgm"):
+        if dcgm != (host.source == "dcgm") or metric == "gputui_host_info":
             continue
-        if metric == "gputui_host_info":
-            continue
-        index = label_int(s.labels.get("gpu"))
-        if index is None:
-            problems.add("GPU series without a gpu index label")
-            continue
-        g = out.setdefault(k, {}).setdefault(index, _GpuDraft(index))
-        uuid = s.labels.get("UUID" if dcgm else "uuid")
-        if uuid and not g.uuid:
-            g.uuid = uuid
-        v = s.value
-        if not _finite(v):
+        gpu = labels.get("gpu", "")
+        per_host = out.get(k)
+        if per_host is None:
+            per_host = out[k] = {}
+        g = per_host.get(gpu)
+        if g is None:
+            index = label_int(gpu)
+            if index is None:
+                problems.add("GPU series without a gpu index label")
+                continue
+            g = per_host[gpu] = _GpuDraft(index)
+        if not g.uuid:
+            g.uuid = labels.get("UUID" if dcgm else "uuid") or ""
+        if not isfinite(v):
             continue
         if metric == "gputui_gpu_info":
-            g.name = s.labels.get("name") or g.name
+            g.name = labels.get("name") or g.name
         elif metric == "gputui_gpu_utilization_ratio":
             g.util = round(v * 100)
         elif metric == "gputui_gpu_memory_used_bytes":
@@ -218,7 +243,7 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
         elif metric == "gputui_gpu_lost":
             g.lost = v >= 1
         elif metric == "DCGM_FI_DEV_GPU_UTIL":
-            g.util, g.name = round(v), g.name or s.labels.get("modelName") or None
+            g.util, g.name = round(v), g.name or labels.get("modelName") or None
         elif metric == "DCGM_FI_DEV_FB_USED":
             g.used = int(v * MIB)
         elif metric == "DCGM_FI_DEV_FB_FREE":
@@ -227,11 +252,15 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
             g.reserved = int(v * MIB)
         elif metric == "DCGM_FI_DEV_GPU_TEMP":
             g.temperature = round(v)
-    for per_host in out.values():  # dcgm reports used and free (and reserved), not the total
+    result: dict[tuple[str, str], dict[int, _GpuDraft]] = {}
+    for k, per_host in out.items():  # keyed by the label text above; by index from here on
+        by_index: dict[int, _GpuDraft] = {}
         for g in per_host.values():
             if g.total is None and g.used is not None and g.free is not None:
-                g.total = g.used + g.free + (g.reserved or 0)
-    return out
+                g.total = g.used + g.free + (g.reserved or 0)  # dcgm reports used, free and reserved
+            by_index[g.index] = g
+        result[k] = by_index
+    return result
 
 
 def _processes(samples: Sequence[Sample], problems: _Problems) -> dict[tuple[str, str, int], list[FleetProcess]]:
@@ -408,12 +437,23 @@ def _per_gpu(series: Sequence[RangeSeries], scale: Callable[[int, float], float 
 class FleetReader:
     """Reads the fleet through one :class:`PromClient`. ``read`` blocks: run it in a worker."""
 
-    def __init__(self, client: PromClient, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, client: PromClient, clock: Callable[[], float] = time.time, *, parallel: bool = True) -> None:
         self.client = client
         self.clock = clock
+        #: Send a refresh's queries at once (least wall time, for one-shot commands) or one after the
+        #: other (least CPU: parsing answers in several threads at once costs more in GIL hand-offs).
+        self.parallel = parallel
+        #: Read GPU names and sizes again only every STATIC_TTL seconds (see LIVE_QUERIES): set for
+        #: the live screen, whose refreshes would otherwise parse them thousands of times over.
+        self.cache_static = False
+        self._static: list[Sample] = []
+        self._static_at = -STATIC_TTL
+        self._static_targets: set[tuple[str, str]] = set()
         self._pool: ThreadPoolExecutor | None = None
 
     def run_queries(self, queries: Sequence[str], at: float) -> list[list[Sample]]:
+        if not self.parallel:
+            return [self.client.query(q, at) for q in queries]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=len(FLEET_QUERIES), thread_name_prefix="gputui-prom")
         futures = [self._pool.submit(self.client.query, q, at) for q in queries]
@@ -430,10 +470,29 @@ class FleetReader:
         return results
 
     def read(self) -> FleetSnapshot:
-        """One refresh: ``len(FLEET_QUERIES)`` queries. Raises PrometheusError."""
+        """One refresh: ``len(FLEET_QUERIES)`` queries (with ``cache_static``: LIVE_QUERIES, plus
+        Q_GPU_STATIC when its answer is older than STATIC_TTL or a new target appeared). Raises
+        PrometheusError."""
         now = self.clock()
-        up, seen, gpus, procs, state = self.run_queries(FLEET_QUERIES, now)
-        return build_fleet(self.client.url, now, up, seen, gpus, procs, state)
+        if not self.cache_static:
+            up, seen, gpus, procs, state = self.run_queries(FLEET_QUERIES, now)
+            return build_fleet(self.client.url, now, up, seen, gpus, procs, state)
+        stale = time.monotonic() - self._static_at >= STATIC_TTL
+        queries = LIVE_QUERIES + ((Q_GPU_STATIC,) if stale else ())
+        results = self.run_queries(queries, now)
+        up, seen, live, procs, state = results[:5]
+        if not stale and any((s.labels.get("job", ""), s.labels.get("instance", "")) not in self._static_targets
+                             for s in up if s.value >= 1):
+            results.append(self.client.query(Q_GPU_STATIC, now))  # a new target: its GPUs' names now
+            stale = True
+        if stale:
+            self._static = results[5]
+            self._static_at = time.monotonic()
+            self._static_targets = {(s.labels.get("job", ""), s.labels.get("instance", "")) for s in self._static}
+            # a target without gputui series (dcgm-exporter, node_exporter) never has static ones
+            self._static_targets |= {(s.labels.get("job", ""), s.labels.get("instance", "")) for s in up}
+        return build_fleet(self.client.url, now, up, seen, self._static + live, procs, state,
+                           queries=len(results))
 
     def host_history(self, host: FleetHost, span: float = 600.0, points: int = 120) -> HostHistory:
         """The last ``span`` seconds of one host's GPUs: :data:`HOST_RANGE_QUERIES` range queries."""
@@ -461,3 +520,4 @@ class FleetReader:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+        self.client.close()

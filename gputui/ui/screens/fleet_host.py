@@ -25,7 +25,7 @@ from gputui.core.fleet.model import FleetGpu, FleetHost, FleetProcess, FleetSnap
 from gputui.core.fleet.queries import HostHistory
 from gputui.core.safe_text import clean
 from gputui.ui import format as fmt
-from gputui.ui.screens.fleet_view import banner, spark, state_cell
+from gputui.ui.screens.fleet_view import update_cell, banner, spark, state_cell
 
 PROCESS_COLUMNS = (("gpu", "GPU"), ("pid", "PID"), ("user", "User"), ("exe", "Executable"),
                    ("container", "Container"), ("image", "Image"), ("memory", "GPU memory"))
@@ -255,7 +255,7 @@ class HostScreen(Screen[None]):
                 for k, cells in rows:
                     for (col, _), value, old in zip(PROCESS_COLUMNS, cells, before.get(k, ())):
                         if value != old:
-                            table.update_cell(k, col, value, update_width=True)
+                            update_cell(table, k, col, value)
 
     def _selected_key(self) -> str | None:
         table = self.query_one("#host-procs", DataTable)

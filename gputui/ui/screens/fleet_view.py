@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from rich.text import Text
+from textual.widgets import DataTable
 
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.safe_text import clean
@@ -27,6 +28,14 @@ COLUMNS = (
 )
 
 SPARK = " ▁▂▃▄▅▆▇█"
+
+
+def update_cell(table: "DataTable[Text]", row: str, column: str, value: Text) -> None:
+    """``DataTable.update_cell`` that widens a column when a value needs it, and otherwise does not
+    re-measure: asking it to (``update_width=True``) re-measures the whole column whenever a value
+    got narrower, which at a few hundred rows was most of a refresh's cost."""
+    widen = value.cell_len > table.columns[column].content_width  # type: ignore[index]
+    table.update_cell(row, column, value, update_width=widen)
 
 
 def ago(when: datetime | float | None, now: float) -> str:
@@ -53,7 +62,23 @@ def state_cell(host: FleetHost, now: float) -> Text:
     return Text(f"down since {clock(host.last_seen, now)}", style="bold red")
 
 
+_CELLS: dict[tuple, tuple[Text, ...]] = {}
+
+
 def host_cells(host: FleetHost, now: float) -> tuple[Text, ...]:
+    """The row of one host (cached on what it shows: most rows are unchanged between refreshes)."""
+    key = (host.shown, host.source, host.up, host.last_seen, len(host.gpus), host.busy_gpus, host.memory_used,
+           host.memory_total, host.hottest, host.imbalance_flagged, host.stale_gpu_memory, host.stale_processes,
+           host.alerts, host.containers_with_findings, datetime.fromtimestamp(now).date())
+    cells = _CELLS.get(key)
+    if cells is None:
+        if len(_CELLS) > 4096:
+            _CELLS.clear()
+        cells = _CELLS[key] = _host_cells(host, now)
+    return cells
+
+
+def _host_cells(host: FleetHost, now: float) -> tuple[Text, ...]:
     """The row of one host: what the user reads, N/A where Prometheus does not say."""
     name = Text(clean(host.shown))
     if host.source == "dcgm":
