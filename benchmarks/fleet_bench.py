@@ -26,6 +26,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -111,6 +112,8 @@ def prometheus_on(tsdb_parent: Path):
 
 
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM unwinds like Ctrl-C, so the Prometheus this started is stopped and its TSDB removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--seconds", type=float, default=30.0, help="idle CPU measurement time")
