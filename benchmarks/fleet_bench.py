@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--seconds", type=float, default=30.0, help="idle CPU measurement time")
-    ap.add_argument("--hold", type=float, default=0.0, help="only serve the backfilled fleet this long (to look at it), measure nothing")
+    ap.add_argument("--hold", type=float, default=0.0,
+                    help="only serve the backfilled fleet this long (to look at it), measure nothing")
     args = ap.parse_args(argv)
     for tool in ("prometheus", "promtool", "tmux"):
         if shutil.which(tool) is None:
@@ -153,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         f"fleet --json wall {results['json_wall_s']:.3f} s (goal <= {TARGETS['json_wall_s']})",
         f"queries per refresh {results['queries_per_refresh']} (goal <= {TARGETS['queries']})",
         f"fleet screen idle CPU at 2 s {results['idle_cpu_percent']:.2f} % of a core (goal <= {TARGETS['idle_cpu']})",
-        f"keypress-to-frame median {results['key_to_frame_ms_median']:.0f} ms (p90 {results['key_to_frame_ms_p90']:.0f})",
+        f"keypress-to-frame median {results['key_to_frame_ms_median']:.0f} ms "
+        f"(p90 {results['key_to_frame_ms_p90']:.0f})",
     ]
     ok = (results["json_wall_s"] <= TARGETS["json_wall_s"] and results["queries_per_refresh"] <= TARGETS["queries"]
           and results["idle_cpu_percent"] <= TARGETS["idle_cpu"])

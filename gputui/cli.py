@@ -208,6 +208,14 @@ def cmd_dashboard(ctx: Context) -> int:
     return run_app(ctx)
 
 
+def cmd_fleet_screen(ctx: Context) -> int:
+    """`gputui fleet` on a terminal: the fleet screen (commands/ never import the UI)."""
+    from gputui.commands.fleet import open_reader
+    from gputui.ui.fleet_app import run_fleet_app
+
+    return run_fleet_app(ctx, open_reader(ctx))
+
+
 def report_pending_journals(ctx: Context) -> None:
     """Say once, at start, that an interrupted migration needs ``--recover``
     (the dashboard shows it in its status line; ``gputui migrate`` handles it itself)."""
@@ -271,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_dashboard(ctx)
         if command == "snapshot":
             return cmd_snapshot(ctx)
+        if command == "fleet" and not args.json and sys.stdout.isatty():
+            return cmd_fleet_screen(ctx)
         import importlib
 
         return importlib.import_module(f"gputui.commands.{command}").run(ctx)

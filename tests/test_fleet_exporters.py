@@ -85,6 +85,7 @@ def test_fleet_of_real_exporters(fake_nvml_factory, exporters, prometheus_factor
         hosts = {h["host"]: h for h in json.loads(gputui("fleet", "--prometheus", prom.url, "--json").stdout)["hosts"]}
         assert hosts["gpu-node-b"]["up"] is False and hosts["gpu-node-b"]["last_seen"] is not None
         none = gputui("pick", "--prometheus", prom.url, "--count", "4")
-        assert none.returncode == 1 and none.stderr.startswith("gputui: Nothing fits on any GPU host (3 hosts up, 1 down)")
+        assert none.returncode == 1
+        assert none.stderr.startswith("gputui: Nothing fits on any GPU host (3 hosts up, 1 down)")
     finally:
         dcgm.stop()

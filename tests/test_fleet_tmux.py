@@ -40,7 +40,8 @@ def test_fleet_screen_in_tmux(prometheus_factory, tmux):
     try:
         prom = prometheus_factory([t.address for t in targets])
         prom.wait_for("gputui_host_info", lambda r: len(r) == 3)
-        command = f"env -u COLUMNS -u LINES TERM=tmux-256color {shlex.quote(str(GPUTUI))} fleet --prometheus {prom.url} --interval 1"
+        command = (f"env -u COLUMNS -u LINES TERM=tmux-256color {shlex.quote(str(GPUTUI))} fleet "
+                   f"--prometheus {prom.url} --interval 1")
         tmux.run("new-session", "-d", "-s", "dash", "-x", "160", "-y", "40", command)
         screen = tmux.wait_for(lambda s: "train-llm" in row(s, "gpu-node-01") and "dcgm-node-01" in s, 20,
                                "the host list")

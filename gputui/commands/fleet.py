@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 
+from gputui.context import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, UsageError, interval_arg
 from gputui.core.fleet.prom import DEFAULT_TIMEOUT, PromClient, PrometheusError, check_url
 
-EXIT_OK, EXIT_NO, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+__all__ = ["EXIT_NO", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "add_parser", "add_prometheus_options", "run"]
+
 
 
 def _timeout(text: str) -> float:
@@ -48,21 +50,13 @@ def add_parser(sub, common):
     common(p)
     add_prometheus_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON document and exit")
-    p.add_argument("--interval", type=_interval, default=argparse.SUPPRESS, metavar="SECONDS",
+    p.add_argument("--interval", type=interval_arg, default=argparse.SUPPRESS, metavar="SECONDS",
                    help="refresh period of the fleet screen (default: interval in config.toml)")
     return p
 
 
-def _interval(text: str) -> float:
-    from gputui.cli import _interval as parse
-
-    return parse(text)
-
-
 def prometheus_url(ctx) -> str:
     """The URL from --prometheus or the config file; UsageError when there is none or it is malformed."""
-    from gputui.cli import UsageError
-
     url = getattr(ctx.args, "prometheus", None) or getattr(ctx.settings, "prometheus_url", None)
     if not url:
         raise UsageError("Which Prometheus? Give --prometheus URL (e.g. http://prometheus:9090) or set "
@@ -80,12 +74,9 @@ def open_reader(ctx):
 
 
 def run(ctx) -> int:
+    # On a terminal without --json, cli.py opens the fleet screen (gputui.ui.fleet_app). Like the local
+    # dashboard, a pipe or a file gets the one-shot output: here, the JSON document.
     reader = open_reader(ctx)
-    # Like the local dashboard, a pipe or a file gets the one-shot output (here: the JSON document).
-    if not getattr(ctx.args, "json", False) and ctx.stdout.isatty():
-        from gputui.ui.fleet_app import run_fleet_app
-
-        return run_fleet_app(ctx, reader)
     try:
         snap = reader.read()
     except PrometheusError as exc:

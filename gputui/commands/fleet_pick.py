@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from gputui.commands.fleet import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, open_reader
+from gputui.commands.fleet import open_reader
+from gputui.context import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, UsageError
 from gputui.core.fleet.pick import FORMATS, format_fleet_pick, pick_fleet
 from gputui.core.fleet.prom import PrometheusError
 
 
 def run(ctx) -> int:
-    from gputui.cli import UsageError
-
     args = ctx.args
     fmt = args.format or "host-index"
     if fmt not in FORMATS:

@@ -81,7 +81,8 @@ class FleetApp(App[int]):
     CSS_PATH = "gputui.tcss"
     TITLE = "gputui fleet"
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="quit-ctrl-c")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="quit-ctrl-c")]
 
     def __init__(self, reader: FleetReader, settings: Settings, *, live: bool = True) -> None:
         super().__init__()
@@ -243,7 +244,7 @@ def make_fleet_app(reader: FleetReader, settings: Settings, *, live: bool = True
 
 
 def run_fleet_app(ctx, reader: FleetReader) -> int:
-    from gputui.cli import UsageError
+    from gputui.context import UsageError
 
     app = make_fleet_app(reader, ctx.settings)
     if ctx.settings.theme not in app.available_themes:

@@ -10,8 +10,8 @@ Label values are kept as Prometheus returned them: faces clean them
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Literal
 
 Source = Literal["gputui", "dcgm"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.fleet.queries import FLEET_QUERIES, MIB, FleetReader, build_fleet, label_int, target_key
-from gputui.core.judges.placement import GpuLoad, pick, rank_key
+from gputui.core.judges.placement import GpuLoad, pick
 from gputui.core.safe_text import clean
 
 FORMATS = ("host-index", "docker", "ssh")
@@ -36,7 +36,11 @@ class FleetPick:
     problem: str | None = None
 
 
-def host_loads(host: FleetHost, util: dict, mean_used: dict, peak_used: dict) -> dict[int, GpuLoad]:
+#: (job, instance, GPU index) -> a windowed value.
+PerGpu = dict[tuple[str, str, int], float]
+
+
+def host_loads(host: FleetHost, util: PerGpu, mean_used: PerGpu, peak_used: PerGpu) -> dict[int, GpuLoad]:
     """Each GPU of ``host`` as the placement judge sees it (percent, bytes)."""
     dcgm = host.source == "dcgm"
     out: dict[int, GpuLoad] = {}
@@ -97,7 +101,7 @@ def pick_fleet(reader: FleetReader, count: int = 1, min_free: int | None = None,
     return snap, choose(snap, per_gpu[0], per_gpu[1], per_gpu[2], count, min_free, max_util, window)
 
 
-def choose(snap: FleetSnapshot, util: dict, mean_used: dict, peak_used: dict, count: int,
+def choose(snap: FleetSnapshot, util: PerGpu, mean_used: PerGpu, peak_used: PerGpu, count: int,
            min_free: int | None, max_util: float | None, window: float) -> FleetPick:
     if not snap.hosts:
         return FleetPick(None, (), f"Prometheus at {clean(snap.prometheus)} knows no GPU host (no gputui_* or "
@@ -107,15 +111,16 @@ def choose(snap: FleetSnapshot, util: dict, mean_used: dict, peak_used: dict, co
         down = [clean(h.shown) for h in snap.hosts if not h.up]
         listed = ", ".join(down[:5]) + (", …" if len(down) > 5 else "")
         return FleetPick(None, (), f"No GPU host is up ({len(down)} down: {listed}).")
-    best: tuple[tuple, FleetHost, tuple[int, ...]] | None = None
-    closest: tuple[tuple, FleetHost, str] | None = None
+    best: tuple[tuple[bool, float, list[int], str, str], FleetHost, tuple[int, ...]] | None = None
+    closest: tuple[tuple[int, str, str], FleetHost, str] | None = None
     for host in up:
         loads = host_loads(host, util, mean_used, peak_used)
         reserved = _reserved(host)
         result = pick(loads, reserved, count=count, min_free=min_free, max_util=max_util, observed=window)
         if result.ok:
-            ranks = [rank_key(loads[i]) for i in result.chosen]
-            key = (any(r[0] for r in ranks), sum(r[1] for r in ranks), [r[2] for r in ranks], host.host, host.instance)
+            chosen = [loads[i] for i in result.chosen]  # ranked as rank_key ranks one GPU, summed over the set
+            key = (any(g.score is None for g in chosen), sum(g.score or 0.0 for g in chosen),
+                   [-(g.free if g.free is not None else -1) for g in chosen], host.host, host.instance)
             if best is None or key < best[0]:
                 best = (key, host, result.chosen)
         else:

@@ -1,6 +1,7 @@
 """A small Prometheus HTTP API client: instant and range queries, each with a timeout.
 
-Standard library only (``http.client``, one kept-alive connection per thread), so a one-shot ``gputui fleet --json`` pays for
+Standard library only (``http.client``, one kept-alive connection per thread), so a one-shot
+``gputui fleet --json`` pays for
 no extra import. Every failure is one :class:`PrometheusError` whose ``str`` is a
 sentence fit for a terminal (Prometheus's own error text is cleaned):
 

@@ -149,7 +149,8 @@ class _Problems:
 
 
 def _inventory(up: Sequence[Sample], seen: Sequence[Sample], gpus: Sequence[Sample],
-               now: float, problems: _Problems) -> tuple[dict[tuple[str, str], _HostDraft], dict[tuple[str, str], bool]]:
+               now: float, problems: _Problems
+               ) -> tuple[dict[tuple[str, str], _HostDraft], dict[tuple[str, str], bool]]:
     targets: dict[tuple[str, str], bool] = {}
     for s in up:
         k = target_key(s.labels)
@@ -303,7 +304,8 @@ def _states(samples: Sequence[Sample]) -> dict[tuple[str, str], _State]:
         st = out.setdefault(k, _State([], [], []))
         metric, labels = s.labels.get("__name__", ""), s.labels
         if metric == "gputui_alert_active" and s.value >= 1:
-            st.alerts.append(FleetAlert(label_int(labels.get("gpu")), labels.get("kind", ""), labels.get("severity", "")))
+            st.alerts.append(FleetAlert(label_int(labels.get("gpu")), labels.get("kind", ""),
+                                        labels.get("severity", "")))
         elif metric == "gputui_imbalance_flagged":
             st.imbalance = s.value >= 1
         elif metric == "gputui_stale_processes":
@@ -416,7 +418,8 @@ class HostHistory:
     memory: dict[int, tuple[tuple[float, float], ...]]
 
 
-def _per_gpu(series: Sequence[RangeSeries], scale: Callable[[int, float], float | None]) -> dict[int, tuple[tuple[float, float], ...]]:
+def _per_gpu(series: Sequence[RangeSeries], scale: Callable[[int, float], float | None]
+             ) -> dict[int, tuple[tuple[float, float], ...]]:
     out: dict[int, tuple[tuple[float, float], ...]] = {}
     for s in series:
         index = label_int(s.labels.get("gpu"))

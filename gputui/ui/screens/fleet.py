@@ -19,7 +19,7 @@ from textual.widgets.data_table import CellDoesNotExist
 
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.safe_text import clean
-from gputui.ui.screens.fleet_view import update_cell, COLUMNS, SORT_KEYS, banner, host_cells, matches, summary
+from gputui.ui.screens.fleet_view import COLUMNS, SORT_KEYS, banner, host_cells, matches, summary, update_cell
 
 
 def row_key(host: FleetHost) -> str:
@@ -107,7 +107,7 @@ class FleetScreen(Screen[None]):
             old = self._cells.get(k)
             if old is cells[k]:
                 continue  # the same cached row: nothing it shows changed
-            for (col, _), value, before in zip(COLUMNS, cells[k], old or ()):
+            for (col, _), value, before in zip(COLUMNS, cells[k], old or (), strict=False):
                 if value is not before and value != before:
                     update_cell(table, k, col, value)
 

@@ -25,7 +25,7 @@ from gputui.core.fleet.model import FleetGpu, FleetHost, FleetProcess, FleetSnap
 from gputui.core.fleet.queries import HostHistory
 from gputui.core.safe_text import clean
 from gputui.ui import format as fmt
-from gputui.ui.screens.fleet_view import update_cell, banner, spark, state_cell
+from gputui.ui.screens.fleet_view import banner, spark, state_cell, update_cell
 
 PROCESS_COLUMNS = (("gpu", "GPU"), ("pid", "PID"), ("user", "User"), ("exe", "Executable"),
                    ("container", "Container"), ("image", "Image"), ("memory", "GPU memory"))
@@ -253,7 +253,7 @@ class HostScreen(Screen[None]):
                 self._rows = keys
             else:
                 for k, cells in rows:
-                    for (col, _), value, old in zip(PROCESS_COLUMNS, cells, before.get(k, ())):
+                    for (col, _), value, old in zip(PROCESS_COLUMNS, cells, before.get(k, ()), strict=False):
                         if value != old:
                             update_cell(table, k, col, value)
 

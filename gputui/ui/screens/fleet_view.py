@@ -30,7 +30,7 @@ COLUMNS = (
 SPARK = " ▁▂▃▄▅▆▇█"
 
 
-def update_cell(table: "DataTable[Text]", row: str, column: str, value: Text) -> None:
+def update_cell(table: DataTable[Text], row: str, column: str, value: Text) -> None:
     """``DataTable.update_cell`` that widens a column when a value needs it, and otherwise does not
     re-measure: asking it to (``update_width=True``) re-measures the whole column whenever a value
     got narrower, which at a few hundred rows was most of a refresh's cost."""
