@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import ClassVar
 
 from textual import work
@@ -34,21 +34,10 @@ from gputui.core.config import Settings
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.fleet.prom import PrometheusError
 from gputui.core.fleet.queries import FleetReader, HostHistory
+from gputui.ui.fleet_status import FleetStatus
 
 #: Seconds between checks, while a refresh runs, of whether Prometheus is slow.
 WATCHDOG_TICK = 1.0
-
-
-@dataclass(frozen=True)
-class FleetStatus:
-    """What the banner says: the last good refresh, the current problem, a refresh running long."""
-
-    prometheus: str
-    interval: float
-    last_ok: float | None = None
-    error: str | None = None
-    slow_for: float | None = None
-    refreshes: int = 0
 
 
 class FleetRefreshed(Message, bubble=False):

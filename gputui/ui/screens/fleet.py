@@ -19,6 +19,7 @@ from textual.widgets.data_table import CellDoesNotExist
 
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.safe_text import clean
+from gputui.ui.fleet_status import FleetStatus
 from gputui.ui.screens.fleet_view import COLUMNS, SORT_KEYS, banner, host_cells, matches, summary, update_cell
 
 
@@ -58,6 +59,9 @@ class FleetScreen(Screen[None]):
         self._order: list[str] = []
         self._cells: dict[str, tuple[Text, ...]] = {}
         self._hosts: dict[str, FleetHost] = {}
+        self._summary: Text | None = None
+        self._banner: Text | None = None
+        self._warnings: tuple[str, ...] = ()
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-banner")
@@ -96,10 +100,15 @@ class FleetScreen(Screen[None]):
             else:
                 self._update_cells(table, order, cells)
             self._order, self._cells = order, cells
-            self.query_one("#fleet-summary", Static).update(summary(snap, len(order), self.needle))
-            warnings = self.query_one("#fleet-warnings", Static)
-            warnings.set_class(bool(snap.warnings), "-shown")
-            if snap.warnings:
+            # Static.update lays the screen out again: only when the text changed
+            line = summary(snap, len(order), self.needle)
+            if line != self._summary:
+                self._summary = line
+                self.query_one("#fleet-summary", Static).update(line)
+            if snap.warnings != self._warnings:
+                self._warnings = snap.warnings
+                warnings = self.query_one("#fleet-warnings", Static)
+                warnings.set_class(bool(snap.warnings), "-shown")
                 warnings.update(Text(" ".join(clean(w) for w in snap.warnings)))
 
     def _update_cells(self, table: DataTable, order: list[str], cells: dict[str, tuple[Text, ...]]) -> None:
@@ -134,8 +143,11 @@ class FleetScreen(Screen[None]):
         elif order:
             table.move_cursor(row=0, animate=False)
 
-    def update_fleet_status(self, status) -> None:
+    def update_fleet_status(self, status: FleetStatus) -> None:
         text = banner(status)
+        if text == self._banner:
+            return  # every refresh changes the status; the banner only when there is something to say
+        self._banner = text
         widget = self.query_one("#fleet-banner", Static)
         widget.set_class(text is not None, "-shown")
         if text is not None:
