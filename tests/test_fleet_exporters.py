@@ -15,11 +15,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("gputui.exporter", reason="gputui exporter (issue 14) is not in this tree yet")
-
-from tests.exporter_helpers import exporters, start_exporter  # noqa: E402, F401 (fixture)
-from tests.fakenvml.scenario import GiB, fake_uuid, gpu, process, scenario  # noqa: E402
-from tests.fleet_exposition import StaticTarget, dcgm_text  # noqa: E402
+from tests.exporter_helpers import exporters, start_exporter  # noqa: F401 (fixture)
+from tests.fakenvml.scenario import GiB, fake_uuid, gpu, process, scenario
+from tests.fleet_exposition import StaticTarget, dcgm_text
 
 pytestmark = pytest.mark.integration
 
