@@ -49,7 +49,10 @@ def test_fleet_screen_in_tmux(prometheus_factory, tmux):
         assert "flagged" in row(screen, "gpu-node-01") and "temperature@0" in row(screen, "gpu-node-01")
         assert "up" in row(screen, "gpu-node-02")
 
-        tmux.run("send-keys", "-t", "dash", "Down", "Enter")  # rows sort by host: dcgm-node-01 first
+        # the highlighted row follows its host when rows move, so find gpu-node-01 with the filter
+        tmux.run("send-keys", "-t", "dash", "/", "gpu-node-01", "Enter")
+        tmux.wait_for(lambda s: "gpu-node-01" in s and "gpu-node-02" not in s, 10, "the filtered list")
+        tmux.run("send-keys", "-t", "dash", "Enter")
         screen = tmux.wait_for(lambda s: "4242" in s, 10, "gpu-node-01's processes")
         line = next(x for x in screen.splitlines() if "4242" in x)
         assert "alice" in line and "python3" in line and "train-llm" in line
@@ -58,7 +61,9 @@ def test_fleet_screen_in_tmux(prometheus_factory, tmux):
         tmux.run("send-keys", "-t", "dash", "Escape")
         tmux.wait_for(lambda s: "ssh -t" not in s, 5, "the command box closing")
         tmux.run("send-keys", "-t", "dash", "Escape")
-        tmux.wait_for(lambda s: "dcgm-node-01" in s and "4242" not in s, 5, "the host list again")
+        tmux.wait_for(lambda s: "4242" not in s and "Host" in s, 5, "the host list again")
+        tmux.run("send-keys", "-t", "dash", "Escape")  # clears the filter
+        tmux.wait_for(lambda s: "dcgm-node-01" in s and "gpu-node-02" in s, 5, "every host again")
 
         targets[1].stop()  # gpu-node-02's exporter
         screen = tmux.wait_for(lambda s: "down since" in row(s, "gpu-node-02"), 30, "gpu-node-02 down")

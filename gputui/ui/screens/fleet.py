@@ -188,7 +188,9 @@ class FleetScreen(Screen[None]):
         box = self.query_one("#fleet-filter", Input)
         box.add_class("-shown")
         box.value = self.needle
-        box.focus()
+        # Focus now, not at the next idle moment (Widget.focus defers it): keys typed right after
+        # `/` (a fast typist, a paste, tmux send-keys) must reach the filter box, not the table.
+        self.set_focus(box)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "fleet-filter":
