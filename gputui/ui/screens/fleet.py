@@ -11,6 +11,7 @@ import time
 from typing import ClassVar
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
@@ -60,6 +61,8 @@ class FleetScreen(Screen[None]):
         self._cells: dict[str, tuple[Text, ...]] = {}
         self._hosts: dict[str, FleetHost] = {}
         self._summary: Text | None = None
+        #: `/` was pressed and the filter is being typed (keys may still reach the table first)
+        self._typing = False
         self._banner: Text | None = None
         self._warnings: tuple[str, ...] = ()
 
@@ -174,7 +177,43 @@ class FleetScreen(Screen[None]):
     # -- keys ------------------------------------------------------------------------
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
+        if self._typing:  # `/`, a filter and Enter arrived in one burst: Enter ends the filter
+            self._end_typing()
+            return
         self.action_open_host()
+
+    def on_key(self, event: events.Key) -> None:
+        """`/` and the keys typed right after it.
+
+        A binding's action runs only after every key already read has gone to the focused widget,
+        so with `/` as a plain binding a filter typed in one burst (a fast typist, a paste, tmux
+        send-keys) would reach the table. `/` starts the filter here, at once, and the keys that
+        still arrive at the table before the box takes focus are handed to the box."""
+        if event.key == "slash" and not self._typing and not isinstance(self.focused, Input):
+            event.stop()
+            event.prevent_default()
+            self.action_filter()
+            return
+        if not self._typing:
+            return
+        box = self.query_one("#fleet-filter", Input)
+        if box.has_focus:
+            return
+        if event.key == "backspace":
+            box.value = box.value[:-1]
+        elif event.is_printable and event.character:
+            box.value += event.character
+        else:
+            return
+        box.cursor_position = len(box.value)
+        event.stop()
+        event.prevent_default()
+
+    def _end_typing(self) -> None:
+        self._typing = False
+        if not self.needle:
+            self.query_one("#fleet-filter", Input).remove_class("-shown")
+        self.query_one("#fleet-hosts", DataTable).focus()
 
     def action_open_host(self) -> None:
         host = self.selected_host()
@@ -185,12 +224,15 @@ class FleetScreen(Screen[None]):
         self.app.push_screen(HostScreen(host.key))
 
     def action_filter(self) -> None:
+        if self._typing:
+            return
         box = self.query_one("#fleet-filter", Input)
         box.add_class("-shown")
         box.value = self.needle
-        # Focus now, not at the next idle moment (Widget.focus defers it): keys typed right after
-        # `/` (a fast typist, a paste, tmux send-keys) must reach the filter box, not the table.
-        self.set_focus(box)
+        self._typing = True
+        # Widget.focus takes effect later: keys typed right after `/` (a fast typist, a paste, tmux
+        # send-keys) still reach the table, and on_key hands them to the box.
+        box.focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "fleet-filter":
@@ -199,11 +241,10 @@ class FleetScreen(Screen[None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "fleet-filter":
-            if not self.needle:
-                event.input.remove_class("-shown")
-            self.query_one("#fleet-hosts", DataTable).focus()
+            self._end_typing()
 
     def action_clear_filter(self) -> None:
+        self._typing = False
         box = self.query_one("#fleet-filter", Input)
         box.remove_class("-shown")
         if self.needle:
