@@ -25,6 +25,7 @@ from gputui.core.fleet.model import FleetGpu, FleetHost, FleetProcess, FleetSnap
 from gputui.core.fleet.queries import HostHistory
 from gputui.core.safe_text import clean
 from gputui.ui import format as fmt
+from gputui.ui.safe import markup
 from gputui.ui.screens.fleet_view import banner, spark, state_cell, update_cell
 
 PROCESS_COLUMNS = (("gpu", "GPU"), ("pid", "PID"), ("user", "User"), ("exe", "Executable"),
@@ -285,7 +286,8 @@ class HostScreen(Screen[None]):
     def action_show_gpu(self, index: int) -> None:
         host = self.host
         if index >= 0 and host is not None and index not in {g.index for g in host.gpus}:
-            self.notify(f"{clean(host.shown)} has no GPU {index}.", severity="warning", timeout=3)
+            # notify parses markup: the host name is escaped
+            self.notify(f"{markup(host.shown)} has no GPU {index}.", severity="warning", timeout=3)
             return
         self.gpu_filter = None if index < 0 else index
         self._show()
