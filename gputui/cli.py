@@ -8,12 +8,11 @@ non-zero exit: 1 for "it ran and the answer is no", 2 for bad usage, 3 for
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from gputui import __version__
 from gputui.context import (  # re-exported: the names tests and scripts know from gputui.cli
@@ -34,6 +33,8 @@ from gputui.core.safe_text import clean
 from gputui.core.sources import SourceUnavailable
 
 if TYPE_CHECKING:
+    import argparse
+
     from gputui.core.model import Snapshot
 
 #: The exit statuses of every gputui command, as ``gputui --help`` lists them.
@@ -51,27 +52,35 @@ __all__ = [
 # -- parsing ----------------------------------------------------------------------
 
 
-class _Formatter(argparse.HelpFormatter):
-    """Wraps descriptions as usual but keeps the exit-status table as written."""
+def _parser_class() -> type[argparse.ArgumentParser]:
+    """gputui's ArgumentParser; argparse is imported here, not at module load, so that the
+    one-shot commands recognised by :func:`_fast_args` never pay for it."""
+    import argparse
 
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        if text.startswith("exit status"):
-            return "".join(indent + line for line in text.splitlines(keepends=True))
-        return super()._fill_text(text, width, indent)
+    class _Formatter(argparse.HelpFormatter):
+        """Wraps descriptions as usual but keeps the exit-status table as written."""
 
+        def _fill_text(self, text: str, width: int, indent: str) -> str:
+            if text.startswith("exit status"):
+                return "".join(indent + line for line in text.splitlines(keepends=True))
+            return super()._fill_text(text, width, indent)
 
-class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", _Formatter)
-        super().__init__(*args, **kwargs)
+    class _Parser(argparse.ArgumentParser):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("formatter_class", _Formatter)
+            super().__init__(*args, **kwargs)
 
-    def error(self, message: str) -> NoReturn:  # one sentence, exit 2, no usage dump
-        raise UsageError(f"{message[0].upper()}{message[1:]} (see 'gputui --help').")
+        def error(self, message: str) -> NoReturn:  # one sentence, exit 2, no usage dump
+            raise UsageError(f"{message[0].upper()}{message[1:]} (see 'gputui --help').")
+
+    return _Parser
 
 
 def _common(p: argparse.ArgumentParser, top: bool) -> None:
     """Options every subcommand accepts too. Sub-parsers use SUPPRESS so a value given
     before the subcommand is not overwritten by the subcommand's default."""
+    import argparse
+
     d = None if top else argparse.SUPPRESS
     p.add_argument("--demo", action="store_true", default=d if not top else False,
                    help="run on the built-in simulated 8-GPU server (no GPU needed)")
@@ -108,6 +117,9 @@ def _chosen_command(argv: list[str]) -> str | None:
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The full parser; given the command line about to be parsed, only the chosen
     subcommand's module is imported."""
+    import argparse
+
+    _Parser = _parser_class()
     parser = _Parser(
         prog="gputui",
         description="Who is on which GPU, in which container, what is imbalanced, and what to do about it.",
@@ -159,6 +171,77 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         else:
             sub.add_parser(name, help=summary)
     return parser
+
+
+#: The one-shot command lines that :func:`_fast_args` reads without argparse: option -> (dest, how its
+#: value is read: None for a flag, "append" for --gpu, else the same converter argparse is given).
+_FAST_COMMON: dict[str, tuple[str, Any]] = {
+    "--demo": ("demo", None), "--read-only": ("read_only", None), "--no-docker": ("no_docker", None),
+    "--gpu": ("gpu", "append"), "--config": ("config", str),
+}
+_FAST_TOP: dict[str, tuple[str, Any]] = {
+    **_FAST_COMMON, "--once": ("once", None), "--slow-link": ("slow_link", None), "--bell": ("bell", None),
+    "--interval": ("interval", interval_arg), "--theme": ("theme", str),
+    "--imbalance-window": ("window", window_arg), "--window": ("window", window_arg),
+    "--temp-warning": ("temp_warning", celsius_arg), "--temp-critical": ("temp_critical", celsius_arg),
+}
+_FAST_SNAPSHOT: dict[str, tuple[str, Any]] = {
+    **_FAST_COMMON, "--json": ("json", None), "--window": ("observe", seconds_arg),
+    "--observe": ("observe", seconds_arg),
+}
+#: What argparse leaves in the namespace when an option is not given (top level, then snapshot's).
+_TOP_DEFAULTS: dict[str, Any] = {
+    "demo": False, "gpu": None, "read_only": False, "no_docker": False, "config": None, "once": False,
+    "interval": None, "theme": None, "slow_link": None, "bell": None, "window": None, "temp_warning": None,
+    "temp_critical": None, "command": None,
+}
+_SNAPSHOT_DEFAULTS: dict[str, Any] = {"json": False, "observe": None}
+
+
+def _fast_args(argv: list[str]) -> argparse.Namespace | None:
+    """The namespace ``build_parser(argv).parse_args(argv)`` returns, for the plain one-shot command
+    lines (``snapshot [--json] ...``, ``--once ...``, full option names, each value its own word), read
+    without importing argparse or building the parser: that is a quarter of a one-shot's start-up.
+    None for anything else — help, --version, abbreviations, ``--opt=value``, a value that looks like
+    an option or that its converter refuses, any other subcommand — which argparse then reads, so
+    every message and exit status stays argparse's own."""
+    top: dict[str, Any] = {}
+    sub: dict[str, Any] | None = None
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if sub is None and token == "snapshot":
+            sub = {}
+            continue
+        spec = (_FAST_TOP if sub is None else _FAST_SNAPSHOT).get(token)
+        if spec is None:
+            return None
+        values = top if sub is None else sub
+        dest, convert = spec
+        if convert is None:
+            values[dest] = True
+            continue
+        if i >= len(argv) or argv[i].startswith("-"):
+            return None
+        raw = argv[i]
+        i += 1
+        if convert == "append":
+            values[dest] = [*values.get(dest, []), raw]
+            continue
+        try:
+            values[dest] = convert(raw)
+        except Exception:  # argparse says what is wrong, in its words
+            return None
+    from types import SimpleNamespace
+
+    merged = {**_TOP_DEFAULTS, **top}
+    if sub is not None:
+        # as argparse does: what the subcommand was given replaces the top level's value
+        merged.update(_SNAPSHOT_DEFAULTS, command="snapshot")
+        merged.update(sub)
+    # SimpleNamespace reads like argparse.Namespace (attributes, vars()) without importing argparse
+    return cast("argparse.Namespace", SimpleNamespace(**merged))
 
 
 # -- commands ---------------------------------------------------------------------
@@ -219,10 +302,34 @@ def cmd_fleet_screen(ctx: Context) -> int:
 def report_pending_journals(ctx: Context) -> None:
     """Say once, at start, that an interrupted migration needs ``--recover``
     (the dashboard shows it in its status line; ``gputui migrate`` handles it itself)."""
+    if not _journal_files_exist():
+        return  # the usual case: no journal module (and its imports) for a one-shot
     from gputui.actions.journal import pending_journals
 
     for journal in pending_journals():
         print(clean(f"gputui: {journal.describe()}"), file=ctx.stderr)
+
+
+def _journal_files_exist() -> bool:
+    """Whether any directory :func:`gputui.actions.journal.journal_dirs` searches holds a ``*.json``
+    file, with a few directory listings (tests/test_cli_fast.py keeps the two lists the same)."""
+    from gputui.core.config import state_home
+
+    dirs = [os.environ.get("GPUTUI_JOURNAL_DIR") or "/var/lib/gputui/journal", os.path.join(state_home(), "journal")]
+    if os.geteuid() == 0:
+        homes = ["/root"]
+        try:
+            homes += [os.path.join("/home", name) for name in os.listdir("/home")]
+        except OSError:
+            pass
+        dirs += [os.path.join(home, ".local", "state", "gputui", "journal") for home in homes]
+    for directory in dirs:
+        try:
+            if any(name.endswith(".json") for name in os.listdir(directory)):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def load_context(args: argparse.Namespace) -> Context:
@@ -260,8 +367,9 @@ def _driver_from_env() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        parser = build_parser(argv)
-        args = parser.parse_args(argv)
+        args = _fast_args(argv)
+        if args is None:
+            args = build_parser(argv).parse_args(argv)
         ctx = load_context(args)
         command = args.command
         if command is None and getattr(args, "prometheus", None):

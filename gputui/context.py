@@ -7,7 +7,6 @@ never ``cli.py``, so the layers stay core < actions < context < commands | ui < 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -18,6 +17,8 @@ from gputui.core.limits import RANGES, SECONDS_RANGE, flag_type
 from gputui.core.safe_text import SafeStream
 
 if TYPE_CHECKING:
+    import argparse
+
     from gputui.core.machine import Machine
     from gputui.core.model import Gpu, Snapshot
     from gputui.core.poller import Poller

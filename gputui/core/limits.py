@@ -10,7 +10,6 @@ the config file goes through :func:`check_number` (argparse through
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Callable
 
@@ -84,6 +83,8 @@ def flag_type(name: str, low: float, high: float, unit: str = "",
         try:
             return parse_number(name, text, low, high, unit, integer)
         except NumberError as exc:
+            import argparse  # only to refuse: a one-shot command line is read without argparse (cli._fast_args)
+
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     convert.__name__ = name.lstrip("-").replace("-", "_")
