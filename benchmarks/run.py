@@ -7,13 +7,15 @@ Against the fake NVIDIA driver (tests/fakenvml) at 8 GPUs x 64 processes and
 - wall and CPU time of ``gputui snapshot --json`` (with and without Docker)
   and of ``nvitop --once`` (from its own venv, benchmarks/.venv, created on
   first use; nvitop is not a gputui dependency), median of ``--runs`` runs,
-  interleaved so that machine noise hits all of them alike;
+  interleaved so that machine noise hits all of them alike. Both run as a user
+  has them: nvitop's console script, and gputui's from a normal (not editable)
+  install into a fresh venv, byte-code compiled by pip (see ``installed_gputui``);
 - the core poll time per tick (Poller.poll() with NvmlSource and
   HostProcessSource), and the two sources on their own;
 - NVML calls per GPU per poll, from the fake driver's counters.
 
 Results go to benchmarks/results/<time>.json and results/latest.json, and a
-table is printed. Targets: snapshot at 8 x 64 in at most 0.8x the
+table is printed. Targets: snapshot at 8 x 64 in at most 0.6x the
 wall time of ``nvitop --once``; a poll tick at 16 x 1000 within 50 ms.
 """
 
@@ -138,10 +140,40 @@ def machine_scenario(gpus: int, pids: list[int]) -> dict[str, Any]:
 # -- one-shot commands ------------------------------------------------------------------------------
 
 
+def installed_gputui(workdir: Path, ref: str | None = None) -> Path:
+    """A venv holding gputui as ``pip install gputui`` leaves it, and the path of its python.
+
+    The project's venv has an editable install, whose import hook alone costs ~9 ms a start and
+    which no user has; nvitop runs from a normal install too. The dependencies are not installed
+    again: a path line in a .pth file lends this interpreter's site-packages (a directory named in
+    a .pth is only added to sys.path, so the editable install's own hook there stays unused)."""
+    import site
+
+    source = REPO
+    if ref is not None:  # another commit of gputui, for a before/after in one run
+        source = workdir / f"src-{ref}"
+        source.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+    venv = workdir / ("gputui-venv" if ref is None else f"gputui-venv-{ref}")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    target = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                 capture_output=True, text=True, check=True).stdout.strip())
+    (target / "gputui-bench-deps.pth").write_text("".join(f"{p}\n" for p in site.getsitepackages()))
+    print(f"benchmarks: installing gputui{'' if ref is None else ' ' + ref} (not editable) into a scratch venv ...",
+          flush=True)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
+                    str(source)], check=True, stdout=subprocess.DEVNULL)
+    return python
+
+
 def _run_once(cmd: list[str], env: dict[str, str]) -> tuple[float, float, subprocess.CompletedProcess]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    # not from the repository: `python -c` would import the checkout's gputui instead of the installed one
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300,
+                         cwd=tempfile.gettempdir())
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -211,7 +243,7 @@ def _check_nvitop(stdout: str) -> str:
 
 
 def bench_config(label: str, gpus: int, nprocs: int, runs: int, ticks: int, nvitop: Path | None,
-                 workdir: Path) -> dict[str, Any]:
+                 workdir: Path, python: Path, baseline: tuple[str, Path] | None = None) -> dict[str, Any]:
     from tests.fakenvml.scenario import FakeNvml
 
     fake = FakeNvml(workdir / label)
@@ -222,6 +254,7 @@ def bench_config(label: str, gpus: int, nprocs: int, runs: int, ticks: int, nvit
         # An installed package has its bytecode compiled (pip does it; nvitop's venv has it):
         # let the warm-up run write gputui's, instead of compiling every module on every run.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env.pop("PYTHONPATH", None)
 
         print(f"  {label}: poll ticks ...", flush=True)
         worker = subprocess.run([sys.executable, str(BENCH / "poll_worker.py"), "--ticks", str(ticks)], env=env,
@@ -230,10 +263,13 @@ def bench_config(label: str, gpus: int, nprocs: int, runs: int, ticks: int, nvit
             raise RuntimeError(f"poll worker failed: {worker.stderr.strip()[-2000:]}")
         poll = json.loads(worker.stdout)
 
-        gputui = [sys.executable, "-m", "gputui", "snapshot", "--json"]
+        gputui = [str(python.parent / "gputui"), "snapshot", "--json"]  # the console script pip wrote
         commands = {"snapshot_no_docker": gputui + ["--no-docker"], "snapshot": gputui,
-                    "core_once": [sys.executable, "-c", CORE_ONCE]}
-        check = {name: _check_snapshot(nprocs) for name in commands}
+                    "core_once": [str(python), "-c", CORE_ONCE]}
+        if baseline is not None:
+            commands[f"snapshot_no_docker@{baseline[0]}"] = [str(baseline[1].parent / "gputui"), "snapshot", "--json",
+                                                             "--no-docker"]
+        check = {name: _check_snapshot(nprocs) for name in commands if name.startswith(("snapshot", "core"))}
         if nvitop is not None:
             commands["nvitop_once"] = [str(nvitop), "--once"]
             check["nvitop_once"] = _check_nvitop
@@ -298,6 +334,13 @@ def print_table(results: dict[str, Any]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
         if k == 1:
             print("  ".join("-" * w for w in widths))
+    for label, r in results["configs"].items():
+        s = r["one_shot"]
+        for name in (n for n in s if "@" in n):
+            ratio = (f", {s[name]['wall_median_ms'] / s['nvitop_once']['wall_median_ms']:.2f}x nvitop --once"
+                     if "nvitop_once" in s else "")
+            print(f"{label}: snapshot --json --no-docker at {name.split('@', 1)[1]}: "
+                  f"{s[name]['wall_median_ms']:.0f} / {s[name]['cpu_median_ms']:.0f} ms{ratio}")
     print()
     for line in results["verdicts"]:
         print(line)
@@ -311,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ticks", type=int, default=30, help="poll ticks timed per configuration")
     ap.add_argument("--config", choices=sorted(CONFIGS), action="append", help="only these configurations")
     ap.add_argument("--no-nvitop", action="store_true", help="do not install or run nvitop")
+    ap.add_argument("--baseline", metavar="GIT-REF",
+                    help="also time 'snapshot --json --no-docker' of this commit (e.g. main), in the same runs")
     args = ap.parse_args(argv)
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanups
@@ -325,10 +370,13 @@ def main(argv: list[str] | None = None) -> int:
         "configs": {},
     }
     with tempfile.TemporaryDirectory(prefix="gputui-bench-") as tmp:
+        python = installed_gputui(Path(tmp))
+        baseline = (args.baseline, installed_gputui(Path(tmp), args.baseline)) if args.baseline else None
         for label in args.config or list(CONFIGS):
             gpus, nprocs = CONFIGS[label]
             print(f"benchmarks: {label} ({gpus} GPUs x {nprocs} processes)", flush=True)
-            results["configs"][label] = bench_config(label, gpus, nprocs, args.runs, args.ticks, nvitop, Path(tmp))
+            results["configs"][label] = bench_config(label, gpus, nprocs, args.runs, args.ticks, nvitop, Path(tmp),
+                                                     python, baseline)
 
     verdicts = []
     small = results["configs"].get("8x64")
