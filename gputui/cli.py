@@ -193,7 +193,7 @@ _FAST_SNAPSHOT: dict[str, tuple[str, Any]] = {
 _TOP_DEFAULTS: dict[str, Any] = {
     "demo": False, "gpu": None, "read_only": False, "no_docker": False, "config": None, "once": False,
     "interval": None, "theme": None, "slow_link": None, "bell": None, "window": None, "temp_warning": None,
-    "temp_critical": None, "command": None,
+    "temp_critical": None, "prometheus": None, "command": None,
 }
 _SNAPSHOT_DEFAULTS: dict[str, Any] = {"json": False, "observe": None}
 
