@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ def test_systemd_unit_verifies_and_is_confined(tmp_path):
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         pytest.skip("systemd-analyze is not installed")
-    gputui = shutil.which("gputui") or str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "gputui")
+    gputui = str(Path(sys.executable).with_name("gputui"))  # the console script of the venv running the tests
     unit = tmp_path / "gputui-exporter.service"
     unit.write_text(text.replace("/usr/local/bin/gputui", gputui))  # verify checks that the binary exists
     res = subprocess.run([analyze, "verify", str(unit)], check=False, capture_output=True, text=True, timeout=60)
