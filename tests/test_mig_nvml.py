@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require
 from tests.fakenvml.scenario import FakeNvml, GiB, fake_mig_uuid, gpu, mig_device, process, scenario
 
 pytestmark = pytest.mark.integration
@@ -203,8 +204,8 @@ def _nvitop() -> str | None:
 def test_nvitop_sees_the_same_instances(fake_nvml: FakeNvml) -> None:
     """The peer tool reads our fake the same way: same MIG devices, no traceback."""
     exe = _nvitop()
-    if exe is None:
-        pytest.skip("nvitop is not installed (set GPUTUI_TEST_NVITOP or run benchmarks/all.sh once)")
+    require(exe is not None, "nvitop is not installed (set GPUTUI_TEST_NVITOP or run benchmarks/all.sh once)")
+    assert exe is not None
     fake_nvml.write(mig_machine())
     res = subprocess.run([exe, "--once"], env=fake_nvml.env(), capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
