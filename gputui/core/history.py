@@ -57,6 +57,9 @@ class History:
         self._peaks: dict[str, int] = {}
         #: first time each process key was seen (survives the ring's trimming)
         self._first_seen: dict[ProcessKey, float] = {}
+        #: polls recorded, and the number of the last one whose time did not follow its predecessor's
+        self._adds = 0
+        self._disorder_at: int | None = None
 
     # -- writing -----------------------------------------------------------
     def add(self, snap: Snapshot, container_ids: Iterable[str] = ()) -> None:
@@ -64,6 +67,9 @@ class History:
         (so an idle grant has a history); containers in ``snap.containers`` and
         those owning processes are recorded anyway."""
         t = snap.time.timestamp()
+        if self._times and t <= self._times[-1]:  # the wall clock stepped back (or stood still)
+            self._disorder_at = self._adds
+        self._adds += 1
         self._times.append(t)
         seen: set[ProcessKey] = set()
         for g in snap.gpus:
@@ -135,6 +141,21 @@ class History:
     def container_peak_memory(self, cid: str) -> int:
         """Largest total GPU memory the container's processes held at once while watched."""
         return self._peaks.get(cid, 0)
+
+    @property
+    def ordered(self) -> bool:
+        """True when every sample still held was recorded after the one before it in time: no
+        clock step back within the last ``capacity`` polls, so each ring is in strict time order."""
+        return self._disorder_at is None or self._adds - self._disorder_at > self.capacity
+
+    def process_ring(self, key: ProcessKey) -> Sequence[ProcessSample]:
+        """The process's live ring, oldest first, without a copy: for judges that run on the poller's
+        thread right after :meth:`add`, and never kept past the poll (the next ``add`` changes it)."""
+        return self._procs.get(key, ())
+
+    def gpu_ring(self, index: int) -> Sequence[GpuSample]:
+        """The GPU's live ring, oldest first, without a copy (same terms as :meth:`process_ring`)."""
+        return self._gpus.get(index, ())
 
     def _window(self, items: Sequence[_TimedT], window: float | None) -> tuple[_TimedT, ...]:
         return _tail(items, window, lambda s: s.t)

@@ -23,7 +23,7 @@ from gputui.core.containers import build_containers
 from gputui.core.history import History
 from gputui.core.judges.alerts import AlertJudge
 from gputui.core.judges.imbalance import ImbalanceJudge
-from gputui.core.judges.stale import judge_stale
+from gputui.core.judges.stale import IdleTracker, judge_stale
 from gputui.core.model import (
     Container,
     ContainerInventory,
@@ -141,6 +141,7 @@ class Poller:
         self.container_wait = container_wait
         self._imbalance = ImbalanceJudge(self.settings)
         self._alerts = AlertJudge(self.settings)
+        self._idle = IdleTracker()
         self.polls = 0
         #: start time -> aware datetime; a process's start never changes, so convert it once
         self._started_cache: dict[float, datetime] = {}
@@ -202,6 +203,7 @@ class Poller:
         containers = build_containers(tuple(records.values()), all_gpus, self.history, self.settings, now)
         by_id = {c.id: c for c in containers}
         judged_gpus = tuple(self._judge_stale(g, by_id, records) for g in all_gpus)
+        self._idle.prune(self.history)
         snap = replace(snap, gpus=judged_gpus, containers=containers, window=self.history.span)
         imbalance = self._imbalance.update(self.history, snap)
         snap = replace(snap, imbalance=imbalance)
@@ -217,7 +219,7 @@ class Poller:
         changed = False
         procs = []
         for p in g.processes:
-            stale = judge_stale(p, self.history, self.settings, by_id, records)
+            stale = judge_stale(p, self.history, self.settings, by_id, records, self._idle)
             if stale:
                 p = replace(p, stale=stale)
                 changed = True
