@@ -83,19 +83,26 @@ def _phases(poller: Any, args: argparse.Namespace) -> dict[str, float]:
     originals = {name: getattr(obj, attr) for name, (obj, attr) in parts.items()}
     for name, (obj, attr) in parts.items():
         setattr(obj, attr, timed(name, originals[name]))
-    per_poll: dict[str, list[float]] = {name: [] for name in [*parts, "rest", "whole poll"]}
+    import gputui.core.judges.imbalance as imbalance_module
+
+    # Inside the imbalance judge (shown apart, not counted twice): the GPUs' windowed loads.
+    inner = imbalance_module.gpu_loads
+    imbalance_module.gpu_loads = timed("  of which window loads", inner)  # type: ignore[assignment]
+    per_poll: dict[str, list[float]] = {name: [] for name in [*parts, "  of which window loads", "rest",
+                                                               "whole poll"]}
     try:
         for _ in range(args.ticks):
             spent.clear()
             c0 = time.process_time()
             poller.poll()
             whole = time.process_time() - c0
-            for name in parts:
+            for name in [*parts, "  of which window loads"]:
                 per_poll[name].append(1000 * spent.get(name, 0.0))
-            per_poll["rest"].append(1000 * (whole - sum(spent.values())))
+            per_poll["rest"].append(1000 * (whole - sum(v for k, v in spent.items() if k in parts)))
             per_poll["whole poll"].append(1000 * whole)
             time.sleep(args.pause)
     finally:
+        imbalance_module.gpu_loads = inner  # type: ignore[assignment]
         for name, (obj, attr) in parts.items():
             if obj is poller_module:
                 setattr(obj, attr, originals[name])

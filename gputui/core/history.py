@@ -8,7 +8,7 @@ under it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -60,6 +60,8 @@ class History:
         #: polls recorded, and the number of the last one whose time did not follow its predecessor's
         self._adds = 0
         self._disorder_at: int | None = None
+        #: values the judges derive from the history as it stands (see ``memo``); a new dict each add()
+        self._memo: dict[Hashable, object] = {}
 
     # -- writing -----------------------------------------------------------
     def add(self, snap: Snapshot, container_ids: Iterable[str] = ()) -> None:
@@ -70,6 +72,7 @@ class History:
         if self._times and t <= self._times[-1]:  # the wall clock stepped back (or stood still)
             self._disorder_at = self._adds
         self._adds += 1
+        self._memo = {}
         self._times.append(t)
         seen: set[ProcessKey] = set()
         for g in snap.gpus:
@@ -147,6 +150,13 @@ class History:
         """True when every sample still held was recorded after the one before it in time: no
         clock step back within the last ``capacity`` polls, so each ring is in strict time order."""
         return self._disorder_at is None or self._adds - self._disorder_at > self.capacity
+
+    @property
+    def memo(self) -> dict[Hashable, object]:
+        """A dict for values computed from the history as it stands, emptied by every :meth:`add`:
+        two judges of one poll that need the same windowed figures compute them once. Keys name
+        their owner (``("gpu_loads", ...)``); for the poller's thread, like the rings."""
+        return self._memo
 
     def process_ring(self, key: ProcessKey) -> Sequence[ProcessSample]:
         """The process's live ring, oldest first, without a copy: for judges that run on the poller's

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gputui.core.history import History
+from gputui.core.history import GpuSample, History
 from gputui.core.judges.text import gib, gpus_phrase, index_ranges, over, plural
 from gputui.core.model import Container, Gpu, Snapshot
 
@@ -69,34 +69,64 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def gpu_loads(history: History, gpus: Iterable[Gpu], window: float | None) -> dict[int, GpuLoad]:
-    """Windowed load of each GPU in ``gpus`` (their newest state says whether they are lost)."""
-    out: dict[int, GpuLoad] = {}
-    for g in gpus:
-        samples = [s for s in history.gpu(g.index, window) if not s.lost]
-        if not samples and not g.lost:
-            # Not in the history (a caller judging a bare snapshot): the snapshot is the sample.
-            util = [float(g.utilization_gpu)] if g.utilization_gpu is not None else []
-            mem = [g.memory_percent] if g.memory_percent is not None else []
-            frees = [g.memory_free] if g.memory_free is not None else []
-            n = 1
-        else:
-            util = [float(s.utilization) for s in samples if s.utilization is not None]
-            mem = [100.0 * s.memory_used / s.memory_total for s in samples
-                   if s.memory_used is not None and s.memory_total]
-            frees = [max(0, s.memory_total - s.memory_used) for s in samples
-                     if s.memory_used is not None and s.memory_total is not None]
-            n = len(samples)
-        out[g.index] = GpuLoad(
-            index=g.index,
-            uuid=g.uuid,
-            lost=g.lost,
-            util=None if g.lost else _mean(util),
-            memory=None if g.lost else _mean(mem),
-            free=None if g.lost else g.memory_free,
-            free_min=None if g.lost or not frees else min(frees),
-            samples=n,
-        )
-    return out
+    """Windowed load of each GPU in ``gpus`` (their newest state says whether they are lost).
+
+    Computed once per poll for a given tuple of GPUs and window (the imbalance judge and the
+    alerts both ask); each caller gets its own dict."""
+    gpus = gpus if isinstance(gpus, tuple) else tuple(gpus)
+    key = ("gpu_loads", window, id(gpus))
+    hit = history.memo.get(key)
+    if isinstance(hit, tuple) and hit[0] is gpus:  # the same tuple, not one that took its id
+        return dict(hit[1])
+    out = {g.index: _gpu_load(history, g, window) for g in gpus}
+    history.memo[key] = (gpus, out)
+    return dict(out)
+
+
+def _gpu_load(history: History, g: Gpu, window: float | None) -> GpuLoad:
+    ring = history.gpu_ring(g.index)
+    if window is not None and ring:
+        cutoff = ring[-1].t - window
+        newest_first = []
+        for s in reversed(ring):  # samples are in time order: stop at the window's edge
+            if s.t < cutoff:
+                break
+            newest_first.append(s)
+        newest_first.reverse()
+        samples: Iterable[GpuSample] = newest_first
+    else:
+        samples = ring
+    util: list[float] = []
+    mem: list[float] = []
+    frees: list[int] = []
+    n = 0
+    for s in samples:
+        if s.lost:
+            continue
+        n += 1
+        if s.utilization is not None:
+            util.append(float(s.utilization))
+        used, total = s.memory_used, s.memory_total
+        if used is not None and total is not None:
+            if total:
+                mem.append(100.0 * used / total)
+            frees.append(max(0, total - used))
+    if not n and not g.lost:
+        # Not in the history (a caller judging a bare snapshot): the snapshot is the sample.
+        util = [float(g.utilization_gpu)] if g.utilization_gpu is not None else []
+        mem = [g.memory_percent] if g.memory_percent is not None else []
+        frees = [g.memory_free] if g.memory_free is not None else []
+        n = 1
+    return GpuLoad(
+        index=g.index,
+        uuid=g.uuid,
+        lost=g.lost,
+        util=None if g.lost else _mean(util),
+        memory=None if g.lost else _mean(mem),
+        free=None if g.lost else g.memory_free,
+        free_min=None if g.lost or not frees else min(frees),
+        samples=n,
+    )
 
 
 def rank_key(load: GpuLoad) -> tuple[object, ...]:
