@@ -145,6 +145,9 @@ class Poller:
         self.polls = 0
         #: start time -> aware datetime; a process's start never changes, so convert it once
         self._started_cache: dict[float, datetime] = {}
+        #: (gpu, pid) -> what the last poll built its row from, and the row: an unchanged process
+        #: (same NVML figures, same facts object, same container) keeps its frozen row
+        self._rows: dict[tuple[int, int], tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]] = {}
 
     def close(self) -> None:
         if self.watcher is not None:
@@ -179,12 +182,14 @@ class Poller:
             )
 
         built: list[Gpu] = []
+        rows: dict[tuple[int, int], tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]] = {}
         for g in gpus:
             procs = tuple(
-                self._process(g.index, raw, facts.get(raw.pid), records, inventory.available)
+                self._row(g.index, raw, facts.get(raw.pid), records, inventory.available, rows)
                 for raw in reading.processes.get(g.index, ())
             )
             built.append(replace(g, processes=procs))
+        self._rows = rows
         all_gpus = tuple(built)
 
         stamp = datetime.fromtimestamp(now, tz=timezone.utc).astimezone()
@@ -237,13 +242,27 @@ class Poller:
             self._started_cache[create_time] = started
         return started
 
+    def _row(self, gpu_index: int, raw: RawProcess, fact: ProcessFacts | None, records: dict[str, ContainerRecord],
+             docker_available: bool,
+             rows: dict[tuple[int, int], tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]],
+             ) -> Process:
+        """The process's row: the last poll's when nothing it is built from changed."""
+        ref = attribute(fact, records, docker_available) if fact is not None else None
+        key = (gpu_index, raw.pid)
+        last = self._rows.get(key)
+        if last is not None and last[1] is fact and last[0] == raw and last[2] == ref:
+            row = last[3]
+        else:
+            row = self._process(gpu_index, raw, fact, ref)
+        rows[key] = (raw, fact, ref, row)
+        return row
+
     def _process(
         self,
         gpu_index: int,
         raw: RawProcess,
         fact: ProcessFacts | None,
-        records: dict[str, ContainerRecord],
-        docker_available: bool,
+        ref: ContainerRef | None,
     ) -> Process:
         fact = fact or ProcessFacts(pid=raw.pid, visible=False, invisible_reason="vanished")
         started = self._started(fact.create_time)
@@ -265,7 +284,7 @@ class Poller:
             status=fact.status,
             uid=fact.uid,
             orphaned=fact.orphaned,
-            container=attribute(fact, records, docker_available),
+            container=ref,
             mig_device=raw.mig_device,
         )
 
