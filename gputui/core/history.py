@@ -62,6 +62,8 @@ class History:
         self._disorder_at: int | None = None
         #: values the judges derive from the history as it stands (see ``memo``); a new dict each add()
         self._memo: dict[Hashable, object] = {}
+        #: state the judges keep in step with the history from poll to poll (see ``kept``)
+        self._kept: dict[Hashable, object] = {}
 
     # -- writing -----------------------------------------------------------
     def add(self, snap: Snapshot, container_ids: Iterable[str] = ()) -> None:
@@ -157,6 +159,12 @@ class History:
         two judges of one poll that need the same windowed figures compute them once. Keys name
         their owner (``("gpu_loads", ...)``); for the poller's thread, like the rings."""
         return self._memo
+
+    @property
+    def kept(self) -> dict[Hashable, object]:
+        """A dict for state that judges keep in step with this history across polls (running
+        windows); keys name their owner. Unlike :attr:`memo`, ``add()`` leaves it alone."""
+        return self._kept
 
     def process_ring(self, key: ProcessKey) -> Sequence[ProcessSample]:
         """The process's live ring, oldest first, without a copy: for judges that run on the poller's
