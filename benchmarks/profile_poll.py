@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import importlib.util
 import io
 import json
@@ -142,7 +143,18 @@ def worker(args: argparse.Namespace) -> int:
         status["now"] = PollStatus(snap, True, time.time())
         generate_latest(registry)
 
+    gc_spent = [0.0, 0, 0.0]
+
+    def gc_timer(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_spent[2] = time.process_time()
+        else:
+            gc_spent[0] += time.process_time() - gc_spent[2]
+            gc_spent[1] += 1
+
+    gc.callbacks.append(gc_timer)
     polls = _cpu(poller.poll, args.ticks, args.pause)
+    gc.callbacks.remove(gc_timer)
     reads = _cpu(nvml.read, args.ticks, args.pause)
     facts = _cpu(lambda: procs.facts(pids), args.ticks, args.pause)
     fresh = _cpu(scrape_fresh, args.ticks, 0.0)
@@ -155,6 +167,8 @@ def worker(args: argparse.Namespace) -> int:
     print(f"  - /proc facts           {_summary(facts)}")
     rest = statistics.median(polls) - statistics.median(reads) - statistics.median(facts)
     print(f"  - history, judges, rest ~{rest:.3f} ms (median difference)")
+    print(f"  garbage collector       {1000 * gc_spent[0] / args.ticks:.3f} ms per poll on average "
+          f"({gc_spent[1] / args.ticks:.1f} collections per poll; included above)")
     print(f"  scrape, new snapshot    {_summary(fresh)}")
     print(f"  scrape, same snapshot   {_summary(again)}")
 
