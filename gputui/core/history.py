@@ -64,6 +64,8 @@ class History:
         self._memo: dict[Hashable, object] = {}
         #: state the judges keep in step with the history from poll to poll (see ``kept``)
         self._kept: dict[Hashable, object] = {}
+        #: the same per process identity, forgotten with the process (see ``process_kept``)
+        self._proc_kept: dict[ProcessKey, dict[str, object]] = {}
 
     # -- writing -----------------------------------------------------------
     def add(self, snap: Snapshot, container_ids: Iterable[str] = ()) -> None:
@@ -100,6 +102,7 @@ class History:
         for key in [k for k in self._procs if k not in seen]:
             del self._procs[key]
             self._first_seen.pop(key, None)
+            self._proc_kept.pop(key, None)
         usage: dict[str, dict[int, int]] = {cid: {} for cid in container_ids}
         for c in snap.containers:
             usage.setdefault(c.id, {})
@@ -165,6 +168,16 @@ class History:
         """A dict for state that judges keep in step with this history across polls (running
         windows); keys name their owner. Unlike :attr:`memo`, ``add()`` leaves it alone."""
         return self._kept
+
+    def process_kept(self, key: ProcessKey) -> dict[str, object]:
+        """Like :attr:`kept`, for one process identity: forgotten when the process leaves the history
+        (an empty throwaway dict for a process the history does not hold)."""
+        if key not in self._procs:
+            return {}
+        kept = self._proc_kept.get(key)
+        if kept is None:
+            kept = self._proc_kept[key] = {}
+        return kept
 
     def process_ring(self, key: ProcessKey) -> Sequence[ProcessSample]:
         """The process's live ring, oldest first, without a copy: for judges that run on the poller's
