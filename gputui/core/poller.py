@@ -251,7 +251,7 @@ class Poller:
         ref = attribute(fact, records, docker_available) if fact is not None else None
         key = (gpu_index, raw.pid)
         last = self._rows.get(key)
-        if last is not None and last[1] is fact and last[0] == raw and last[2] == ref:
+        if last is not None and last[1] is fact and (last[0] is raw or last[0] == raw) and last[2] == ref:
             row = last[3]
         else:
             row = self._process(gpu_index, raw, fact, ref)
