@@ -78,7 +78,8 @@ def _phases(poller: Any, args: argparse.Namespace) -> dict[str, float]:
         return wrapper
 
     parts = {"NVML read": (poller.gpu_source, "read"), "/proc facts": (poller.process_source, "facts"),
-             "process rows": (poller, "_row"), "history.add": (poller.history, "add"),
+             "process rows": (poller, "_row" if hasattr(poller, "_row") else "_process"),  # older trees: _process
+             "history.add": (poller.history, "add"),
              "containers": (poller_module, "build_containers"), "stale judge": (poller, "_judge_stale"),
              "imbalance judge": (poller._imbalance, "update"), "alert judge": (poller._alerts, "update")}
     originals = {name: getattr(obj, attr) for name, (obj, attr) in parts.items()}
