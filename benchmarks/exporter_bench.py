@@ -140,7 +140,8 @@ def _histogram(body: str, name: str) -> tuple[float, float]:
     return total, count
 
 
-def measure(run_mod: Any, peer: Path | None, seconds: float, warmup: float) -> dict[str, Any]:
+def measure(run_mod: Any, peer: Path | None, seconds: float, warmup: float,
+            baseline: Path | None = None) -> dict[str, Any]:
     from tests.fakenvml.scenario import FakeNvml
 
     out: dict[str, Any] = {}
@@ -150,17 +151,26 @@ def measure(run_mod: Any, peer: Path | None, seconds: float, warmup: float) -> d
         env = fake.env()
         env.setdefault("PYTHONPATH", str(REPO))
         env["XDG_STATE_HOME"] = str(Path(tmp) / "state")
-        ports = {"gputui": free_port(), "nvitop-exporter": free_port()}
+        ports = {"gputui": free_port(), "nvitop-exporter": free_port(), "gputui (baseline)": free_port()}
         commands = {"gputui": [sys.executable, "-m", "gputui", "exporter", "--no-docker", "--interval", "1",
                                "--listen", f"127.0.0.1:{ports['gputui']}"]}
+        envs = {name: env for name in ports}
+        cwds: dict[str, Path | None] = {name: None for name in ports}
+        if baseline is not None:
+            # The same exporter from another source tree (e.g. `git worktree add /tmp/base main`), so
+            # a change is measured against what it changes under the same load at the same time.
+            commands["gputui (baseline)"] = [*commands["gputui"][:-1], f"127.0.0.1:{ports['gputui (baseline)']}"]
+            envs["gputui (baseline)"] = {**env, "PYTHONPATH": str(baseline)}
+            cwds["gputui (baseline)"] = baseline  # `python -m` puts the working directory first on the path
         if peer is not None:
             commands["nvitop-exporter"] = [str(peer), "--bind-address", "127.0.0.1", "--port",
                                            str(ports["nvitop-exporter"]), "--interval", "1"]
         procs: dict[str, subprocess.Popen] = {}
         try:
             for name, cmd in commands.items():
-                procs[name] = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                               stderr=subprocess.DEVNULL, preexec_fn=run_mod._die_with_parent)  # noqa: PLW1509 (prctl only, before exec)
+                procs[name] = subprocess.Popen(cmd, env=envs[name], cwd=cwds[name], stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                               preexec_fn=run_mod._die_with_parent)  # noqa: PLW1509 (prctl only, before exec)
             urls = {name: f"http://127.0.0.1:{ports[name]}/metrics" for name in procs}
             for name, proc in procs.items():
                 wait_ready(urls[name], proc)
@@ -190,9 +200,11 @@ def measure(run_mod: Any, peer: Path | None, seconds: float, warmup: float) -> d
                     "rss_mib": rss,
                     "rss_peak_mib": hwm,
                 }
-            total, count = _histogram(scraper.last.get("gputui", ""), "gputui_poll_duration_seconds")
-            out["gputui"]["poll_mean_ms"] = 1000 * total / count if count else None
-            out["gputui"]["polls"] = count
+            for name in ("gputui", "gputui (baseline)"):
+                if name in out:
+                    total, count = _histogram(scraper.last.get(name, ""), "gputui_poll_duration_seconds")
+                    out[name]["poll_mean_ms"] = 1000 * total / count if count else None
+                    out[name]["polls"] = count
             t_stop = time.monotonic()
             procs["gputui"].send_signal(signal.SIGTERM)
             procs["gputui"].wait(timeout=30)
@@ -237,9 +249,15 @@ def print_table(results: dict[str, Any]) -> None:
     print(f"{'':18}" + "".join(f"{title:>17}" for _, title, _ in cols))
     for name, r in results["exporters"].items():
         print(f"{name:18}" + "".join(f"{fmt.format(r[key]):>17}" for key, _, fmt in cols))
-    g = results["exporters"]["gputui"]
-    if g.get("poll_mean_ms") is not None:
-        print(f"gputui poll (histogram mean): {g['poll_mean_ms']:.2f} ms over {g['polls']:.0f} polls")
+    for name in ("gputui", "gputui (baseline)"):
+        g = results["exporters"].get(name)
+        if g is not None and g.get("poll_mean_ms") is not None:
+            print(f"{name} poll (histogram mean): {g['poll_mean_ms']:.2f} ms over {g['polls']:.0f} polls")
+    n = results["exporters"].get("nvitop-exporter")
+    b = results["exporters"].get("gputui (baseline)")
+    if b is not None and n is not None and n["cpu_percent"] > 0:
+        print(f"gputui (baseline, {results['baseline']}) CPU: {b['cpu_percent']:.3f}% of a core = "
+              f"{b['cpu_percent'] / n['cpu_percent']:.3f}x nvitop-exporter's (not a verdict)")
     print(f"{results['machine']}; nvitop-exporter {results.get('peer_version') or 'not run'}")
     for line in results["verdicts"]:
         print(line)
@@ -253,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=60.0, help="length of the CPU measurement")
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds before measuring")
     ap.add_argument("--no-nvitop", action="store_true", help="do not install or run nvitop-exporter")
+    ap.add_argument("--baseline", type=Path, metavar="DIR",
+                    help="also run gputui's exporter from this source tree alongside (e.g. a worktree of main)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     peer = None if args.no_nvitop else peer_executable(install=True)
@@ -262,9 +282,13 @@ def main(argv: list[str] | None = None) -> int:
                    f"Python {platform.python_version()}",
         "peer_version": run_mod._version(PEER_VENV / "bin" / "python", "nvitop-exporter") if peer else None,
         "seconds": args.seconds,
+        "baseline": str(args.baseline) if args.baseline else None,
     }
     print(f"exporter benchmark: {GPUS} GPUs x {PROCS} processes, {args.seconds:g} s ...", flush=True)
-    results["exporters"] = measure(run_mod, peer, args.seconds, args.warmup)
+    if args.baseline is not None and not (args.baseline / "gputui" / "__init__.py").is_file():
+        ap.error(f"--baseline {args.baseline}: no gputui package there")
+    results["exporters"] = measure(run_mod, peer, args.seconds, args.warmup,
+                                   args.baseline.resolve() if args.baseline else None)
     results["verdicts"] = verdicts(results)
     print_table(results)
     return int(run_mod.save_results(results, prefix="exporter-"))

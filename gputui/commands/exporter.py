@@ -84,7 +84,7 @@ def _bind(ctx: Context) -> Any:
 
 def run(ctx: Context) -> int:
     from gputui.exporter.metrics import ExportOptions, PollStatus
-    from gputui.exporter.server import PollLoop, SnapshotCollector, serve_in_thread
+    from gputui.exporter.server import PollLoop, SnapshotCollector, serve_in_thread, stop_server
 
     args = ctx.args
     server, registry, histogram, url = _bind(ctx)  # exit 2 before touching the machine
@@ -121,7 +121,7 @@ def run(ctx: Context) -> int:
         return EXIT_OK
     finally:
         if serving:
-            server.shutdown()  # returns within serve_forever's 0.5 s poll interval
+            stop_server(server)  # wakes the accept loop at once
         server.server_close()
         # A poll stuck in the driver would make closing NVML wait too: then leave it to the exit.
         finished = loop.stop() if loop is not None else True

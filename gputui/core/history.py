@@ -8,9 +8,9 @@ under it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from gputui.core.model import Snapshot
 
@@ -30,8 +30,10 @@ class GpuSample:
     n_processes: int
 
 
-@dataclass(frozen=True)
-class ProcessSample:
+class ProcessSample(NamedTuple):
+    """One poll's figures of one process. A named tuple, not a frozen dataclass: a poll makes one per
+    GPU process (thousands on a big machine), and a tuple is built several times faster."""
+
     t: float
     gpu_memory: int | None
     sm_utilization: int | None
@@ -57,6 +59,15 @@ class History:
         self._peaks: dict[str, int] = {}
         #: first time each process key was seen (survives the ring's trimming)
         self._first_seen: dict[ProcessKey, float] = {}
+        #: polls recorded, and the number of the last one whose time did not follow its predecessor's
+        self._adds = 0
+        self._disorder_at: int | None = None
+        #: values the judges derive from the history as it stands (see ``memo``); a new dict each add()
+        self._memo: dict[Hashable, object] = {}
+        #: state the judges keep in step with the history from poll to poll (see ``kept``)
+        self._kept: dict[Hashable, object] = {}
+        #: the same per process identity, forgotten with the process (see ``process_kept``)
+        self._proc_kept: dict[ProcessKey, dict[str, object]] = {}
 
     # -- writing -----------------------------------------------------------
     def add(self, snap: Snapshot, container_ids: Iterable[str] = ()) -> None:
@@ -64,6 +75,10 @@ class History:
         (so an idle grant has a history); containers in ``snap.containers`` and
         those owning processes are recorded anyway."""
         t = snap.time.timestamp()
+        if self._times and t <= self._times[-1]:  # the wall clock stepped back (or stood still)
+            self._disorder_at = self._adds
+        self._adds += 1
+        self._memo = {}
         self._times.append(t)
         seen: set[ProcessKey] = set()
         for g in snap.gpus:
@@ -89,6 +104,7 @@ class History:
         for key in [k for k in self._procs if k not in seen]:
             del self._procs[key]
             self._first_seen.pop(key, None)
+            self._proc_kept.pop(key, None)
         usage: dict[str, dict[int, int]] = {cid: {} for cid in container_ids}
         for c in snap.containers:
             usage.setdefault(c.id, {})
@@ -136,8 +152,56 @@ class History:
         """Largest total GPU memory the container's processes held at once while watched."""
         return self._peaks.get(cid, 0)
 
+    @property
+    def ordered(self) -> bool:
+        """True when every sample still held was recorded after the one before it in time: no
+        clock step back within the last ``capacity`` polls, so each ring is in strict time order."""
+        return self._disorder_at is None or self._adds - self._disorder_at > self.capacity
+
+    @property
+    def memo(self) -> dict[Hashable, object]:
+        """A dict for values computed from the history as it stands, emptied by every :meth:`add`:
+        two judges of one poll that need the same windowed figures compute them once. Keys name
+        their owner (``("gpu_loads", ...)``); for the poller's thread, like the rings."""
+        return self._memo
+
+    @property
+    def kept(self) -> dict[Hashable, object]:
+        """A dict for state that judges keep in step with this history across polls (running
+        windows); keys name their owner. Unlike :attr:`memo`, ``add()`` leaves it alone."""
+        return self._kept
+
+    def process_kept(self, key: ProcessKey) -> dict[str, object]:
+        """Like :attr:`kept`, for one process identity: forgotten when the process leaves the history
+        (an empty throwaway dict for a process the history does not hold)."""
+        if key not in self._procs:
+            return {}
+        kept = self._proc_kept.get(key)
+        if kept is None:
+            kept = self._proc_kept[key] = {}
+        return kept
+
+    def process_ring(self, key: ProcessKey) -> Sequence[ProcessSample]:
+        """The process's live ring, oldest first, without a copy: for judges that run on the poller's
+        thread right after :meth:`add`, and never kept past the poll (the next ``add`` changes it)."""
+        return self._procs.get(key, ())
+
+    def gpu_ring(self, index: int) -> Sequence[GpuSample]:
+        """The GPU's live ring, oldest first, without a copy (same terms as :meth:`process_ring`)."""
+        return self._gpus.get(index, ())
+
     def _window(self, items: Sequence[_TimedT], window: float | None) -> tuple[_TimedT, ...]:
-        return _tail(items, window, lambda s: s.t)
+        """``_tail`` by sample time, without a call per sample (the judges ask many times a poll)."""
+        if window is None or not items:
+            return tuple(items)
+        cutoff = items[-1].t - window
+        out: list[_TimedT] = []
+        for s in reversed(items):
+            if s.t < cutoff:
+                break
+            out.append(s)
+        out.reverse()
+        return tuple(out)
 
 
 class _Timed(Protocol):

@@ -157,7 +157,7 @@ class _Device:
 
     __slots__ = ("index", "handle", "name", "uuid", "pci_bus_id", "minor_number", "clock_sm_max",
                  "clock_memory_max", "static_done", "unsupported", "failures", "last_error", "slow", "util_seen",
-                 "buffers")
+                 "buffers", "raws")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -180,6 +180,8 @@ class _Device:
         self.util_seen = 0
         #: reusable ctypes buffers for the process and sample lists
         self.buffers: dict[str, Any] = {}
+        #: the last poll's RawProcess per (pid, type, memory, SM %): an unchanged one is handed out again
+        self.raws: dict[tuple[int, str, int | None, int | None], RawProcess] = {}
 
 
 @dataclass(frozen=True)
@@ -620,12 +622,20 @@ class NvmlSource:
             return ()
         samples = self._process_utilization(dev)
         out = []
+        last = dev.raws
+        raws: dict[tuple[int, str, int | None, int | None], RawProcess] = {}
         for pid, (is_compute, is_graphics, mem) in merged.items():
             ptype: ProcessType = (
                 "compute+graphics" if is_compute and is_graphics else "compute" if is_compute else "graphics"
             )
             sm = None if samples is None else samples.get(pid, 0)
-            out.append(RawProcess(pid=pid, type=ptype, gpu_memory=mem, sm_utilization=sm))
+            key = (pid, ptype, mem, sm)
+            raw = last.get(key)
+            if raw is None:
+                raw = RawProcess(pid=pid, type=ptype, gpu_memory=mem, sm_utilization=sm)
+            raws[key] = raw
+            out.append(raw)
+        dev.raws = raws
         return tuple(out)
 
     def _process_utilization(self, dev: _Device) -> dict[int, int] | None:

@@ -14,8 +14,9 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 from datetime import datetime, timezone
+from typing import TypeVar
 
 from gputui.core import cgroups
 from gputui.core.config import Settings
@@ -23,7 +24,7 @@ from gputui.core.containers import build_containers
 from gputui.core.history import History
 from gputui.core.judges.alerts import AlertJudge
 from gputui.core.judges.imbalance import ImbalanceJudge
-from gputui.core.judges.stale import judge_stale
+from gputui.core.judges.stale import IdleTracker, judge_stale
 from gputui.core.model import (
     Container,
     ContainerInventory,
@@ -141,9 +142,13 @@ class Poller:
         self.container_wait = container_wait
         self._imbalance = ImbalanceJudge(self.settings)
         self._alerts = AlertJudge(self.settings)
+        self._idle = IdleTracker()
         self.polls = 0
         #: start time -> aware datetime; a process's start never changes, so convert it once
         self._started_cache: dict[float, datetime] = {}
+        #: (gpu, pid) -> what the last poll built its row from, and the row: an unchanged process
+        #: (same NVML figures, same facts object, same container) keeps its frozen row
+        self._rows: dict[tuple[int, int], tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]] = {}
 
     def close(self) -> None:
         if self.watcher is not None:
@@ -178,12 +183,14 @@ class Poller:
             )
 
         built: list[Gpu] = []
+        rows: dict[tuple[int, int], tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]] = {}
         for g in gpus:
             procs = tuple(
-                self._process(g.index, raw, facts.get(raw.pid), records, inventory.available)
+                self._row(g.index, raw, facts.get(raw.pid), records, inventory.available, rows)
                 for raw in reading.processes.get(g.index, ())
             )
-            built.append(replace(g, processes=procs))
+            built.append(_with(g, processes=procs))
+        self._rows = rows
         all_gpus = tuple(built)
 
         stamp = datetime.fromtimestamp(now, tz=timezone.utc).astimezone()
@@ -202,10 +209,11 @@ class Poller:
         containers = build_containers(tuple(records.values()), all_gpus, self.history, self.settings, now)
         by_id = {c.id: c for c in containers}
         judged_gpus = tuple(self._judge_stale(g, by_id, records) for g in all_gpus)
-        snap = replace(snap, gpus=judged_gpus, containers=containers, window=self.history.span)
+        self._idle.prune(self.history)
+        snap = _with(snap, gpus=judged_gpus, containers=containers, window=self.history.span)
         imbalance = self._imbalance.update(self.history, snap)
-        snap = replace(snap, imbalance=imbalance)
-        snap = replace(snap, alerts=self._alerts.update(self.history, snap))
+        snap = _with(snap, imbalance=imbalance)
+        snap = _with(snap, alerts=self._alerts.update(self.history, snap))
         if self.gpu_filter is not None:
             snap = replace(snap, gpus=tuple(g for g in snap.gpus if self.gpu_filter(g)))
         self.polls += 1
@@ -217,7 +225,7 @@ class Poller:
         changed = False
         procs = []
         for p in g.processes:
-            stale = judge_stale(p, self.history, self.settings, by_id, records)
+            stale = judge_stale(p, self.history, self.settings, by_id, records, self._idle)
             if stale:
                 p = replace(p, stale=stale)
                 changed = True
@@ -235,13 +243,27 @@ class Poller:
             self._started_cache[create_time] = started
         return started
 
+    def _row(self, gpu_index: int, raw: RawProcess, fact: ProcessFacts | None, records: dict[str, ContainerRecord],
+             docker_available: bool,
+             rows: dict[tuple[int, int], tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]],
+             ) -> Process:
+        """The process's row: the last poll's when nothing it is built from changed."""
+        ref = attribute(fact, records, docker_available) if fact is not None else None
+        key = (gpu_index, raw.pid)
+        last = self._rows.get(key)
+        if last is not None and last[1] is fact and (last[0] is raw or last[0] == raw) and last[2] == ref:
+            row = last[3]
+        else:
+            row = self._process(gpu_index, raw, fact, ref)
+        rows[key] = (raw, fact, ref, row)
+        return row
+
     def _process(
         self,
         gpu_index: int,
         raw: RawProcess,
         fact: ProcessFacts | None,
-        records: dict[str, ContainerRecord],
-        docker_available: bool,
+        ref: ContainerRef | None,
     ) -> Process:
         fact = fact or ProcessFacts(pid=raw.pid, visible=False, invisible_reason="vanished")
         started = self._started(fact.create_time)
@@ -263,9 +285,38 @@ class Poller:
             status=fact.status,
             uid=fact.uid,
             orphaned=fact.orphaned,
-            container=attribute(fact, records, docker_available),
+            container=ref,
             mig_device=raw.mig_device,
         )
+
+
+_D = TypeVar("_D")
+#: model classes _with may copy directly: frozen dataclasses whose fields are all __init__ arguments
+#: and that have no __post_init__, so that a copy with new field values is what __init__ would build
+_PLAIN: dict[type, frozenset[str] | None] = {}
+
+
+def _with(obj: _D, **changes: object) -> _D:
+    """``dataclasses.replace`` for the model's plain frozen dataclasses, without its per-field
+    introspection and __init__ call (a poll rebuilds every GPU and the snapshot a few times).
+    Anything else — a class with __post_init__, slots or non-init fields, an unknown field name —
+    goes through ``replace`` itself."""
+    cls = type(obj)
+    names = _PLAIN.get(cls, ...)
+    if names is ...:
+        names = None
+        if is_dataclass(cls) and not hasattr(cls, "__post_init__") and hasattr(obj, "__dict__"):
+            fs = fields(cls)
+            if all(f.init for f in fs) and len(fs) == len(obj.__dict__):
+                names = frozenset(f.name for f in fs)
+        _PLAIN[cls] = names
+    if names is None or not names.issuperset(changes):
+        return replace(obj, **changes)  # type: ignore[type-var]  # _D is a dataclass here
+    new = object.__new__(cls)
+    state = new.__dict__
+    state.update(obj.__dict__)
+    state.update(changes)
+    return new
 
 
 @functools.lru_cache(maxsize=8192)

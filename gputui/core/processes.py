@@ -92,7 +92,7 @@ class _Static:
 
     __slots__ = ("starttime", "comm", "create_time", "uid", "user", "command", "cgroup", "ns_init", "gpu_fd",
                  "orphan_ppid", "orphaned", "orphan_at", "cpu_ticks", "cpu_at", "cpu_percent", "seen", "rss",
-                 "rss_approx", "rss_at", "last", "stat_fd")
+                 "rss_approx", "rss_at", "last", "stat_fd", "stat_raw", "stat_fields")
 
     def __init__(self, starttime: int, comm: bytes, create_time: float | None, uid: int | None, user: str | None,
                  command: str | None, cgroup: str | None, ns_init: bool) -> None:
@@ -120,6 +120,10 @@ class _Static:
         self.stat_fd: int | None = None
         self.rss_at = 0.0
         self.last: tuple[tuple[object, ...], ProcessFacts] | None = None
+        #: the last /proc/PID/stat line read and its parsed fields: a sleeping process's line does not
+        #: change between polls, so it is parsed once
+        self.stat_raw = b""
+        self.stat_fields: tuple[bytes, str, int, int, int, int, int, int] | None = None
 
 
 def ns_inode(path: str) -> int | None:
@@ -265,20 +269,24 @@ class HostProcessSource:
                 fd = -1
         else:
             fd = -1
-        try:
-            lpar = raw.index(b"(")
-            rpar = raw.rindex(b")")
-            comm = raw[lpar + 1: rpar]
-            f = raw[rpar + 2:].split()
-            state = f[0].decode()
-            ppid, pgrp, session = int(f[1]), int(f[2]), int(f[3])
-            ticks = int(f[11]) + int(f[12])
-            starttime = int(f[19])
-            approx_rss = int(f[21])
-        except (ValueError, IndexError):
-            return self._invisible(pid)
+        known = self._static.get(pid)
+        if known is not None and known.stat_fields is not None and known.stat_raw == raw:
+            comm, state, ppid, pgrp, session, ticks, starttime, approx_rss = known.stat_fields
+        else:
+            try:
+                lpar = raw.index(b"(")
+                rpar = raw.rindex(b")")
+                comm = raw[lpar + 1: rpar]
+                f = raw[rpar + 2:].split()
+                state = f[0].decode()
+                ppid, pgrp, session = int(f[1]), int(f[2]), int(f[3])
+                ticks = int(f[11]) + int(f[12])
+                starttime = int(f[19])
+                approx_rss = int(f[21])
+            except (ValueError, IndexError):
+                return self._invisible(pid)
 
-        st = self._static.get(pid)
+        st = known
         if st is None or st.starttime != starttime or st.comm != comm:
             new = self._read_static(pid, base, starttime, comm, st)
             if st is not None and new is not st:
@@ -290,6 +298,9 @@ class HostProcessSource:
                 return self._invisible(pid)
             st = new
             self._static[pid] = st
+        if st.stat_raw != raw:
+            st.stat_raw = raw
+            st.stat_fields = (comm, state, ppid, pgrp, session, ticks, starttime, approx_rss)
         if fd >= 0:
             if st.stat_fd is None:
                 st.stat_fd = fd

@@ -230,9 +230,26 @@ def bind_server(address: ListenAddress, registry: CollectorRegistry,
     return server
 
 
+#: How long the accept loop sleeps between checks for a stop request. On Linux :func:`stop_server`
+#: wakes it at once, so it need not wake twice a second for nothing; elsewhere it must poll.
+SERVE_POLL_S = 30.0 if sys.platform.startswith("linux") else 0.5
+
+
 def serve_in_thread(server: WSGIServer) -> threading.Thread:
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5},
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": SERVE_POLL_S},
                               name="gputui-exporter-http", daemon=True)
     thread.start()
     return thread
+
+
+def stop_server(server: WSGIServer, wait: float = 2.0) -> None:
+    """Stop :func:`serve_in_thread`'s loop now: ask it to stop, then shut the listening socket down,
+    which wakes its select() on Linux (it then sees the request and returns)."""
+    stopper = threading.Thread(target=server.shutdown, name="gputui-exporter-stop", daemon=True)
+    stopper.start()
+    try:
+        server.socket.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # not connected/supported here: the loop notices within SERVE_POLL_S
+    stopper.join(wait)
 

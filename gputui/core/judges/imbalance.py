@@ -46,10 +46,11 @@ checks of ``doctor``).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from gputui.core.config import Settings
-from gputui.core.history import History
+from gputui.core.history import History, ProcessSample
 from gputui.core.judges.hysteresis import Latch, advance, effective_hold
 from gputui.core.judges.mig_placement import whole_gpus
 from gputui.core.judges.placement import GpuLoad, gpu_loads, granted_indices, rank_key, reservations
@@ -238,9 +239,50 @@ def _computes(history: History, procs: list[Process], window: float) -> bool:
     return not known or sum(known) > 0
 
 
+class _RunningPeak:
+    """The most GPU memory in a process's ring, kept from poll to poll: (number, memory) of the
+    samples that can still be the peak (memory strictly decreasing), numbered as taken in."""
+
+    __slots__ = ("last", "seq", "peaks")
+
+    def __init__(self) -> None:
+        self.last: ProcessSample | None = None
+        self.seq = 0
+        self.peaks: deque[tuple[int, int]] = deque()
+
+    def take(self, s: ProcessSample) -> None:
+        self.seq += 1
+        self.last = s
+        if s.gpu_memory is not None:
+            while self.peaks and self.peaks[-1][1] <= s.gpu_memory:
+                self.peaks.pop()
+            self.peaks.append((self.seq, s.gpu_memory))
+
+
 def _process_peak(history: History, p: Process) -> int:
-    seen = [s.gpu_memory for s in history.process((p.gpu_index, p.pid, p.create_time)) if s.gpu_memory is not None]
-    return max(seen + [p.gpu_memory or 0])
+    """The most GPU memory the process held in the samples the history keeps (its newest reading
+    counts even when it has none). Kept running for the processes asked about, poll after poll."""
+    key = (p.gpu_index, p.pid, p.create_time)
+    ring = history.process_ring(key)
+    if not ring:
+        return p.gpu_memory or 0
+    kept = history.process_kept(key)
+    run = kept.get("imbalance.peak")
+    if isinstance(run, _RunningPeak) and run.last is ring[-1]:
+        pass
+    elif isinstance(run, _RunningPeak) and len(ring) >= 2 and ring[-2] is run.last:
+        run.take(ring[-1])
+    else:
+        run = _RunningPeak()
+        for s in ring:
+            run.take(s)
+        kept["imbalance.peak"] = run
+    oldest = run.seq - len(ring) + 1  # every sample taken in since the rebuild entered the ring
+    while run.peaks and run.peaks[0][0] < oldest:
+        run.peaks.popleft()
+    if not run.peaks:
+        return p.gpu_memory or 0
+    return max(run.peaks[0][1], p.gpu_memory or 0)
 
 
 def movers(cond: Condition, snapshot: Snapshot, history: History, window: float) -> list[_Mover]:

@@ -21,10 +21,12 @@ their load. Lost GPUs are never proposed.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 
-from gputui.core.history import History
+from gputui.core.history import GpuSample, History
 from gputui.core.judges.text import gib, gpus_phrase, index_ranges, over, plural
 from gputui.core.model import Container, Gpu, Snapshot
 
@@ -69,34 +71,158 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def gpu_loads(history: History, gpus: Iterable[Gpu], window: float | None) -> dict[int, GpuLoad]:
-    """Windowed load of each GPU in ``gpus`` (their newest state says whether they are lost)."""
-    out: dict[int, GpuLoad] = {}
-    for g in gpus:
-        samples = [s for s in history.gpu(g.index, window) if not s.lost]
-        if not samples and not g.lost:
-            # Not in the history (a caller judging a bare snapshot): the snapshot is the sample.
-            util = [float(g.utilization_gpu)] if g.utilization_gpu is not None else []
-            mem = [g.memory_percent] if g.memory_percent is not None else []
-            frees = [g.memory_free] if g.memory_free is not None else []
-            n = 1
-        else:
-            util = [float(s.utilization) for s in samples if s.utilization is not None]
-            mem = [100.0 * s.memory_used / s.memory_total for s in samples
-                   if s.memory_used is not None and s.memory_total]
-            frees = [max(0, s.memory_total - s.memory_used) for s in samples
-                     if s.memory_used is not None and s.memory_total is not None]
-            n = len(samples)
-        out[g.index] = GpuLoad(
-            index=g.index,
-            uuid=g.uuid,
-            lost=g.lost,
-            util=None if g.lost else _mean(util),
-            memory=None if g.lost else _mean(mem),
-            free=None if g.lost else g.memory_free,
-            free_min=None if g.lost or not frees else min(frees),
-            samples=n,
-        )
-    return out
+    """Windowed load of each GPU in ``gpus`` (their newest state says whether they are lost).
+
+    Computed once per poll for a given tuple of GPUs and window (the imbalance judge and the
+    alerts both ask); each caller gets its own dict."""
+    gpus = gpus if isinstance(gpus, tuple) else tuple(gpus)
+    key = ("gpu_loads", window, id(gpus))
+    hit = history.memo.get(key)
+    if isinstance(hit, tuple) and hit[0] is gpus:  # the same tuple, not one that took its id
+        return dict(hit[1])
+    out = {g.index: _gpu_load(history, g, window) for g in gpus}
+    history.memo[key] = (gpus, out)
+    return dict(out)
+
+
+class _RunningWindow:
+    """One GPU's samples of the last ``window`` seconds, kept up to date one sample per poll: the
+    figures :func:`_gpu_load` needs, oldest first, so that a poll takes in one sample and drops those
+    that left the window instead of reading the whole window again. Kept only while its samples
+    follow each other in time and the history is fed poll after poll; otherwise rebuilt."""
+
+    __slots__ = ("last", "seq", "n", "util", "util_at", "mem", "mem_at", "free", "free_at")
+
+    def __init__(self) -> None:
+        #: the newest sample taken in, and its number (samples are numbered as they are taken in)
+        self.last: GpuSample | None = None
+        self.seq = 0
+        #: (number, time) of each non-lost sample; per figure, its values and their (number, time)
+        self.n: deque[tuple[int, float]] = deque()
+        self.util: deque[float] = deque()
+        self.util_at: deque[tuple[int, float]] = deque()
+        self.mem: deque[float] = deque()
+        self.mem_at: deque[tuple[int, float]] = deque()
+        self.free: deque[int] = deque()
+        self.free_at: deque[tuple[int, float]] = deque()
+
+    def take(self, s: GpuSample) -> None:
+        self.seq += 1
+        self.last = s
+        if s.lost:
+            return
+        at = (self.seq, s.t)
+        self.n.append(at)
+        if s.utilization is not None:
+            self.util.append(float(s.utilization))
+            self.util_at.append(at)
+        used, total = s.memory_used, s.memory_total
+        if used is not None and total is not None:
+            if total:
+                self.mem.append(100.0 * used / total)
+                self.mem_at.append(at)
+            self.free.append(max(0, total - used))
+            self.free_at.append(at)
+
+    def expire(self, cutoff: float, oldest: int) -> None:
+        """Drop the samples older than ``cutoff`` or numbered before ``oldest`` (out of the ring)."""
+        n = self.n
+        while n and (n[0][1] < cutoff or n[0][0] < oldest):
+            n.popleft()
+        for values, at in ((self.util, self.util_at), (self.mem, self.mem_at), (self.free, self.free_at)):
+            while at and (at[0][1] < cutoff or at[0][0] < oldest):
+                at.popleft()
+                values.popleft()
+
+
+def _running_window(history: History, index: int, window: float) -> _RunningWindow | None:
+    """The GPU's running window brought up to its ring's newest sample, or None where the ring's
+    window is not in strict time order (a wall clock that stepped back): then it is read as it is."""
+    ring = history.gpu_ring(index)
+    key = ("gpu_loads.window", index, window)
+    if not ring:
+        history.kept.pop(key, None)
+        return None
+    run = history.kept.get(key)
+    newest = ring[-1]
+    if isinstance(run, _RunningWindow) and run.last is newest:
+        return run
+    if (isinstance(run, _RunningWindow) and run.last is not None and len(ring) >= 2 and ring[-2] is run.last
+            and newest.t > run.last.t):
+        run.take(newest)
+    else:
+        run = _RunningWindow()
+        cutoff = newest.t - window
+        start = len(ring)
+        for s in reversed(ring):  # the window as History._tail reads it: back to the first older sample
+            if s.t < cutoff:
+                break
+            start -= 1
+        previous = None
+        for s in islice(ring, start, None):
+            if previous is not None and s.t <= previous:
+                history.kept.pop(key, None)
+                return None
+            previous = s.t
+            run.take(s)
+        history.kept[key] = run
+    # The ring holds the newest len(ring) samples, and every one taken in since the rebuild was one.
+    run.expire(newest.t - window, run.seq - len(ring) + 1)
+    return run
+
+
+def _gpu_load(history: History, g: Gpu, window: float | None) -> GpuLoad:
+    run = _running_window(history, g.index, window) if window is not None else None
+    if run is not None:
+        return _load(g, run.util, run.mem, run.free, len(run.n))
+    ring = history.gpu_ring(g.index)
+    if window is not None and ring:
+        cutoff = ring[-1].t - window
+        newest_first = []
+        for s in reversed(ring):  # samples are in time order: stop at the window's edge
+            if s.t < cutoff:
+                break
+            newest_first.append(s)
+        newest_first.reverse()
+        samples: Iterable[GpuSample] = newest_first
+    else:
+        samples = ring
+    util: list[float] = []
+    mem: list[float] = []
+    frees: list[int] = []
+    n = 0
+    for s in samples:
+        if s.lost:
+            continue
+        n += 1
+        if s.utilization is not None:
+            util.append(float(s.utilization))
+        used, total = s.memory_used, s.memory_total
+        if used is not None and total is not None:
+            if total:
+                mem.append(100.0 * used / total)
+            frees.append(max(0, total - used))
+    return _load(g, util, mem, frees, n)
+
+
+def _load(g: Gpu, util: Sequence[float], mem: Sequence[float], frees: Sequence[int], n: int) -> GpuLoad:
+    """The GpuLoad from the window's figures (oldest first) and its number of non-lost samples."""
+    if not n and not g.lost:
+        # Not in the history (a caller judging a bare snapshot): the snapshot is the sample.
+        util = [float(g.utilization_gpu)] if g.utilization_gpu is not None else []
+        mem = [g.memory_percent] if g.memory_percent is not None else []
+        frees = [g.memory_free] if g.memory_free is not None else []
+        n = 1
+    return GpuLoad(
+        index=g.index,
+        uuid=g.uuid,
+        lost=g.lost,
+        util=None if g.lost else _mean(util),
+        memory=None if g.lost else _mean(mem),
+        free=None if g.lost else g.memory_free,
+        free_min=None if g.lost or not frees else min(frees),
+        samples=n,
+    )
 
 
 def rank_key(load: GpuLoad) -> tuple[object, ...]:

@@ -35,9 +35,11 @@ Nothing here kills anything: findings are facts for a person to act on.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import deque
+from collections.abc import Sequence
 
 from gputui.core.config import Settings
-from gputui.core.history import History
+from gputui.core.history import History, ProcessKey, ProcessSample
 from gputui.core.judges.text import duration, gib
 from gputui.core.model import Container, ContainerRecord, Finding, Process
 
@@ -54,8 +56,16 @@ GONE_STATES = {
 GHOST_SETTLE = 3.0
 
 
-def idle_finding(p: Process, history: History, settings: Settings) -> Finding | None:
-    """``idle-holder`` when every sample across ``idle_window`` shows the process idle with memory held."""
+def _time(s: ProcessSample) -> float:
+    return s.t
+
+
+def idle_finding(p: Process, history: History, settings: Settings,
+                 tracker: IdleTracker | None = None) -> Finding | None:
+    """``idle-holder`` when every sample across ``idle_window`` shows the process idle with memory held.
+
+    With a ``tracker`` fed by the same history poll after poll (the poller's), the window is not
+    walked again each poll: the tracker knows how many of the newest samples in a row are idle."""
     threshold = settings.idle_holder_memory
     if p.gpu_memory is None or p.gpu_memory < threshold:
         return None
@@ -63,11 +73,12 @@ def idle_finding(p: Process, history: History, settings: Settings) -> Finding | 
     if (p.sm_utilization is not None and p.sm_utilization > 0) or (
             p.cpu_percent is not None and p.cpu_percent > settings.idle_cpu):
         return None
-    samples = history.process((p.gpu_index, p.pid, p.create_time))
+    key = (p.gpu_index, p.pid, p.create_time)
+    samples = history.process_ring(key)
     if not samples:
         return None
     now = samples[-1].t
-    first = bisect_left(samples, now - settings.idle_window, key=lambda s: s.t)
+    first = bisect_left(samples, now - settings.idle_window, key=_time)
     observed = now - samples[first].t
     # One sampling step of slack: the window's edge falls between two polls.
     if first > 0:
@@ -77,32 +88,193 @@ def idle_finding(p: Process, history: History, settings: Settings) -> Finding | 
     covered = observed + step >= settings.idle_window or len(samples) >= history.capacity
     if not covered:
         return None
-    gpu_util: dict[float, int | None] | None = None
-    peak_cpu: float | None = None
-    for i in range(len(samples) - 1, first - 1, -1):
-        s = samples[i]
-        if s.gpu_memory is None or s.gpu_memory < threshold:
-            return None
-        sm = s.sm_utilization
-        if sm is None:
-            # No per-process figure: an idle GPU means every process on it is idle.
-            if gpu_util is None:
-                gpu_util = {g.t: g.utilization for g in history.gpu(p.gpu_index, settings.idle_window)}
-            sm = gpu_util.get(s.t)
-        if sm is None or sm > 0:
-            return None
-        cpu = s.cpu_percent
-        if cpu is None:
-            continue  # the first read of a process has no CPU figure yet
-        if cpu > settings.idle_cpu:
-            return None
-        if peak_cpu is None or cpu > peak_cpu:
-            peak_cpu = cpu
-    if peak_cpu is None:
-        return None  # never saw its CPU: cannot vouch that it is idle
+    verdict = tracker.window(key, samples, first, history, settings) if tracker is not None else None
+    if verdict is None:
+        verdict = _walk(tuple(samples), first, p.gpu_index, history, settings)
+    idle, peak_cpu = verdict
+    if not idle or peak_cpu is None:
+        return None  # a busy sample in the window, or never saw its CPU: cannot vouch that it is idle
     cpu_text = "0% CPU" if peak_cpu == 0 else f"at most {peak_cpu:.1f}% CPU"
     return Finding("idle-holder", f"Holds {gib(p.gpu_memory)} of GPU memory with 0% SM and {cpu_text} "
                                   f"throughout the {duration(observed)} observed.")
+
+
+def _idle_sample(s: ProcessSample, settings: Settings, gpu_util: int | None) -> bool:
+    """One sample of an idle holder: the memory held, 0% SM (or, with no per-process figure, an
+    idle GPU — ``gpu_util``, the GPU's in the same poll: then every process on it is idle), and at
+    most ``idle_cpu`` CPU (or no CPU figure yet: the first read of a process has none)."""
+    if s.gpu_memory is None or s.gpu_memory < settings.idle_holder_memory:
+        return False
+    sm = s.sm_utilization if s.sm_utilization is not None else gpu_util
+    if sm is None or sm > 0:
+        return False
+    return s.cpu_percent is None or s.cpu_percent <= settings.idle_cpu
+
+
+def _walk(samples: Sequence[ProcessSample], first: int, gpu_index: int, history: History,
+          settings: Settings) -> tuple[bool, float | None]:
+    """(every sample from ``first`` on is idle, the most CPU among them), newest first."""
+    gpu_util: _GpuUtilAt | None = None
+    peak_cpu: float | None = None
+    for i in range(len(samples) - 1, first - 1, -1):
+        s = samples[i]
+        gpu_sm = None
+        if s.sm_utilization is None:
+            if gpu_util is None:
+                gpu_util = _GpuUtilAt(history, gpu_index, settings.idle_window)
+            gpu_sm = gpu_util.at(s.t)
+        if not _idle_sample(s, settings, gpu_sm):
+            return False, None
+        cpu = s.cpu_percent
+        if cpu is not None and (peak_cpu is None or cpu > peak_cpu):
+            peak_cpu = cpu
+    return True, peak_cpu
+
+
+class _IdleRun:
+    """The newest samples in a row of one process that are idle (see :func:`_idle_sample`)."""
+
+    __slots__ = ("last", "length", "seq", "peaks")
+
+    def __init__(self, last: ProcessSample, length: int, seq: int, peaks: deque[tuple[int, float]]) -> None:
+        #: the newest sample taken into account
+        self.last = last
+        #: how many samples in a row, ending with ``last``, are idle
+        self.length = length
+        #: ``last``'s number (the samples before it are numbered one less each)
+        self.seq = seq
+        #: (number, CPU %) of the run's samples with a CPU figure, CPU strictly decreasing: the first
+        #: one at or after a window's first number is the most CPU in that window
+        self.peaks = peaks
+
+
+class IdleTracker:
+    """The idle-holder test of :func:`idle_finding` kept up to date one sample per poll.
+
+    The poller owns one and passes it to :func:`judge_stale` right after each ``History.add``. Per
+    process identity it keeps the length of the run of idle samples ending with the newest one, and
+    the CPU peaks of that run; a poll then costs a step per process instead of a walk over the whole
+    ``idle_window`` (600 samples at 1 s polls) for each process idling with memory held. Where it
+    cannot vouch for the samples — a history not fed poll after poll, a wall clock that stepped
+    back, samples that do not line up with their GPU's — :meth:`window` answers None and the window
+    is walked as before, so the findings are the same either way.
+    """
+
+    def __init__(self) -> None:
+        self._runs: dict[ProcessKey, _IdleRun] = {}
+        self._params: tuple[int, float, float] | None = None
+
+    def window(self, key: ProcessKey, samples: Sequence[ProcessSample], first: int, history: History,
+               settings: Settings) -> tuple[bool, float | None] | None:
+        """(every sample from index ``first`` on is idle, the most CPU among them), or None."""
+        params = (settings.idle_holder_memory, settings.idle_cpu, settings.idle_window)
+        if params != self._params or not history.ordered:
+            self._runs.clear()
+            self._params = params
+            if not history.ordered:
+                return None
+        run = self._update(key, samples, history, settings)
+        if run is None:
+            return None
+        need = len(samples) - first
+        if run.length < need:
+            return False, None
+        since = run.seq - need + 1
+        peaks = run.peaks
+        while peaks and peaks[0][0] < since:  # windows only move forward: what left them is done with
+            peaks.popleft()
+        return True, peaks[0][1] if peaks else None
+
+    def prune(self, history: History) -> None:
+        """Forget the processes the history no longer holds."""
+        if self._runs:
+            for key in [k for k in self._runs if not history.process_ring(k)]:
+                del self._runs[key]
+
+    def _update(self, key: ProcessKey, samples: Sequence[ProcessSample], history: History,
+                settings: Settings) -> _IdleRun | None:
+        run = self._runs.get(key)
+        newest = samples[-1]
+        if run is not None and run.last is newest:
+            return run
+        gpus = history.gpu_ring(key[0])
+        offset = len(gpus) - len(samples)  # the GPU's sample of the same poll as samples[i] is gpus[offset + i]
+        if offset < 0:
+            self._runs.pop(key, None)
+            return None
+        misaligned = False
+
+        def idle(i: int) -> bool:
+            nonlocal misaligned
+            s = samples[i]
+            gpu_sm = None
+            if s.sm_utilization is None:
+                g = gpus[offset + i]
+                if g.t != s.t:
+                    misaligned = True
+                    return False
+                gpu_sm = g.utilization
+            return _idle_sample(s, settings, gpu_sm)
+
+        n = len(samples)
+        if run is not None and n >= 2 and samples[-2] is run.last:
+            run.seq += 1
+            run.last = newest
+            if idle(n - 1):
+                run.length += 1
+                if newest.cpu_percent is not None:
+                    while run.peaks and run.peaks[-1][1] <= newest.cpu_percent:
+                        run.peaks.pop()
+                    run.peaks.append((run.seq, newest.cpu_percent))
+            else:
+                run.length = 0
+                run.peaks.clear()
+        else:
+            start = n
+            while start > 0 and idle(start - 1):
+                start -= 1
+            run = _IdleRun(newest, n - start, n - 1, deque())
+            for i in range(start, n):
+                cpu = samples[i].cpu_percent
+                if cpu is not None:
+                    while run.peaks and run.peaks[-1][1] <= cpu:
+                        run.peaks.pop()
+                    run.peaks.append((i, cpu))
+        if misaligned:
+            self._runs.pop(key, None)
+            return None
+        self._runs[key] = run
+        return run
+
+
+class _GpuUtilAt:
+    """The GPU's utilization in its sample taken at a given time, within the GPU's last ``window`` seconds.
+
+    Asked for times newest first (the process's samples, walked back), it walks the GPU's samples back
+    alongside them instead of indexing the whole window: a process that is not idle is answered at its
+    newest sample, not after 600. Where the samples are not in time order (a wall clock stepped back),
+    it falls back to a dict of the window, which answers the same.
+    """
+
+    __slots__ = ("_samples", "_cutoff", "_j", "_dict", "_history", "_index", "_window")
+
+    def __init__(self, history: History, index: int, window: float) -> None:
+        self._history, self._index, self._window = history, index, window
+        self._samples = history.gpu(index)
+        self._cutoff = self._samples[-1].t - window if self._samples else 0.0
+        self._j = len(self._samples) - 1
+        self._dict: dict[float, int | None] | None = None
+
+    def at(self, t: float) -> int | None:
+        if self._dict is None:
+            samples, j = self._samples, self._j
+            while j >= 0 and samples[j].t > t and samples[j].t >= self._cutoff:
+                j -= 1
+            self._j = j
+            if j >= 0 and samples[j].t == t and t >= self._cutoff:
+                return samples[j].utilization
+            self._dict = {g.t: g.utilization for g in self._history.gpu(self._index, self._window)}
+        return self._dict.get(t)
 
 
 def ghost_finding(p: Process, history: History) -> Finding | None:
@@ -158,13 +330,15 @@ def container_finding(p: Process, containers_by_id: dict[str, Container],
 
 
 def judge_stale(process: Process, history: History, settings: Settings,
-                containers_by_id: dict[str, Container], records: dict[str, ContainerRecord]) -> tuple[Finding, ...]:
-    """Every stale reason that applies to one process (empty when it is fine)."""
+                containers_by_id: dict[str, Container], records: dict[str, ContainerRecord],
+                idle: IdleTracker | None = None) -> tuple[Finding, ...]:
+    """Every stale reason that applies to one process (empty when it is fine). ``idle``: the
+    poller's :class:`IdleTracker`, when the history is the one it feeds poll after poll."""
     found = [
         ghost_finding(process, history),
         zombie_finding(process),
         orphan_finding(process),
         container_finding(process, containers_by_id, records),
-        idle_finding(process, history, settings),
+        idle_finding(process, history, settings, idle),
     ]
     return tuple(f for f in found if f is not None)

@@ -1,0 +1,241 @@
+"""Where one poll's CPU goes: ``.venv/bin/python benchmarks/profile_poll.py``.
+
+Against the fake NVIDIA driver (tests/fakenvml) with real ``sleep`` processes spread
+over the GPUs (8 x 64 unless ``--config`` says otherwise), it runs the exporter's
+pipeline — ``open_machine(docker=False)``, ``Poller.poll()`` once per tick, then the
+exporter's collector and exposition as one scrape would — and prints:
+
+- CPU per poll (``time.process_time``, median of ``--ticks`` polls after a warm-up),
+  split into the NVML read, the /proc facts, and history + judges (the rest);
+- CPU per scrape of a fresh snapshot (families + exposition) and of the same snapshot again;
+- with ``--profile``, the top functions of a cProfile of the ticks by own time and by
+  cumulative time (the profiler inflates small functions; trust the timings above for totals).
+
+CPU time is less noisy than wall time on a shared machine, but still quote ranges. The ticks
+are ``--pause`` apart (default 0.1 s) so that CPU-percent baselines behave as in real use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import importlib.util
+import io
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+CONFIGS = {"8x64": (8, 64), "16x1000": (16, 1000), "4x3": (4, 3)}
+
+
+def _load_run_module() -> Any:
+    spec = importlib.util.spec_from_file_location("gputui_bench_run", BENCH / "run.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _cpu(fn: Any, runs: int, pause: float) -> list[float]:
+    out = []
+    for _ in range(runs):
+        c0 = time.process_time()
+        fn()
+        out.append(1000 * (time.process_time() - c0))
+        if pause:
+            time.sleep(pause)
+    return out
+
+
+def _summary(values: list[float]) -> str:
+    values = sorted(values)
+    return (f"median {statistics.median(values):.3f} ms  "
+            f"(p10 {values[len(values) // 10]:.3f}, p90 {values[min(len(values) - 1, 9 * len(values) // 10)]:.3f})")
+
+
+def _phases(poller: Any, args: argparse.Namespace) -> dict[str, float]:
+    """CPU per poll of each part of ``Poller.poll()``, by wrapping the parts with timers."""
+    import gputui.core.poller as poller_module
+
+    spent: dict[str, float] = {}
+
+    def timed(name: str, fn: Any) -> Any:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            c0 = time.process_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.process_time() - c0
+        return wrapper
+
+    parts = {"NVML read": (poller.gpu_source, "read"), "/proc facts": (poller.process_source, "facts"),
+             "process rows": (poller, "_row" if hasattr(poller, "_row") else "_process"),  # older trees: _process
+             "history.add": (poller.history, "add"),
+             "containers": (poller_module, "build_containers"), "stale judge": (poller, "_judge_stale"),
+             "imbalance judge": (poller._imbalance, "update"), "alert judge": (poller._alerts, "update")}
+    originals = {name: getattr(obj, attr) for name, (obj, attr) in parts.items()}
+    for name, (obj, attr) in parts.items():
+        setattr(obj, attr, timed(name, originals[name]))
+    import gputui.core.judges.imbalance as imbalance_module
+
+    # Inside the imbalance judge (shown apart, not counted twice): the GPUs' windowed loads.
+    inner = imbalance_module.gpu_loads
+    imbalance_module.gpu_loads = timed("  of which window loads", inner)  # type: ignore[assignment]
+    per_poll: dict[str, list[float]] = {name: [] for name in [*parts, "  of which window loads", "rest",
+                                                               "whole poll"]}
+    try:
+        for _ in range(args.ticks):
+            spent.clear()
+            c0 = time.process_time()
+            poller.poll()
+            whole = time.process_time() - c0
+            for name in [*parts, "  of which window loads"]:
+                per_poll[name].append(1000 * spent.get(name, 0.0))
+            per_poll["rest"].append(1000 * (whole - sum(v for k, v in spent.items() if k in parts)))
+            per_poll["whole poll"].append(1000 * whole)
+            time.sleep(args.pause)
+    finally:
+        imbalance_module.gpu_loads = inner  # type: ignore[assignment]
+        for name, (obj, attr) in parts.items():
+            if obj is poller_module:
+                setattr(obj, attr, originals[name])
+            else:
+                delattr(obj, attr)  # back to the class's method
+    return {name: statistics.median(values) for name, values in per_poll.items()}
+
+
+def worker(args: argparse.Namespace) -> int:
+    """Runs inside the fake driver's environment (LD_LIBRARY_PATH is read at process start)."""
+    from prometheus_client import generate_latest
+
+    from gputui.core.config import Settings
+    from gputui.core.machine import open_machine
+    from gputui.exporter.metrics import ExportOptions, PollStatus
+    from gputui.exporter.server import SnapshotCollector, make_registry
+
+    machine = open_machine(docker=False)
+    # The poller's clock advances one interval per poll, as in the exporter (1 s): the history then
+    # holds what a long-running exporter's holds (a full 60 s imbalance window after 60 polls), however
+    # fast the polls run here. /proc CPU percentages keep the real clock.
+    ticks = iter(range(10**9))
+    start = time.time()
+    poller = machine.poller(Settings(), clock=lambda: start + next(ticks) * args.interval)
+    nvml, procs = machine.gpu, machine.processes
+    for _ in range(args.warmup):  # static facts, struct probes, per-identity caches, a full history
+        snap = poller.poll()
+        time.sleep(0.002)
+    rows = sum(len(g.processes) for g in snap.gpus)
+    pids = {p.pid for ps in nvml.read().processes.values() for p in ps}
+
+    status = {"now": PollStatus(snap, True, time.time())}
+    registry, _ = make_registry()
+    registry.register(SnapshotCollector(lambda: status["now"], ExportOptions(docker=False)))
+
+    def scrape_fresh() -> None:
+        status["now"] = PollStatus(snap, True, time.time())
+        generate_latest(registry)
+
+    gc_spent = [0.0, 0, 0.0]
+
+    def gc_timer(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_spent[2] = time.process_time()
+        else:
+            gc_spent[0] += time.process_time() - gc_spent[2]
+            gc_spent[1] += 1
+
+    gc.callbacks.append(gc_timer)
+    polls = _cpu(poller.poll, args.ticks, args.pause)
+    gc.callbacks.remove(gc_timer)
+    reads = _cpu(nvml.read, args.ticks, args.pause)
+    facts = _cpu(lambda: procs.facts(pids), args.ticks, args.pause)
+    fresh = _cpu(scrape_fresh, args.ticks, 0.0)
+    again = _cpu(lambda: generate_latest(registry), args.ticks, 0.0)
+    print(f"{len(snap.gpus)} GPUs, {rows} process rows, {len(snap.alerts)} alerts, imbalance "
+          f"{'flagged' if snap.imbalance.flagged else 'not flagged'}; after {args.warmup} polls, "
+          f"{args.ticks} ticks {args.pause:g} s apart; CPU time:")
+    print(f"  poll (whole)            {_summary(polls)}")
+    print(f"  - NVML read             {_summary(reads)}")
+    print(f"  - /proc facts           {_summary(facts)}")
+    rest = statistics.median(polls) - statistics.median(reads) - statistics.median(facts)
+    print(f"  - history, judges, rest ~{rest:.3f} ms (median difference)")
+    print(f"  garbage collector       {1000 * gc_spent[0] / args.ticks:.3f} ms per poll on average "
+          f"({gc_spent[1] / args.ticks:.1f} collections per poll; included above)")
+    print(f"  scrape, new snapshot    {_summary(fresh)}")
+    print(f"  scrape, same snapshot   {_summary(again)}")
+
+    phases = _phases(poller, args)
+    print("  phases of a poll (CPU, median per poll; timers wrapped around each part):")
+    for name, value in phases.items():
+        print(f"    {name:26} {value:.3f} ms")
+
+    if args.profile:
+        prof = cProfile.Profile()
+        for _ in range(args.ticks):
+            prof.enable()
+            poller.poll()
+            prof.disable()
+            time.sleep(args.pause)
+        for order in ("tottime", "cumulative"):
+            buf = io.StringIO()
+            stats = pstats.Stats(prof, stream=buf)
+            stats.sort_stats(order).print_stats(args.top)
+            print(f"\n== cProfile of {args.ticks} polls, by {order} ==")
+            print("\n".join(line for line in buf.getvalue().splitlines()[6:] if line.strip()))
+    if args.json:
+        json.dump({"poll_cpu_ms": polls, "nvml_read_cpu_ms": reads, "facts_cpu_ms": facts,
+                   "scrape_fresh_cpu_ms": fresh, "scrape_again_cpu_ms": again}, sys.stdout)
+        print()
+    poller.close()
+    machine.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="8x64")
+    ap.add_argument("--ticks", type=int, default=50)
+    ap.add_argument("--pause", type=float, default=0.1, help="real seconds between measured polls")
+    ap.add_argument("--interval", type=float, default=1.0, help="simulated seconds between polls (the history's)")
+    ap.add_argument("--warmup", type=int, default=120,
+                    help="polls before measuring (720 fills the whole history ring)")
+    ap.add_argument("--profile", action="store_true", help="also print a cProfile of the polls")
+    ap.add_argument("--top", type=int, default=30, help="functions shown per cProfile table")
+    ap.add_argument("--json", action="store_true", help="also print the raw timings as JSON")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args)
+
+    run_mod = _load_run_module()
+    run_mod._ensure_project_python()
+    sys.path.insert(0, str(REPO))
+    from tests.fakenvml.scenario import FakeNvml
+
+    gpus, nprocs = CONFIGS[args.config]
+    with tempfile.TemporaryDirectory(prefix="gputui-profile-") as tmp, run_mod.Sleepers(nprocs) as sleepers:
+        fake = FakeNvml(Path(tmp) / "fakenvml")
+        fake.write(run_mod.machine_scenario(gpus, sleepers.pids))
+        env = fake.env()
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+        env["XDG_STATE_HOME"] = str(Path(tmp) / "state")
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--ticks", str(args.ticks),
+               "--pause", str(args.pause), "--top", str(args.top), "--interval", str(args.interval),
+               "--warmup", str(args.warmup)]
+        cmd += ["--profile"] if args.profile else []
+        cmd += ["--json"] if args.json else []
+        return subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
