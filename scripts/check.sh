@@ -5,7 +5,7 @@
 # Usage: bash scripts/check.sh [--fix]   (--fix lets ruff rewrite what it can)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-py=.venv/bin/python
+py="${GPUTUI_TEST_VENV:-.venv-test}/bin/python"  # the test venv has the pinned tools
 [ -x "$py" ] || py=python3
 fix=()
 [ "${1:-}" = "--fix" ] && fix=(--fix)
