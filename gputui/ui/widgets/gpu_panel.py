@@ -375,12 +375,15 @@ class GpuPanel(ScrollView, can_focus=True):
                         a is b for a, b in zip(cached[0], parts, strict=True)) and cached[1].cell_length == width:
                     out.append(cached[1])
                     continue
-                pieces: list[Strip] = []
-                for i, part in enumerate(parts):
-                    if i:
-                        pieces.append(gap)
-                    pieces.append(part)
-                joined = (pieces[0] if len(pieces) == 1 else Strip.join(pieces)).adjust_cell_length(width, base)
+                if len(parts) == 1:
+                    joined = parts[0].adjust_cell_length(width, base)
+                else:  # what Strip.join would give (no card is empty), without its per-strip scans
+                    segments = list(parts[0])
+                    for part in parts[1:]:
+                        segments.extend(gap)
+                        segments.extend(part)
+                    joined = Strip(segments, sum(p.cell_length for p in parts) + GAP * (len(parts) - 1))
+                    joined = joined.adjust_cell_length(width, base)
                 joined_cache[(row_start, line)] = (parts, joined)
                 out.append(joined)
         return out
@@ -426,7 +429,7 @@ class GpuPanel(ScrollView, can_focus=True):
             if n < len(old_keys) and old_keys[n] == key:
                 lines.append(old_lines[n])
             else:
-                lines.append(self._draw_card_line(n, view, width, spark_w, selected).apply_style(base))
+                lines.append(self._draw_card_line(n, view, width, spark_w, selected, base))
         self._card_cache[g.index] = (keys, lines)
         return lines
 
@@ -471,15 +474,16 @@ class GpuPanel(ScrollView, can_focus=True):
             return self._style("warning")
         return self._style("value")
 
-    def _draw_card_line(self, n: int, view: GpuView, width: int, spark_w: int, selected: bool) -> Strip:
-        """Line ``n`` (0 = top border ... 4 = bottom border) of a card."""
+    def _draw_card_line(self, n: int, view: GpuView, width: int, spark_w: int, selected: bool,
+                        base: Style) -> Strip:
+        """Line ``n`` (0 = top border ... 4 = bottom border) of a card, over the panel's ``base`` style."""
         g = view.gpu
         s = self._style
         border = self._border_style(view, selected)
         if n == 0:
-            return self._top_line(view, width, selected, border)
+            return self._top_line(view, width, selected, border).apply_style(base)
         if n == 4:
-            return LineBuilder().add("╰" + "─" * max(0, width - 2) + "╯", border).strip(width)
+            return LineBuilder().add("╰" + "─" * max(0, width - 2) + "╯", border).strip(width).apply_style(base)
         if g.lost:
             body = [
                 LineBuilder().add(" ✖ NVML no longer answers for this GPU.", s("lost")),
@@ -495,10 +499,17 @@ class GpuPanel(ScrollView, can_focus=True):
         else:
             body = self._info_line(g)
         side = Segment("│", border)
-        line = LineBuilder().extend([side], 1)
-        line.extend(body.segments, body.width)
-        stripped = Strip(line.segments, line.width).adjust_cell_length(width - 1)
-        return Strip.join([stripped, Strip([side], 1)])
+        pad = width - 2 - body.width
+        if pad < 0:  # wider than the card: cut (never with the panel's own widths)
+            line = LineBuilder().extend([side], 1)
+            line.extend(body.segments, body.width)
+            stripped = Strip(line.segments, line.width).adjust_cell_length(width - 1)
+            return Strip.join([stripped, Strip([side], 1)]).apply_style(base)
+        # The same segments as cutting, joining and styling strips would give, built as one strip:
+        # a tick redraws two lines of every card, and each intermediate Strip costs its caches.
+        segments = [side, *body.segments, Segment(" " * pad), side] if pad else [side, *body.segments, side]
+        return Strip([Segment(text, base + style if style is not None else base) for text, style, _ in segments],
+                     width)
 
     def _top_line(self, view: GpuView, width: int, selected: bool, border: Style) -> Strip:
         """╭─ 0  A100-SXM4-80GB ──── alice, bob · 4 procs ─ ⚠ ─╮"""

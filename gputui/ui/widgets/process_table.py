@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
+from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.binding import Binding
@@ -64,6 +65,8 @@ COLUMNS: tuple[Column, ...] = (
 COLUMN_IDS = tuple(c.id for c in COLUMNS)
 _INDEX = {c: i for i, c in enumerate(COLUMN_IDS)}
 MIN_COMMAND = 18
+#: Styled cells kept (per column and text) before the cache starts over.
+CELL_CACHE_SIZE = 4096
 #: Cells between the marker and the command: "● " (stale) or "? " (not visible).
 MARKER_WIDTH = 2
 
@@ -294,6 +297,8 @@ class ProcessTable(ScrollView, can_focus=True):
         self.gpu_only: int | None = None
         self.text_filter = ""
         self._strips: dict[Key, tuple[tuple, Strip]] = {}
+        #: (column, text[, marker, visible, width]) -> (the cell's segments over the widget's colours, its width)
+        self._cell_cache: dict[tuple, tuple[list[Segment], int]] = {}
         self._styles: dict[str, Style] = {}
         self._layout_width = -1
         self._reported: tuple | None = None
@@ -309,6 +314,7 @@ class ProcessTable(ScrollView, can_focus=True):
         super().notify_style_update()
         self._styles.clear()
         self._strips.clear()
+        self._cell_cache.clear()
         self.refresh()
 
     def on_focus(self) -> None:
@@ -515,42 +521,81 @@ class ProcessTable(ScrollView, can_focus=True):
             style = self._styles[""] = self.rich_style
         return style
 
-    def _draw_row(self, p: Process, cells: tuple[str, ...], width: int, cursor: bool, focused: bool) -> Strip:
-        base = self._base()
+    def _cell(self, line: LineBuilder, p: Process, c: Column, text: str, marker: str, command_w: int) -> None:
+        """One cell of a row (with the gap after it), as it is drawn in every row."""
         s = self._style
         dim = s("dim")
+        if c.id == "command":
+            line.add_fit(marker, MARKER_WIDTH, s("stale") if marker == "●" else dim)
+            if not p.visible:
+                line.add_fit(text, command_w, s("hidden"))
+            else:
+                program, _, rest = text.partition(" ")
+                if len(program) >= command_w:
+                    line.add_fit(text, command_w, self._base())
+                else:
+                    line.add(program, s("program"))
+                    line.add_fit((" " + rest) if rest else "", command_w - len(program))
+            return
+        if c.id == "gpu":
+            style = s("gpu")
+        elif c.id == "user":
+            style = self._user_style(text) if text != "?" else dim
+        elif c.id == "container":
+            style = s("container") if text != "-" else dim
+        elif text == fmt.NA:
+            style = dim
+        elif c.id in ("host_memory", "uptime"):
+            style = dim
+        else:
+            style = None
+        line.add_fit(text, c.width, style, right=c.align == "right")
+        line.add(" ")
+
+    def _row_builder(self, p: Process, cells: tuple[str, ...], width: int) -> LineBuilder:
         cols, command_w = visible_columns(width)
         line = LineBuilder()
         for c in cols:
+            self._cell(line, p, c, cells[_INDEX[c.id]], cells[-1], command_w)
+        return line
+
+    def _plain_row(self, p: Process, cells: tuple[str, ...], width: int, base: Style) -> Strip | None:
+        """A row without the cursor, from cached cells already over the widget's colours.
+
+        The same segments as building the row and then styling it; but a poll changes a cell
+        or two of a row, so each cell is made once per (column, text), not once per row drawn.
+        None when the cells do not fit the width (the caller cuts the row then)."""
+        cols, command_w = visible_columns(width)
+        cache = self._cell_cache
+        if len(cache) > CELL_CACHE_SIZE:
+            cache.clear()
+        segments: list[Segment] = []
+        used = 0
+        for c in cols:
             text = cells[_INDEX[c.id]]
-            if c.id == "command":
-                marker = cells[-1]
-                line.add_fit(marker, MARKER_WIDTH, s("stale") if marker == "●" else dim)
-                if not p.visible:
-                    line.add_fit(text, command_w, s("hidden"))
-                else:
-                    program, _, rest = text.partition(" ")
-                    if len(program) >= command_w:
-                        line.add_fit(text, command_w, base)
-                    else:
-                        line.add(program, s("program"))
-                        line.add_fit((" " + rest) if rest else "", command_w - len(program))
-                continue
-            if c.id == "gpu":
-                style = s("gpu")
-            elif c.id == "user":
-                style = self._user_style(text) if text != "?" else dim
-            elif c.id == "container":
-                style = s("container") if text != "-" else dim
-            elif text == fmt.NA:
-                style = dim
-            elif c.id in ("host_memory", "uptime"):
-                style = dim
-            else:
-                style = None
-            line.add_fit(text, c.width, style, right=c.align == "right")
-            line.add(" ")
-        strip = line.strip(width)
+            key = (c.id, text, cells[-1], p.visible, command_w) if c.id == "command" else (c.id, text)
+            hit = cache.get(key)
+            if hit is None:
+                line = LineBuilder()
+                self._cell(line, p, c, text, cells[-1], command_w)
+                hit = cache[key] = ([Segment(t, base + st if st is not None else base) for t, st, _ in line.segments],
+                                    line.width)
+            segments.extend(hit[0])
+            used += hit[1]
+        if used > width:
+            return None
+        if used < width:
+            segments.append(Segment(" " * (width - used), base))
+        return Strip(segments, width)
+
+    def _draw_row(self, p: Process, cells: tuple[str, ...], width: int, cursor: bool, focused: bool) -> Strip:
+        base = self._base()
+        if not cursor:
+            strip = self._plain_row(p, cells, width, base)
+            if strip is not None:
+                return strip
+        strip = self._row_builder(p, cells, width).strip(width)
+        s = self._style
         if cursor and focused:
             # The focused cursor's colours win over the cells' own colours: one solid bar.
             over = s("cursor")
