@@ -132,8 +132,22 @@ def _pen_codes(pen: Pen) -> list[str]:
     return codes
 
 
+#: sgr_delta's answers: a screen has few distinct styles, and every changed run asks again.
+_DELTAS: dict[tuple[Pen | None, Pen], str] = {}
+
+
 def sgr_delta(old: Pen | None, new: Pen) -> str:
     """The shortest SGR sequence that turns the terminal's style ``old`` (None: unknown) into ``new``."""
+    key = (old, new)
+    known = _DELTAS.get(key)
+    if known is None:
+        if len(_DELTAS) > 4096:
+            _DELTAS.clear()
+        known = _DELTAS[key] = _sgr_delta(old, new)
+    return known
+
+
+def _sgr_delta(old: Pen | None, new: Pen) -> str:
     full = "\x1b[" + ";".join(["0", *_pen_codes(new)]) + "m" if new != DEFAULT_PEN else "\x1b[0m"
     if old is None or old[3] != new[3]:
         return full
