@@ -35,7 +35,7 @@ from gputui.core.judges.suspect import activity
 from gputui.core.model import THERMAL_OR_POWER, Gpu, Snapshot
 from gputui.ui import format as fmt
 from gputui.ui.widgets import mig_card
-from gputui.ui.widgets.lines import LineBuilder, component_style, level_code, sparkline
+from gputui.ui.widgets.lines import LineBuilder, SkipIdentityFilter, component_style, level_code, sparkline
 
 Mode = Literal["cards", "compact"]
 ModeChoice = Literal["auto", "cards", "compact"]
@@ -126,7 +126,7 @@ def gpu_views(snapshot: Snapshot, history: Mapping[int, Sequence[GpuSample]],
     return tuple(views)
 
 
-class GpuPanel(ScrollView, can_focus=True):
+class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
     """All GPUs of the snapshot, drawn line by line."""
 
     COMPONENT_CLASSES = {

@@ -9,10 +9,12 @@ the project notes). These helpers keep that drawing code short.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
+from textual.filter import ANSIToTruecolor, LineFilter
 from textual.strip import Strip
 
 from gputui.core.safe_text import clean
@@ -180,3 +182,42 @@ def component_style(widget, name: str) -> Style:
         strike=full.strike,
     )
     return style
+
+
+def _truecolor(style: Style) -> bool:
+    """Whether Textual's ANSI-to-truecolor filter leaves ``style`` as it is."""
+    color, bgcolor = style.color, style.bgcolor
+    return ((color is None or color.triplet is not None) and (bgcolor is None or bgcolor.triplet is not None)
+            and not style.dim)
+
+
+class SkipIdentityFilter:
+    """Mixin for the Line-API widgets redrawn every poll: leave out Textual's ANSI-to-truecolor
+    line filter while it would give back what it is given.
+
+    The filter rebuilds every segment of every line a widget draws (a new Segment and a cache
+    lookup each), and on a truecolor theme it changes nothing here: every style these widgets
+    draw with is the widget's own colours or one of its component classes over them, all RGB.
+    It is kept whenever one of those styles has an ANSI or default colour or dim text (an ANSI
+    theme, a user's CSS); the answer is found again after every style update (a theme switch).
+    """
+
+    COMPONENT_CLASSES: ClassVar[set[str]]
+    _gputui_truecolor: bool | None = None
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()  # type: ignore[misc]
+        self._gputui_truecolor = None
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        filters = super().get_line_filters()  # type: ignore[misc]
+        plain = self._gputui_truecolor
+        if plain is None:
+            widget = self
+            styles = [widget.rich_style]  # type: ignore[attr-defined]
+            styles += [widget.get_component_rich_style(name)  # type: ignore[attr-defined]
+                       for name in sorted(self.COMPONENT_CLASSES)]
+            plain = self._gputui_truecolor = all(_truecolor(s) for s in styles)
+        if plain:
+            return [f for f in filters if not isinstance(f, ANSIToTruecolor)]
+        return filters

@@ -32,7 +32,7 @@ from textual.widget import Widget
 from gputui.core.judges.text import invisible_phrase
 from gputui.core.model import Process, Snapshot
 from gputui.ui import format as fmt
-from gputui.ui.widgets.lines import CachedStyles, LineBuilder, base_style, component_style
+from gputui.ui.widgets.lines import CachedStyles, LineBuilder, SkipIdentityFilter, base_style, component_style
 
 Key = tuple[int, int]
 Align = Literal["left", "right"]
@@ -210,7 +210,7 @@ class ProcessHeader(CachedStyles, Widget):
         return line.strip(width).apply_style(base_style(self))
 
 
-class ProcessTable(ScrollView, can_focus=True):
+class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
     """GPU processes, one cached strip per row, cursor keyed by (GPU, PID)."""
 
     COMPONENT_CLASSES = {
