@@ -248,22 +248,11 @@ def _fast_args(argv: list[str]) -> argparse.Namespace | None:
 
 
 def _poll_once(ctx: Context, observe: float = 0.0) -> Snapshot:
-    """Open the machine, apply --gpu, poll (for `observe` seconds), return the last snapshot."""
-    import time
-
-    machine = ctx.open_machine()
-    try:
-        poller, snap, _ = ctx.start_polling(machine)
+    """Poll the machine once (or for `observe` seconds), --gpu applied; the last snapshot."""
+    with ctx.polling(watch=observe > 0) as polled:
         if observe > 0:
-            end = time.monotonic() + observe
-            step = min(1.0, max(0.25, observe / 10))
-            while time.monotonic() < end:
-                time.sleep(min(step, max(0.0, end - time.monotonic())))
-                snap = poller.poll()
-        poller.close()
-        return snap
-    finally:
-        machine.close()
+            polled.observe(observe, step=min(1.0, max(0.25, observe / 10)))
+        return polled.snapshot
 
 
 def cmd_snapshot(ctx: Context) -> int:

@@ -8,7 +8,9 @@ never ``cli.py``, so the layers stay core < actions < context < commands | ui < 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TextIO, cast
 
@@ -95,21 +97,51 @@ class Context:
             indices.add(gpu.index)
         return lambda g: g.index in indices
 
-    def start_polling(
-        self, machine: Machine, container_wait: float | None = None
-    ) -> tuple[Poller, Snapshot, tuple[Gpu, ...]]:
-        """A poller for ``machine`` with --gpu applied, its first snapshot (filtered), and
-        every GPU that poll saw. --gpu is validated against the machine's real GPUs
-        without a second NVML read. Raises UsageError for a GPU that is not there."""
+    @contextmanager
+    def polling(self, docker: bool | None = None, container_wait: float | None = None,
+                watch: bool = False) -> Iterator[Polled]:
+        """Open the machine, poll it once with --gpu applied, and close everything on exit.
+
+        --gpu is validated against the machine's real GPUs without a second NVML read (raises
+        UsageError for a GPU that is not there). The container watcher is stopped right after the
+        first poll unless ``watch`` (for :meth:`Polled.observe`); NVML stays open until the exit,
+        so the body can keep using ``machine``. Raises NvmlUnavailable on a machine without NVML."""
         wait = min(3.0, self.settings.docker_timeout) if container_wait is None else container_wait
-        poller = machine.poller(self.settings, container_wait=wait)
-        snap = poller.poll()
-        all_gpus = snap.gpus
+        machine = self.open_machine(docker=docker)
         try:
-            poller.gpu_filter = self.gpu_filter(all_gpus)
-        except UsageError:
-            poller.close()
-            raise
-        if poller.gpu_filter is not None:
-            snap = replace(snap, gpus=tuple(g for g in all_gpus if poller.gpu_filter(g)))
-        return poller, snap, all_gpus
+            poller = machine.poller(self.settings, container_wait=wait)
+            try:
+                snap = poller.poll()
+                all_gpus = snap.gpus
+                poller.gpu_filter = self.gpu_filter(all_gpus)
+                if poller.gpu_filter is not None:
+                    snap = replace(snap, gpus=tuple(g for g in all_gpus if poller.gpu_filter(g)))
+                if not watch and poller.watcher is not None:
+                    poller.watcher.stop()
+                yield Polled(machine, poller, snap, all_gpus)
+            finally:
+                poller.close()
+        finally:
+            machine.close()
+
+
+@dataclass
+class Polled:
+    """An open machine, its poller, the latest snapshot (--gpu applied) and every GPU the first poll saw."""
+
+    machine: Machine
+    poller: Poller
+    snapshot: Snapshot
+    all_gpus: tuple[Gpu, ...]
+
+    #: The snapshots :meth:`observe` polled, in order (not the first poll's).
+    samples: list[Snapshot] = field(default_factory=list)
+
+    def observe(self, seconds: float, step: float) -> Snapshot:
+        """Keep polling every ``step`` seconds for ``seconds``; the last snapshot (also kept here)."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(min(step, max(0.0, end - time.monotonic())))
+            self.snapshot = self.poller.poll()
+            self.samples.append(self.snapshot)
+        return self.snapshot

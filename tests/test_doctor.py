@@ -13,8 +13,8 @@ from dataclasses import replace
 
 import pytest
 
-from gputui.core import checks as C
-from gputui.core.checks import (
+from gputui.core.doctor import checks as C
+from gputui.core.doctor.facts import (
     ContainerEnvFacts,
     ContainerFinding,
     DeviceFacts,

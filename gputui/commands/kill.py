@@ -88,57 +88,54 @@ def run(ctx) -> int:
         print(clean(f"gputui: {exc}"), file=err)
         return EXIT_NO
 
-    machine = ctx.open_machine()
     backend = None
-    try:
-        poller, before, _ = ctx.start_polling(machine)
-        if poller.watcher is not None:  # NVML stays open for what follows; the machine closes below
-            poller.watcher.stop()
-        backend = backend_for(machine, docker_timeout=max(ctx.settings.docker_timeout, 10.0))
-        plan = plan_kill(before, args.pids, backend, signal=args.signal, timeout=args.timeout,
-                         escalate=args.escalate, force=args.force, read_only=False)
-        demo = machine.demo is not None
-        missing = [r for r in plan.refusals if r.not_found]
-        if missing:
-            # A PID that names no process is a mistake in the command line: nothing is signalled
-            # (the list may hold a typo), and the exit status is 2 like any "no such ..." argument.
-            for note in audit_refusals(plan.refusals, demo):
-                print(clean(f"gputui: {note}"), file=err)
-            for r in plan.refusals:
-                print(clean(f"gputui: {r.reason}"), file=err)
-            if plan.targets:
-                print("gputui: Nothing was killed.", file=err)
-            return EXIT_USAGE
-        if not plan.targets:
-            for note in audit_refusals(plan.refusals, demo):
-                print(clean(f"gputui: {note}"), file=err)
-            for r in plan.refusals:
-                print(clean(f"gputui: {r.reason}"), file=err)
-            return EXIT_NO
-        if machine.demo is not None:
-            print("(demo: this acts on the simulated server, no real process is signalled)", file=out)
-        for line in confirmation_lines(plan):
-            print(clean(line), file=out)
-        out.flush()
-        if not args.yes:
-            if not interactive():
-                raise UsageError("Refusing to kill without confirmation: stdin is not a terminal; add --yes.")
-            answer = ask("Proceed? [y/N] ", out)
-            if answer not in ("y", "yes"):
-                audit_refusals((Refusal(t.pid, f"PID {t.pid}: the user declined the confirmation.")
-                                for t in plan.targets), demo)
-                print("Nothing was killed.", file=out)
+    with ctx.polling() as polled:
+        machine, before = polled.machine, polled.snapshot
+        try:
+            backend = backend_for(machine, docker_timeout=max(ctx.settings.docker_timeout, 10.0))
+            plan = plan_kill(before, args.pids, backend, signal=args.signal, timeout=args.timeout,
+                             escalate=args.escalate, force=args.force, read_only=False)
+            demo = machine.demo is not None
+            missing = [r for r in plan.refusals if r.not_found]
+            if missing:
+                # A PID that names no process is a mistake in the command line: nothing is signalled
+                # (the list may hold a typo), and the exit status is 2 like any "no such ..." argument.
+                for note in audit_refusals(plan.refusals, demo):
+                    print(clean(f"gputui: {note}"), file=err)
+                for r in plan.refusals:
+                    print(clean(f"gputui: {r.reason}"), file=err)
+                if plan.targets:
+                    print("gputui: Nothing was killed.", file=err)
+                return EXIT_USAGE
+            if not plan.targets:
+                for note in audit_refusals(plan.refusals, demo):
+                    print(clean(f"gputui: {note}"), file=err)
+                for r in plan.refusals:
+                    print(clean(f"gputui: {r.reason}"), file=err)
                 return EXIT_NO
+            if machine.demo is not None:
+                print("(demo: this acts on the simulated server, no real process is signalled)", file=out)
+            for line in confirmation_lines(plan):
+                print(clean(line), file=out)
+            out.flush()
+            if not args.yes:
+                if not interactive():
+                    raise UsageError("Refusing to kill without confirmation: stdin is not a terminal; add --yes.")
+                answer = ask("Proceed? [y/N] ", out)
+                if answer not in ("y", "yes"):
+                    audit_refusals((Refusal(t.pid, f"PID {t.pid}: the user declined the confirmation.")
+                                    for t in plan.targets), demo)
+                    print("Nothing was killed.", file=out)
+                    return EXIT_NO
 
-        def progress(msg: str) -> None:
-            print(clean(msg), file=err)
-            err.flush()
+            def progress(msg: str) -> None:
+                print(clean(msg), file=err)
+                err.flush()
 
-        report = execute_kill(plan, backend, before, progress=progress if interactive() else None)
-        for line in report.lines():
-            print(clean(line), file=out)
-        return EXIT_OK if report.ok else EXIT_NO
-    finally:
-        if backend is not None:
-            backend.close()
-        machine.close()
+            report = execute_kill(plan, backend, before, progress=progress if interactive() else None)
+            for line in report.lines():
+                print(clean(line), file=out)
+            return EXIT_OK if report.ok else EXIT_NO
+        finally:
+            if backend is not None:
+                backend.close()

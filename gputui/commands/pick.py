@@ -30,7 +30,6 @@ UUID, the only name CUDA accepts for a MIG device.
 from __future__ import annotations
 
 import argparse
-import time
 
 from gputui.commands.fleet import add_prometheus_options
 from gputui.context import UsageError
@@ -123,23 +122,9 @@ def run(ctx) -> int:
         print("gputui: --max-util cannot be used with --mig: MIG devices report no utilization "
               "(they are picked by free memory).", file=ctx.stderr)
         return EXIT_USAGE
-    samples = []
-    machine = ctx.open_machine()
-    try:
-        poller, snap, all_gpus = ctx.start_polling(machine)
-        try:
-            start = time.monotonic()
-            end = start + args.sample
-            step = max(0.25, min(1.0, args.sample / 4))
-            while time.monotonic() < end:
-                time.sleep(min(step, max(0.0, end - time.monotonic())))
-                snap = poller.poll()
-                samples.append(snap)
-            history = poller.history
-        finally:
-            poller.close()
-    finally:
-        machine.close()
+    with ctx.polling(watch=args.sample > 0) as polled:
+        snap = polled.observe(args.sample, step=max(0.25, min(1.0, args.sample / 4)))
+        samples, history, all_gpus = polled.samples, polled.poller.history, polled.all_gpus
 
     if args.mig:
         mig = pick_mig(mig_loads([*samples, snap]), mig_reservations(snap), count=args.count,
