@@ -453,16 +453,6 @@ async def test_migrate_is_disabled_with_neither_a_row_nor_a_suggestion():
         assert isinstance(app.screen, DashboardScreen)
 
 
-async def test_missing_plugin_screen_says_not_available():
-    app, _ = demo_app()
-    async with app.run_test(size=(140, 44), notifications=True) as pilot:
-        await wait_for_polls(pilot)
-        app.screen._push_external("no_such_screen_module", "Nope", "The test view")
-        await pilot.pause()
-        assert any("The test view is not available" in n.message for n in app._notifications)
-        assert isinstance(app.screen, DashboardScreen)
-
-
 async def test_read_only_disables_kill_and_migrate_everywhere():
     app, _ = demo_app(settings=Settings(read_only=True))
     async with app.run_test(size=(140, 44), notifications=True) as pilot:

@@ -24,7 +24,6 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.notifications import SeverityLevel
-from textual.screen import ModalScreen
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
@@ -42,13 +41,14 @@ from gputui.actions.kill import (
     plan_kill,
 )
 from gputui.core.model import Process, Snapshot
+from gputui.ui.base import GpuModal
 from gputui.ui.safe import markup, plain, text
 
 #: Seconds to wait for a process to exit before reporting it (or escalating).
 TIMEOUT = 10.0
 
 
-class KillScreen(ModalScreen["KillReport | None"]):
+class KillScreen(GpuModal["KillReport | None"]):
     """Confirm and run a kill. Dismisses with the report (None when cancelled)."""
 
     DEFAULT_CSS = """
@@ -149,11 +149,12 @@ class KillScreen(ModalScreen["KillReport | None"]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="kill-plan", description="check kill targets")
     def _plan_worker(self, generation: int, signal: str, escalate: bool) -> None:
         worker = get_current_worker()
-        app = self.app
+        app = self.gpu_app
         if self._backend is None:
-            self._backend = backend_for(app.machine)  # type: ignore[attr-defined]
-        snapshot = self.snapshot or app.snapshot  # type: ignore[attr-defined]
-        read_only = bool(app.settings.read_only)  # type: ignore[attr-defined]
+            self._backend = backend_for(app.machine)
+        snapshot = self.snapshot or app.snapshot
+        assert snapshot is not None, "the dialog opens from a process of a shown snapshot"
+        read_only = bool(app.settings.read_only)
         plan = plan_kill(snapshot, self.pids, self._backend, signal=signal, timeout=self.timeout,
                          escalate=escalate, read_only=read_only)
         if not worker.is_cancelled:
@@ -229,8 +230,9 @@ class KillScreen(ModalScreen["KillReport | None"]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="kill-run", description="kill processes")
     def _kill_worker(self, plan: KillPlan) -> None:
-        app = self.app
-        snapshot = self.snapshot or app.snapshot  # type: ignore[attr-defined]
+        app = self.gpu_app
+        snapshot = self.snapshot or app.snapshot
+        assert snapshot is not None, "the dialog opens from a process of a shown snapshot"
         try:
             check_audit_writable(isinstance(self._backend, DemoBackend))
             assert self._backend is not None
@@ -259,9 +261,7 @@ class KillScreen(ModalScreen["KillReport | None"]):
             severity: SeverityLevel = "information" if report.ok else "warning"
             body = "\n".join(markup(ln) for ln in [report.summary(), *report.lines()])
             self.app.notify(body, title="Kill", severity=severity, timeout=5)
-        request = getattr(self.app, "request_poll", None)
-        if callable(request):
-            request()
+        self.gpu_app.request_poll()
         self.dismiss(self.report)
 
     def on_unmount(self) -> None:

@@ -15,15 +15,13 @@ stays until it says which).
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen
+from textual.notifications import SeverityLevel
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 from textual.worker import get_current_worker
@@ -46,6 +44,7 @@ from gputui.actions.migrate import (
 from gputui.core.model import Container, Process, Snapshot
 from gputui.core.safe_text import clean
 from gputui.core.units import fmt_bytes
+from gputui.ui.base import GpuModal
 from gputui.ui.safe import markup, plain, text
 
 #: Progress marks per step state.
@@ -57,7 +56,7 @@ _MARKS = {"pending": ("·", "dim"), "running": ("…", "bold"), "done": ("✓", 
 RESULT_TOAST_S = 5
 
 
-class MigrateScreen(ModalScreen["MigrationResult | None"]):
+class MigrateScreen(GpuModal["MigrationResult | None"]):
     """Migrate one container to another GPU. Dismisses with the result (None if cancelled)."""
 
     DEFAULT_CSS = """
@@ -208,13 +207,13 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         return f"Migrate container {markup(self.container_name)}"
 
     def on_mount(self) -> None:
-        app: Any = self.app
+        app = self.gpu_app
         if self.snapshot is None:
-            self.snapshot = getattr(app, "snapshot", None)
+            self.snapshot = app.snapshot
         if self.problem is not None:
             self._show_plan_text(text(self.problem, style="bold"))
             self.query_one("#migrate-targets").display = False
-        elif getattr(app, "settings", None) is not None and app.settings.read_only:
+        elif app.settings is not None and app.settings.read_only:
             self.problem = "gputui is read-only (--read-only or read_only in the config): migration is off."
             self._show_plan_text(text(self.problem, style="bold"))
             self.query_one("#migrate-targets").display = False
@@ -415,25 +414,13 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
     def _ensure_engine(self) -> MigrationEngine:
         """Created in a worker: connecting to Docker blocks."""
         if self._engine is None:
-            app: Any = self.app
+            app = self.gpu_app
             self._engine = engine_for(app.machine, app.settings)
         return self._engine
 
     def _read_peak(self, container_id: str) -> int | None:
         """The container's peak GPU memory over the kept history (read under the app's poll lock)."""
-        app: Any = self.app
-        history = None
-        lock = getattr(app, "_poll_lock", None)
-        poller = getattr(app, "poller", None)
-        if poller is not None and lock is not None and lock.acquire(timeout=2.0):
-            try:
-                history = poller.history
-                peak = observed_peak(self.snapshot, container_id, history)
-            finally:
-                lock.release()
-        else:
-            peak = observed_peak(self.snapshot, container_id)
-        return peak
+        return self.gpu_app.read_history(lambda history: observed_peak(self.snapshot, container_id, history))
 
     def on_migrate_screen_plan_ready(self, message: PlanReady) -> None:
         if message.key != self._plan_key or self.state != "idle":
@@ -461,7 +448,7 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         self.refresh_bindings()
 
     @on(OptionList.OptionHighlighted, "#migrate-targets")
-    def _target_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+    def _target_highlighted(self, event: OptionList.OptionHighlighted | OptionList.OptionSelected) -> None:
         if self.state != "idle" or event.option.id is None:
             return
         ref = event.option.id
@@ -472,12 +459,12 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
 
     @on(OptionList.OptionSelected, "#migrate-targets")
     def _target_selected(self, event: OptionList.OptionSelected) -> None:
-        self._target_highlighted(event)  # type: ignore[arg-type]
+        self._target_highlighted(event)
 
     # -- actions ----------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        app: Any = self.app
-        read_only = bool(getattr(getattr(app, "settings", None), "read_only", False))
+        app = self.gpu_app
+        read_only = bool(app.settings.read_only)
         if action == "confirm":
             return True if (self.state == "idle" and self.plan is not None and self.problem is None
                             and not read_only) else None
@@ -538,19 +525,17 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         self._show_progress()
         self._show_hint()
         self.refresh_bindings()
-        request = getattr(self.app, "request_poll", None)
-        if callable(request):
-            request()
+        self.gpu_app.request_poll()
         # The dialog shows the result itself; the toast comes when the dialog closes (a toast over the
         # dialog would cover its border and key line on a small terminal).
         self._toast = (markup(message.result.message), "information" if message.result.ok else "error")
 
-    _toast: tuple[str, str] | None = None
+    _toast: tuple[str, SeverityLevel] | None = None
 
     def on_unmount(self) -> None:
         if self._toast is not None:
             text, severity = self._toast
             self._toast = None
-            self.app.notify(text, severity=severity, timeout=RESULT_TOAST_S)  # type: ignore[arg-type]
+            self.app.notify(text, severity=severity, timeout=RESULT_TOAST_S)
         if self._engine is not None and self.state != "running":
             self._engine.close()

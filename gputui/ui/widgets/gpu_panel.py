@@ -22,7 +22,6 @@ from typing import Literal
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
@@ -34,6 +33,7 @@ from gputui.core.history import GpuSample
 from gputui.core.judges.suspect import activity
 from gputui.core.model import THERMAL_OR_POWER, Gpu, Snapshot
 from gputui.ui import format as fmt
+from gputui.ui import keys
 from gputui.ui.widgets import mig_card
 from gputui.ui.widgets.lines import LineBuilder, component_style, level_code, sparkline
 
@@ -178,12 +178,7 @@ class GpuPanel(ScrollView, can_focus=True):
     }
     """
 
-    BINDINGS = [
-        Binding("left", "move(-1, 0)", "Previous GPU", show=False),
-        Binding("right", "move(1, 0)", "Next GPU", show=False),
-        Binding("up", "move(0, -1)", "GPU above", show=False),
-        Binding("down", "move(0, 1)", "GPU below", show=False),
-    ]
+    BINDINGS = keys.GPU_PANEL
 
     class Selected(Message):
         """A GPU card was selected (click or arrow keys)."""
