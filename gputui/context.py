@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TextIO, cast
 
-from gputui.core.config import Settings
+from gputui.core.config import Settings, parse_size
 from gputui.core.limits import RANGES, SECONDS_RANGE, flag_type
 from gputui.core.safe_text import SafeStream
 
@@ -40,6 +40,51 @@ interval_arg = flag_type("the value", *RANGES["interval"], unit="seconds")
 seconds_arg = flag_type("the value", *SECONDS_RANGE, unit="seconds")
 window_arg = flag_type("the value", *RANGES["imbalance_window"], unit="seconds")
 celsius_arg = flag_type("the value", *RANGES["temp_warning"], unit="°C", integer=True)
+
+
+# -- validators of one command each (kept here so every validator has one home) --------
+
+
+def count_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--count needs a whole number of GPUs, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("--count must be at least 1")
+    return value
+
+
+def size_arg(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def percent_arg(text: str) -> float:
+    return _max_util(text.rstrip("%"))
+
+
+_max_util = flag_type("the value", 0.0, 100.0, unit="%")
+sample_arg = flag_type("the value", 0.0, 3600.0, unit="seconds")
+
+
+def pid_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process ID") from None
+    return value
+
+
+def signal_arg(text: str) -> str:
+    from gputui.actions.kill.model import signal_name
+
+    try:
+        return signal_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_gpu_list(values: list[str] | None) -> list[str]:

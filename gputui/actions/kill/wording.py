@@ -58,3 +58,14 @@ def confirmation_lines(plan: KillPlan) -> list[str]:
         lines.append("Refused:")
         lines.extend(f"  {r.reason}" for r in plan.refusals)
     return lines
+
+
+#: The last line when a kill ends without signalling anything.
+NOTHING_KILLED = "Nothing was killed."
+#: Said before the plan on the simulated server.
+DEMO_NOTICE = "(demo: this acts on the simulated server, no real process is signalled)"
+
+
+def declined(pid: int) -> str:
+    """The audit log's reason for a target the user declined."""
+    return f"PID {pid}: the user declined the confirmation."

@@ -1,10 +1,10 @@
 """The kill dialog: exactly what will be signalled, a y/N confirmation, then the kill in a thread worker.
 
 Opened with ``k`` on the highlighted process, or with a list of processes (the
-stale ones in view). It plans with the same code as ``gputui kill``
-(:func:`gputui.actions.kill.plan_kill`): the targets are the (pid, start time)
-pairs of the snapshot the user is looking at, every guard runs, refusals are
-shown with their one sentence, and a container's main process is stopped
+stale ones in view). It drives the same flow as ``gputui kill``
+(:class:`gputui.actions.kill.flow.KillFlow`: one timeout, one set of refusals and
+sentences): the targets are the (pid, start time) pairs of the snapshot the user
+is looking at, every guard runs, refusals are shown with their one sentence, and a container's main process is stopped
 through Docker, with the reason. Planning (it reads /proc and asks Docker) and
 the kill (it waits for processes to exit) run in thread workers; the result is
 a notification and a fresh poll, and the dialog closes.
@@ -15,7 +15,7 @@ escalate to SIGKILL after the timeout, ``n`` or ``escape`` cancel.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from rich.text import Text
 from textual import on, work
@@ -27,25 +27,11 @@ from textual.notifications import SeverityLevel
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
-from gputui.actions.kill import (
-    DemoBackend,
-    KillBackend,
-    KillError,
-    KillPlan,
-    KillReport,
-    audit_refusals,
-    backend_for,
-    check_audit_writable,
-    confirmation_lines,
-    execute_kill,
-    plan_kill,
-)
+from gputui.actions.kill import KillError, KillPlan, KillReport, confirmation_lines
+from gputui.actions.kill.flow import TIMEOUT, KillFlow
 from gputui.core.model import Process, Snapshot
 from gputui.ui.base import GpuModal
 from gputui.ui.safe import markup, plain, text
-
-#: Seconds to wait for a process to exit before reporting it (or escalating).
-TIMEOUT = 10.0
 
 
 class KillScreen(GpuModal["KillReport | None"]):
@@ -114,7 +100,8 @@ class KillScreen(GpuModal["KillReport | None"]):
         self.plan: KillPlan | None = None
         self.report: KillReport | None = None
         self._generation = 0
-        self._backend: KillBackend | None = None
+        #: Created by the first plan worker (a real backend may connect to Docker).
+        self._flow: KillFlow | None = None
 
     # -- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -149,16 +136,19 @@ class KillScreen(GpuModal["KillReport | None"]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="kill-plan", description="check kill targets")
     def _plan_worker(self, generation: int, signal: str, escalate: bool) -> None:
         worker = get_current_worker()
-        app = self.gpu_app
-        if self._backend is None:
-            self._backend = backend_for(app.machine)
-        snapshot = self.snapshot or app.snapshot
-        assert snapshot is not None, "the dialog opens from a process of a shown snapshot"
-        read_only = bool(app.settings.read_only)
-        plan = plan_kill(snapshot, self.pids, self._backend, signal=signal, timeout=self.timeout,
-                         escalate=escalate, read_only=read_only)
+        plan = self._ensure_flow().plan(signal=signal, escalate=escalate)
         if not worker.is_cancelled:
             self.post_message(self.PlanReady(plan, generation))
+
+    def _ensure_flow(self) -> KillFlow:
+        if self._flow is None:
+            app = self.gpu_app
+            snapshot = self.snapshot or app.snapshot
+            assert snapshot is not None, "the dialog opens from a process of a shown snapshot"
+            self._flow = KillFlow(app.machine, snapshot, self.pids, read_only=bool(app.settings.read_only),
+                                  docker_timeout=app.settings.docker_timeout, signal=self.signal,
+                                  timeout=self.timeout, escalate=self.escalate)
+        return self._flow
 
     @on(PlanReady)
     def _plan_ready(self, message: PlanReady) -> None:
@@ -207,18 +197,14 @@ class KillScreen(GpuModal["KillReport | None"]):
     def action_cancel(self) -> None:
         if self.state == "running":
             return
-        if self.state == "ready" and self.plan is not None and self.plan.targets:
-            refusals = [r for r in self.plan.refusals]
+        if self.state == "ready" and self.plan is not None and self.plan.targets and self._flow is not None:
             # The user saw the refusals and declined the rest: both go to the audit log.
-            self._audit_declined(self.plan, refusals, isinstance(self._backend, DemoBackend))
+            self._audit_declined(self._flow, self.plan)
         self.dismiss(self.report)
 
     @work(thread=True, exit_on_error=False, group="kill-audit", description="record a declined kill")
-    def _audit_declined(self, plan: KillPlan, refusals: Iterable, demo: bool) -> None:
-        from gputui.actions.kill import Refusal
-
-        audit_refusals([*refusals, *(Refusal(t.pid, f"PID {t.pid}: the user declined the confirmation.")
-                                     for t in plan.targets)], demo)
+    def _audit_declined(self, flow: KillFlow, plan: KillPlan) -> None:
+        flow.decline(plan)
 
     def action_confirm(self) -> None:
         if self.state != "ready" or self.plan is None or not self.plan.targets:
@@ -230,14 +216,8 @@ class KillScreen(GpuModal["KillReport | None"]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="kill-run", description="kill processes")
     def _kill_worker(self, plan: KillPlan) -> None:
-        app = self.gpu_app
-        snapshot = self.snapshot or app.snapshot
-        assert snapshot is not None, "the dialog opens from a process of a shown snapshot"
         try:
-            check_audit_writable(isinstance(self._backend, DemoBackend))
-            assert self._backend is not None
-            report = execute_kill(plan, self._backend, snapshot,
-                                  progress=lambda text: self.post_message(self.Progress(text)))
+            report = self._ensure_flow().execute(plan, progress=lambda text: self.post_message(self.Progress(text)))
         except KillError as exc:
             self.post_message(self.Finished(None, str(exc)))
             return
@@ -265,7 +245,6 @@ class KillScreen(GpuModal["KillReport | None"]):
         self.dismiss(self.report)
 
     def on_unmount(self) -> None:
-        backend, self._backend = self._backend, None
-        close = getattr(backend, "close", None)
-        if callable(close):
-            close()
+        flow, self._flow = self._flow, None
+        if flow is not None:
+            flow.close()
