@@ -56,6 +56,7 @@ from gputui.actions.container_ops import (
 )
 from gputui.actions.journal import Journal, JournalError, PendingJournal, pending_journals
 from gputui.actions.locks import ContainerLock, LockHeld
+from gputui.core.errors import clause, sentence
 from gputui.core.grants import Grant, GrantEntry, GrantForm, HostGpu, HostGpus, read_grant, rewrite_grant
 from gputui.core.mig import parse_mig_ref, resolve_mig
 from gputui.core.model import Gpu, MigDevice, Snapshot
@@ -1033,18 +1034,8 @@ def audit_refusal(container: str, target: str | int | None, reason: str, demo: b
 
 
 def _err(exc: BaseException) -> str:
-    """An exception as a clause without a trailing period (Docker's explanation when it has one;
-    a connection failure as one sentence, never Python's exception text)."""
-    text = getattr(exc, "explanation", None)
-    if not text and type(exc).__module__.split(".")[0] in ("docker", "requests", "urllib3"):
-        from gputui.core.docker_source import describe_error
-
-        return describe_error(exc).rstrip(".")
-    text = text or str(exc) or type(exc).__name__
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    text = " ".join(str(text).split())
-    return text.rstrip(".")
+    """An exception as a clause without a trailing period (:func:`gputui.core.errors.clause`)."""
+    return clause(exc)
 
 
 class DockerMigrationEngine:
@@ -1638,9 +1629,7 @@ def docker_client(timeout: float = 5.0) -> Any:
     from gputui.core.docker_source import docker_client as connect
 
     try:
-        client = connect(timeout=max(timeout, 60.0))
-        client.ping()
-        return client
+        return connect(timeout=max(timeout, 60.0), ping=True)
     except Exception as exc:  # SourceUnavailable, requests' connection errors and the like
         raise MigrationUnavailable(_sentence(describe_error(exc))) from None
 
@@ -1653,9 +1642,7 @@ def _unreachable(exc: BaseException) -> str:
 
 
 def _sentence(text: str) -> str:
-    text = text.strip()
-    text = text[:1].upper() + text[1:]
-    return text if text.endswith((".", "!", "?")) else text + "."
+    return sentence(text)
 
 
 def engine_for(machine: Machine, settings: Settings, hooks: MigrationHooks | None = None,

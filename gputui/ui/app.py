@@ -67,6 +67,7 @@ from textual.screen import Screen
 from textual.worker import Worker, get_current_worker
 
 from gputui.core.config import Settings
+from gputui.core.errors import clause
 from gputui.core.history import GpuSample, History
 from gputui.core.judges.alerts import AlertRecorder
 from gputui.core.model import Gpu, Snapshot
@@ -180,7 +181,7 @@ class GpuTuiApp(App[int]):
         try:
             sentences = tuple(p.describe() for p in pending_journals("migrate"))
         except Exception as exc:  # an unreadable state directory: one sentence, no traceback
-            text = (str(exc).strip() or type(exc).__name__).rstrip(".")
+            text = clause(exc)
             sentences = (f"Could not look for interrupted migrations: {text}.",)
         if not self._closing:
             self.post_message(JournalsChecked(sentences))
@@ -377,9 +378,7 @@ if TYPE_CHECKING:
 
 def describe_error(exc: BaseException) -> str:
     """One sentence for a failed poll, whatever raised it."""
-    text = str(exc).strip() or type(exc).__name__
-    text = text.rstrip(".")
-    return f"Could not read the GPUs: {text}. Retrying."
+    return f"Could not read the GPUs: {clause(exc)}. Retrying."
 
 
 def make_app(

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from gputui.core.errors import clause
 from gputui.core.model import Snapshot
 
 if TYPE_CHECKING:
@@ -201,7 +202,7 @@ def _pid_of(pinned: Any) -> int:
 def _docker_error(exc: Exception) -> str:
     from gputui.core.docker_source import describe_error
 
-    return describe_error(exc).strip().rstrip(".")
+    return clause(describe_error(exc))
 
 
 def _held(target: KillTarget, before: Snapshot) -> list[tuple[int, int, int | None]]:
