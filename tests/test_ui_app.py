@@ -622,10 +622,13 @@ async def test_pause_stops_polling_until_resumed():
         await wait_for_polls(pilot, 2)
         await pilot.press("p")
         assert "PAUSED" in status_text(app)
-        await pilot.pause(0.2)
-        done = app.polls_done
-        await pilot.pause(0.8)
-        assert app.polls_done <= done + 1
+        # A poll already running may finish; after it, no next poll is armed while paused.
+        deadline = time.monotonic() + 10
+        while app.poll_in_flight:
+            assert time.monotonic() < deadline, "the poll in flight never finished"
+            await pilot.pause(0.05)
+        await pilot.pause()
+        assert not app.next_poll_armed and not app.poll_in_flight
         await pilot.press("p")
         await wait_for_polls(pilot, app.polls_done + 2)
         assert "PAUSED" not in status_text(app)

@@ -318,6 +318,16 @@ class GpuTuiApp(App[int]):
         if running >= max(2.0, 3 * self.settings.interval):
             self._set_status(slow_for=running)
 
+    @property
+    def poll_in_flight(self) -> bool:
+        """A poll is running in the poll thread."""
+        return self._polling
+
+    @property
+    def next_poll_armed(self) -> bool:
+        """The timer of the next poll is set (never while paused)."""
+        return self._timer is not None
+
     def request_poll(self) -> None:
         """Poll as soon as possible (after an action changed the machine)."""
         if self.poller.watcher is not None:

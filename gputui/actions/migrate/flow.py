@@ -11,6 +11,7 @@ refusal or a decline, and the sentences exist once.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -84,8 +85,9 @@ class MigrateFlow:
 
     def run(self, container: str, target: str | int, confirm: Callable[[MigrationPlan], bool], *,
             force: bool = False, from_gpu: str | int | None = None,
-            progress: ProgressFn | None = None) -> MigrateRun:
-        """Plan, ask ``confirm``, then execute or record the refusal or the decline.
+            progress: ProgressFn | None = None,
+            guard: Callable[[], AbstractContextManager[object]] = nullcontext) -> MigrateRun:
+        """Plan, ask ``confirm``, then execute (inside ``guard``) or record the refusal or the decline.
         MigrationNotFound and MigrationUnavailable propagate (usage, unreachable)."""
         try:
             plan = self.plan(container, target, force=force, from_gpu=from_gpu)
@@ -95,7 +97,9 @@ class MigrateFlow:
         if not confirm(plan):
             self.decline(plan)
             return MigrateRun("declined", plan)
-        return MigrateRun("done", plan, self.execute(plan, progress))
+        with guard():
+            result = self.execute(plan, progress)
+        return MigrateRun("done", plan, result)
 
     def close(self) -> None:
         self.engine.close()

@@ -3,8 +3,8 @@
 Opened with ``m`` on a process that runs in a container (dashboard), on a
 container (containers view), or from the imbalance banner's suggestion. Nothing
 here talks to Docker on the event loop: planning (which inspects containers)
-and execution run in thread workers that post messages back; the engine is the
-same one the CLI uses (:func:`gputui.actions.migrate.engine_for`), so in
+and execution run in thread workers that post messages back; the flow is the
+same one the CLI drives (:class:`gputui.actions.migrate.flow.MigrateFlow`), so in
 ``--demo`` the dialog moves the simulated container.
 
 Keys: ↑/↓ choose the target, ``f`` also offers GPUs without room for the
@@ -29,7 +29,6 @@ from textual.worker import get_current_worker
 from gputui.actions.migrate import (
     STEP_TEXT,
     STEPS,
-    MigrationEngine,
     MigrationNotFound,
     MigrationPlan,
     MigrationRefused,
@@ -41,6 +40,7 @@ from gputui.actions.migrate import (
     observed_peak,
     target_options,
 )
+from gputui.actions.migrate.flow import RECOVERABLE, MigrateFlow
 from gputui.core.model import Container, Process, Snapshot
 from gputui.core.safe_text import clean
 from gputui.core.units import fmt_bytes
@@ -133,7 +133,8 @@ class MigrateScreen(GpuModal["MigrationResult | None"]):
         self.steps: dict[str, str] = {s: "pending" for s in STEPS}
         self.step_notes: dict[str, str] = {}
         self.options: list[TargetOption] = []
-        self._engine: MigrationEngine | None = None
+        #: Created by the first plan worker (connecting to Docker blocks).
+        self._flow: MigrateFlow | None = None
         self._plan_key: tuple | None = None
         self._peak: int | None = None
         self.container_id, self.container_name, self.problem = self._identify(snapshot, process, container)
@@ -392,11 +393,12 @@ class MigrateScreen(GpuModal["MigrationResult | None"]):
         worker = get_current_worker()
         container_id, target, force = key
         try:
-            engine = self._ensure_engine()
+            flow = self._ensure_flow()
+            flow.snapshot = self.snapshot
             peak = self._read_peak(container_id)
-            plan = engine.plan(container_id, target, self.snapshot, force=force, peak_memory=peak)
+            plan = flow.plan(container_id, target, force=force, peak_memory=peak)
         except MigrationRefused as exc:
-            fatal = exc.kind not in ("no-fit", "same-gpu", "target-lost", "ambiguous")
+            fatal = exc.kind not in RECOVERABLE
             if not worker.is_cancelled:
                 self.post_message(self.PlanFailed(str(exc), key, fatal=fatal))
             return
@@ -411,12 +413,12 @@ class MigrateScreen(GpuModal["MigrationResult | None"]):
         if not worker.is_cancelled:
             self.post_message(self.PlanReady(plan, key))
 
-    def _ensure_engine(self) -> MigrationEngine:
+    def _ensure_flow(self) -> MigrateFlow:
         """Created in a worker: connecting to Docker blocks."""
-        if self._engine is None:
+        if self._flow is None:
             app = self.gpu_app
-            self._engine = engine_for(app.machine, app.settings)
-        return self._engine
+            self._flow = MigrateFlow(engine_for(app.machine, app.settings), self.snapshot)
+        return self._flow
 
     def _read_peak(self, container_id: str) -> int | None:
         """The container's peak GPU memory over the kept history (read under the app's poll lock)."""
@@ -485,7 +487,13 @@ class MigrateScreen(GpuModal["MigrationResult | None"]):
     def action_close(self) -> None:
         if self.state == "running":
             return
+        if self.state == "idle" and self.result is None and self.plan is not None and self._flow is not None:
+            self._record_decline(self._flow, self.plan)  # the user saw the plan and said no
         self.dismiss(self.result)
+
+    @work(thread=True, exit_on_error=False, group="migrate-audit", description="record a declined migration")
+    def _record_decline(self, flow: MigrateFlow, plan: MigrationPlan) -> None:
+        flow.decline(plan)
 
     def action_confirm(self) -> None:
         if self.check_action("confirm", ()) is not True or self.plan is None:
@@ -499,9 +507,9 @@ class MigrateScreen(GpuModal["MigrationResult | None"]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="migrate-run", description="migrate a container")
     def _execute_worker(self, plan: MigrationPlan) -> None:
-        engine = self._ensure_engine()
+        flow = self._ensure_flow()
         try:
-            result = engine.execute(plan, progress=lambda p: self.post_message(self.StepProgress(p)))
+            result = flow.execute(plan, progress=lambda p: self.post_message(self.StepProgress(p)))
         except Exception as exc:  # the engine returns failures; this is a last resort
             result = MigrationResult(False, "failed", f"Migration of {plan.container_name} failed: {exc}.", plan)
         self.post_message(self.Finished(result))
@@ -537,5 +545,5 @@ class MigrateScreen(GpuModal["MigrationResult | None"]):
             text, severity = self._toast
             self._toast = None
             self.app.notify(text, severity=severity, timeout=RESULT_TOAST_S)
-        if self._engine is not None and self.state != "running":
-            self._engine.close()
+        if self._flow is not None and self.state != "running":
+            self._flow.close()
