@@ -151,16 +151,10 @@ class Context:
         UsageError for a GPU that is not there). The container watcher is stopped right after the
         first poll unless ``watch`` (for :meth:`Polled.observe`); NVML stays open until the exit,
         so the body can keep using ``machine``. Raises NvmlUnavailable on a machine without NVML."""
-        wait = min(3.0, self.settings.docker_timeout) if container_wait is None else container_wait
         machine = self.open_machine(docker=docker)
         try:
-            poller = machine.poller(self.settings, container_wait=wait)
+            poller, snap, all_gpus = self.start_polling(machine, container_wait)
             try:
-                snap = poller.poll()
-                all_gpus = snap.gpus
-                poller.gpu_filter = self.gpu_filter(all_gpus)
-                if poller.gpu_filter is not None:
-                    snap = replace(snap, gpus=tuple(g for g in all_gpus if poller.gpu_filter(g)))
                 if not watch and poller.watcher is not None:
                     poller.watcher.stop()
                 yield Polled(machine, poller, snap, all_gpus)
@@ -169,6 +163,24 @@ class Context:
         finally:
             machine.close()
 
+    def start_polling(
+        self, machine: Machine, container_wait: float | None = None
+    ) -> tuple[Poller, Snapshot, tuple[Gpu, ...]]:
+        """A poller for ``machine`` with --gpu applied, its first snapshot (filtered), and every GPU
+        that poll saw, for a caller that polls on (the exporter); one-shot commands use
+        :meth:`polling`. Raises UsageError for a GPU that is not there (the poller is closed)."""
+        wait = min(3.0, self.settings.docker_timeout) if container_wait is None else container_wait
+        poller = machine.poller(self.settings, container_wait=wait)
+        snap = poller.poll()
+        all_gpus = snap.gpus
+        try:
+            poller.gpu_filter = self.gpu_filter(all_gpus)
+        except UsageError:
+            poller.close()
+            raise
+        if poller.gpu_filter is not None:
+            snap = replace(snap, gpus=tuple(g for g in all_gpus if poller.gpu_filter(g)))
+        return poller, snap, all_gpus
 
 @dataclass
 class Polled:
