@@ -70,14 +70,8 @@ def execute_kill(plan: KillPlan, backend: KillBackend, before: Snapshot,
                  progress: Callable[[str], object] | None = None) -> KillReport:
     """Signal (or stop) every target, wait, escalate if asked, re-read NVML, audit everything."""
     say = progress or (lambda _msg: None)
-    sig_name = plan.signal
-    sig = SIGNALS[sig_name]
     demo = isinstance(backend, DemoBackend)
     notes: list[str] = audit_refusals(plan.refusals, demo)
-    outcomes: dict[int, Outcome] = {}
-    pinned: dict[int, Any] = {}
-    sent: dict[int, list[str]] = {}
-
     # 0. the intent, on disk before any signal: no path acts without a record
     for t in plan.targets:
         problem = _audit("intent", demo, **t.to_json(), signal=plan.signal, timeout=plan.timeout,
@@ -87,8 +81,38 @@ def execute_kill(plan: KillPlan, backend: KillBackend, before: Snapshot,
                       "cannot record."
             failed = tuple(Outcome(x.pid, "refused", message, x) for x in plan.targets)
             return KillReport(failed, plan.refusals, notes=tuple(notes))
-
     # 1. containers' main processes: through Docker (it waits and escalates itself)
+    outcomes = _stop_containers(plan, backend, say)
+    # 2. host processes: pin, then signal
+    pinned, sent = _pin_and_signal(plan, backend, outcomes)
+    if pinned:
+        say(f"Sent SIG{plan.signal} to {', '.join(str(x) for x in pinned)}; waiting up to {plan.timeout:g} s…")
+    # 3. wait, then escalate
+    _wait_and_escalate(plan, backend, pinned, sent, outcomes, say)
+    # 4. re-read NVML until the driver drops the dead processes' contexts
+    entries = {o.pid: _held(o.target, before) for o in outcomes.values() if o.ok and o.target is not None}
+    freed, still, nvml_note = _measure_freed(before, [e for held in entries.values() for e in held], backend, say)
+    if nvml_note:
+        notes.append(nvml_note)
+    # 5. one audit record per outcome
+    ordered = tuple(outcomes[t.pid] for t in plan.targets if t.pid in outcomes)
+    for o in ordered:
+        details: dict[str, Any] = o.target.to_json() if o.target else {"pid": o.pid}
+        held = entries.get(o.pid)
+        details.update(signal=plan.signal, signals=list(o.signals), outcome=o.result, message=o.message,
+                       freed=None if held is None or nvml_note else
+                       sum(m or 0 for i, pid, m in held if (i, pid) not in still))
+        result = "ok" if o.ok else ("refused" if o.result == "refused" else "failed")
+        problem = _audit(result, demo, **details)
+        if problem and problem not in notes:
+            notes.append(problem)
+    return KillReport(ordered, plan.refusals, freed, still, tuple(notes))
+
+
+def _stop_containers(plan: KillPlan, backend: KillBackend, say: Callable[[str], object]) -> dict[int, Outcome]:
+    """Containers' main processes are stopped through Docker (it waits and escalates itself)."""
+    sig_name = plan.signal
+    outcomes: dict[int, Outcome] = {}
     for t in plan.targets:
         if not t.container_main or t.container is None:
             continue
@@ -103,8 +127,17 @@ def execute_kill(plan: KillPlan, backend: KillBackend, before: Snapshot,
         except Exception as exc:
             outcomes[t.pid] = Outcome(t.pid, "failed", f"Docker could not stop container {name}: "
                                       f"{_docker_error(exc)}.", t)
+    return outcomes
 
-    # 2. host processes: pin, then signal
+
+def _pin_and_signal(plan: KillPlan, backend: KillBackend,
+                    outcomes: dict[int, Outcome]) -> tuple[dict[int, Any], dict[int, list[str]]]:
+    """Pin each host process (a reused PID is refused) and send it the plan's signal.
+    Returns the pinned processes and the signals sent to each; other outcomes go to ``outcomes``."""
+    sig_name = plan.signal
+    sig = SIGNALS[sig_name]
+    pinned: dict[int, Any] = {}
+    sent: dict[int, list[str]] = {}
     for t in plan.targets:
         if t.container_main:
             continue
@@ -132,10 +165,13 @@ def execute_kill(plan: KillPlan, backend: KillBackend, before: Snapshot,
             continue
         pinned[t.pid] = p
         sent[t.pid] = [sig_name]
-    if pinned:
-        say(f"Sent SIG{sig_name} to {', '.join(str(x) for x in pinned)}; waiting up to {plan.timeout:g} s…")
+    return pinned, sent
 
-    # 3. wait, then escalate
+
+def _wait_and_escalate(plan: KillPlan, backend: KillBackend, pinned: dict[int, Any], sent: dict[int, list[str]],
+                       outcomes: dict[int, Outcome], say: Callable[[str], object]) -> None:
+    """Wait for the signalled processes, SIGKILL survivors when asked, record how each ended, release them."""
+    sig_name = plan.signal
     survivors = backend.wait(list(pinned.values()), plan.timeout) if pinned else []
     if survivors and plan.escalate and sig_name != "KILL":
         say(f"SIG{sig_name} was ignored; sending SIGKILL…")
@@ -174,25 +210,6 @@ def execute_kill(plan: KillPlan, backend: KillBackend, before: Snapshot,
                                       f"SIG{sig_name}.", t, signals)
     for p in pinned.values():
         backend.release(p)
-
-    # 4. re-read NVML until the driver drops the dead processes' contexts
-    entries = {o.pid: _held(o.target, before) for o in outcomes.values() if o.ok and o.target is not None}
-    freed, still, nvml_note = _measure_freed(before, [e for held in entries.values() for e in held], backend, say)
-    if nvml_note:
-        notes.append(nvml_note)
-
-    ordered = tuple(outcomes[t.pid] for t in plan.targets if t.pid in outcomes)
-    for o in ordered:
-        details: dict[str, Any] = o.target.to_json() if o.target else {"pid": o.pid}
-        held = entries.get(o.pid)
-        details.update(signal=plan.signal, signals=list(o.signals), outcome=o.result, message=o.message,
-                       freed=None if held is None or nvml_note else
-                       sum(m or 0 for i, pid, m in held if (i, pid) not in still))
-        result = "ok" if o.ok else ("refused" if o.result == "refused" else "failed")
-        problem = _audit(result, demo, **details)
-        if problem and problem not in notes:
-            notes.append(problem)
-    return KillReport(ordered, plan.refusals, freed, still, tuple(notes))
 
 
 def _pid_of(pinned: Any) -> int:
