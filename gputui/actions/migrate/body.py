@@ -84,7 +84,9 @@ def _create_body(
 ) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], list[str]]:
     """The inspect data turned back into a create body, minus what Docker generates.
 
-    Returns (body, extra network connections, human notes on what is carried over).
+    Returns (body, extra network connections, human notes on what is carried over). Long on
+    purpose: one line per create field Docker's inspect output carries, in the order of the API, so
+    a reviewer can check it field by field against ``docker inspect``.
     """
     cid = attrs.get("Id", "")
     cfg = copy.deepcopy(attrs.get("Config") or {})

@@ -218,8 +218,109 @@ def plan_migration(
     ``image_tag_id`` is the id the container's image *tag* points to now
     (``images.get(Config.Image).id``; None if the tag is gone). ``usage`` is the
     container's current GPU memory per GPU index (from the snapshot) and
-    ``peak_memory`` the most it has held at once (from the history).
+    ``peak_memory`` the most it has held at once (from the history). Over 80 lines only by its
+    signature and the plan's thirty fields; the refusals, the image, ports, compose are helpers.
     """
+    name = _name(attrs)
+    usage = usage or {}
+    mv = _admit(attrs, gpus, target, others=others, peak_memory=peak_memory, usage=usage, force=force,
+                from_gpu=from_gpu, read_only=read_only)
+    tgt, tmig, host, grant, moving, to_uuid, to_label = (mv.tgt, mv.tmig, mv.host, mv.grant, mv.moving,
+                                                          mv.to_uuid, mv.to_label)
+    cfg = attrs.get("Config") or {}
+    image, image_ref, warnings = _pinned_image(attrs, image_tag_id, name)
+
+    base, connect, keeps = _create_body(attrs, image_ref, image_config)
+    new = copy.deepcopy(base)
+    rewrite_grant(new, grant, moving, HostGpu(tgt.index, to_uuid, tgt.minor_number if tmig is None else None,
+                                              mig=tmig.index if tmig is not None else None))
+    after_grant = read_grant(new, host)
+    visible_after = 1 if after_grant.all else max(1, len(after_grant.keys))
+    from_uuids = {g.uuid for g in gpus if g.index in mv.from_idx} | {e.key for e in moving if host.mig(e.key)}
+    warnings += _rewrite_cuda_visible(new, {u for u in from_uuids if u}, to_uuid, visible_after, name)
+    if mv.from_all or grant.count > 1:
+        only = f"{to_label} only" if after_grant.keys == (to_uuid,) else after_grant.describe(host)
+        warnings.append(f"{name} was granted {grant.describe(host).split(' (')[0]}; after the move it is "
+                        f"granted {only}.")
+    hc = attrs.get("HostConfig") or {}
+    warnings += _ports_and_room(hc, mv, peak_memory, usage, name)
+    compose_warnings, change = _compose(cfg.get("Labels") or {}, name, to_uuid)
+    warnings += compose_warnings
+    state = attrs.get("State") or {}
+    health = cfg.get("Healthcheck") or {}
+    command = running_command(attrs)
+    after = effective_command(new, image_config)
+    if command is not None and after is not None and after != command:
+        warnings.append(f"The copy would run {json.dumps(after)} instead of {json.dumps(command)}; the migration "
+                        f"will be rolled back at the create step.")
+    if not state.get("Running"):
+        warnings.append(_stopped_note(name, daemon_would_start(attrs)))
+    stamp = time.strftime("%Y%m%d%H%M%S", time.localtime(now if now is not None else time.time()))
+    return MigrationPlan(
+        container_id=attrs.get("Id", ""),
+        container_name=name,
+        image=image,
+        image_ref=image_ref,
+        grant_form=moving[0].form,
+        grant_before=grant.describe(host),
+        grant_after=after_grant.describe(host),
+        from_gpus=mv.from_idx,
+        from_all=mv.from_all,
+        to_gpu=tgt.index,
+        to_uuid=to_uuid,
+        to_mig=tmig.index if tmig is not None else None,
+        from_migs=mv.from_migs,
+        backup_name=f"{name}{BACKUP_INFIX}{stamp}",
+        stop_timeout=int(cfg.get("StopTimeout") or 10),
+        stop_signal=str(cfg.get("StopSignal") or "SIGTERM"),
+        restart_policy=dict(hc.get("RestartPolicy") or {"Name": "no", "MaximumRetryCount": 0}),
+        was_running=bool(state.get("Running")),
+        start_stopped=daemon_would_start(attrs),
+        command=tuple(command) if command is not None else None,
+        has_healthcheck=bool(health.get("Test")) and health["Test"][0] != "NONE",
+        body=new,
+        original_body=base,
+        connect=tuple(connect),
+        diff=body_diff(base, new) + _command_diff(command, effective_command(new, image_config)),
+        keeps=tuple(keeps),
+        warnings=tuple(warnings),
+        compose_change=change,
+        peak_memory=peak_memory or None,
+        forced=force,
+        demo=demo,
+        attrs=copy.deepcopy(attrs),
+    )
+
+
+@dataclass(frozen=True)
+class _Move:
+    """What a plan moves, once every refusal has passed: the target card (and MIG device), the grant and
+    the entries of it that move, and where they leave from."""
+
+    tgt: Gpu
+    tmig: MigDevice | None
+    host: HostGpus
+    grant: Grant
+    moving: list[GrantEntry]
+    from_all: bool
+    from_idx: tuple[int, ...]
+    from_migs: tuple[str, ...]
+
+    @property
+    def to_uuid(self) -> str:
+        return self.tmig.uuid if self.tmig is not None else self.tgt.uuid
+
+    @property
+    def to_label(self) -> str:
+        return f"GPU {self.tgt.index}" if self.tmig is None else f"MIG device {self.tgt.index}:{self.tmig.index}"
+
+
+def _admit(attrs: dict[str, Any], gpus: tuple[Gpu, ...], target: str | int, *, others: Iterable[dict[str, Any]],
+           peak_memory: int | None, usage: dict[int, int], force: bool, from_gpu: str | int | None,
+           read_only: bool) -> _Move:
+    """Every refusal a plan can meet before anything is built: read-only, preflight, the target (a GPU or a
+    MIG device), the grant (none, device nodes that cannot name the target) and room on the target.
+    Raises MigrationRefused."""
     name = _name(attrs)
     if read_only:
         raise MigrationRefused("read-only", READ_ONLY)
@@ -244,13 +345,15 @@ def plan_migration(
                                                f"MIG device." if tmig is not None else
                                f"{name} is given GPUs as /dev/nvidiaN nodes and the device "
                                f"node of GPU {tgt.index} is not known.")
-
-    usage = usage or {}
     refusal = (mig_target_refusal(tgt, tmig, peak_memory, force, name) if tmig is not None
                else target_refusal(tgt, peak_memory, usage.get(tgt.index, 0), force, name))
     if refusal:
         raise MigrationRefused("no-fit", refusal)
+    return _Move(tgt, tmig, host, grant, moving, from_all, from_idx, from_migs)
 
+
+def _pinned_image(attrs: dict[str, Any], image_tag_id: str | None, name: str) -> tuple[str, str, list[str]]:
+    """(image as configured, image the copy uses, warnings): a tag that moved or is gone pins the id."""
     cfg = attrs.get("Config") or {}
     image = cfg.get("Image") or attrs.get("Image", "")
     warnings: list[str] = []
@@ -263,84 +366,38 @@ def plan_migration(
         else:
             warnings.append(f"The image tag {image} now points to another image; the new container keeps "
                             f"the one {name} runs, by id ({image_ref[:19]}).")
+    return image, image_ref, warnings
 
-    base, connect, keeps = _create_body(attrs, image_ref, image_config)
-    new = copy.deepcopy(base)
-    rewrite_grant(new, grant, moving, HostGpu(tgt.index, to_uuid, tgt.minor_number if tmig is None else None,
-                                              mig=tmig.index if tmig is not None else None))
-    after_grant = read_grant(new, host)
-    visible_after = 1 if after_grant.all else max(1, len(after_grant.keys))
-    from_uuids = {g.uuid for g in gpus if g.index in from_idx} | {e.key for e in moving if host.mig(e.key)}
-    warnings += _rewrite_cuda_visible(new, {u for u in from_uuids if u}, to_uuid, visible_after, name)
-    if from_all or grant.count > 1:
-        only = f"{to_label} only" if after_grant.keys == (to_uuid,) else after_grant.describe(host)
-        warnings.append(f"{name} was granted {grant.describe(host).split(' (')[0]}; after the move it is "
-                        f"granted {only}.")
-    hc = attrs.get("HostConfig") or {}
+
+def _ports_and_room(hc: dict[str, Any], mv: _Move, peak_memory: int | None, usage: dict[int, int],
+                    name: str) -> list[str]:
+    """Warnings about random host ports (they change) and a forced move onto a target without room."""
+    warnings: list[str] = []
     for port, bindings in (hc.get("PortBindings") or {}).items():
         for b in bindings or []:
             if not (b or {}).get("HostPort"):
                 warnings.append(f"Port {port} is published on a random host port; the new container gets a "
                                 f"new one.")
-    room = tmig.memory_free if tmig is not None else (
+    tgt = mv.tgt
+    room = mv.tmig.memory_free if mv.tmig is not None else (
         None if tgt.memory_free is None else tgt.memory_free + usage.get(tgt.index, 0))
     if peak_memory and room is not None and peak_memory > room:
-        warnings.append(f"Forced: {to_label} has {fmt_bytes(room)} free, less than the "
+        warnings.append(f"Forced: {mv.to_label} has {fmt_bytes(room)} free, less than the "
                         f"{fmt_bytes(peak_memory)} {name} has used.")
-    labels = cfg.get("Labels") or {}
-    change = None
-    if "com.docker.compose.project" in labels or "com.docker.compose.service" in labels:
-        service = labels.get("com.docker.compose.service") or name
-        project = labels.get("com.docker.compose.project") or "?"
-        where = labels.get("com.docker.compose.project.config_files")
-        warnings.append(f"{name} belongs to compose project {project}: the next 'docker compose up' that "
-                        f"recreates service {service} puts it back on its old GPU unless the compose file "
-                        f"changes{f' ({where})' if where else ''}.")
-        change = compose_change(clean_text(service), to_uuid)  # display text: one line per YAML line
-    state = attrs.get("State") or {}
-    health = cfg.get("Healthcheck") or {}
-    command = running_command(attrs)
-    after = effective_command(new, image_config)
-    if command is not None and after is not None and after != command:
-        warnings.append(f"The copy would run {json.dumps(after)} instead of {json.dumps(command)}; the migration "
-                        f"will be rolled back at the create step.")
-    if not state.get("Running"):
-        warnings.append(_stopped_note(name, daemon_would_start(attrs)))
-    stamp = time.strftime("%Y%m%d%H%M%S", time.localtime(now if now is not None else time.time()))
-    return MigrationPlan(
-        container_id=attrs.get("Id", ""),
-        container_name=name,
-        image=image,
-        image_ref=image_ref,
-        grant_form=moving[0].form,
-        grant_before=grant.describe(host),
-        grant_after=after_grant.describe(host),
-        from_gpus=from_idx,
-        from_all=from_all,
-        to_gpu=tgt.index,
-        to_uuid=to_uuid,
-        to_mig=tmig.index if tmig is not None else None,
-        from_migs=from_migs,
-        backup_name=f"{name}{BACKUP_INFIX}{stamp}",
-        stop_timeout=int(cfg.get("StopTimeout") or 10),
-        stop_signal=str(cfg.get("StopSignal") or "SIGTERM"),
-        restart_policy=dict(hc.get("RestartPolicy") or {"Name": "no", "MaximumRetryCount": 0}),
-        was_running=bool(state.get("Running")),
-        start_stopped=daemon_would_start(attrs),
-        command=tuple(command) if command is not None else None,
-        has_healthcheck=bool(health.get("Test")) and health["Test"][0] != "NONE",
-        body=new,
-        original_body=base,
-        connect=tuple(connect),
-        diff=body_diff(base, new) + _command_diff(command, effective_command(new, image_config)),
-        keeps=tuple(keeps),
-        warnings=tuple(warnings),
-        compose_change=change,
-        peak_memory=peak_memory or None,
-        forced=force,
-        demo=demo,
-        attrs=copy.deepcopy(attrs),
-    )
+    return warnings
+
+
+def _compose(labels: dict[str, Any], name: str, to_uuid: str) -> tuple[list[str], str | None]:
+    """A compose service's warning (the next 'up' moves it back) and the compose-file change that keeps it."""
+    if "com.docker.compose.project" not in labels and "com.docker.compose.service" not in labels:
+        return [], None
+    service = labels.get("com.docker.compose.service") or name
+    project = labels.get("com.docker.compose.project") or "?"
+    where = labels.get("com.docker.compose.project.config_files")
+    warning = (f"{name} belongs to compose project {project}: the next 'docker compose up' that "
+               f"recreates service {service} puts it back on its old GPU unless the compose file "
+               f"changes{f' ({where})' if where else ''}.")
+    return [warning], compose_change(clean_text(service), to_uuid)  # display text: one line per YAML line
 
 
 def container_usage(snapshot: Snapshot | None, container_id: str) -> dict[int, int]:

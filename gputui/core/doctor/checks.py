@@ -283,7 +283,11 @@ _TOOLKIT_FIX = ("Install the NVIDIA Container Toolkit (`sudo apt-get install nvi
 
 
 def check_docker(d: DockerFacts) -> list[Check]:
-    """Socket, daemon, NVIDIA runtime/toolkit and whether ``--gpus`` can work."""
+    """Socket, daemon, NVIDIA runtime/toolkit and whether ``--gpus`` can work.
+
+    Long on purpose: these are four checks whose sentences depend on each other (a socket that is
+    not there makes the daemon check say so, the runtime check names the default runtime), so they
+    are judged in one pass, in checklist order."""
     if not d.checked:
         return [_skip("docker-socket", "Not checked: --no-docker was given.")]
     if d.demo:

@@ -98,6 +98,8 @@ class AlertJudge:
         return latch
 
     def update(self, history: History, snapshot: Snapshot) -> tuple[Alert, ...]:
+        """The alerts of this poll, each raised and cleared with hysteresis. Long on purpose: one rule per
+        alert kind, side by side, sharing the hold and the clock (the rules read best in one place)."""
         s = self.settings
         now = history.now if history.now is not None else snapshot.time.timestamp()
         hold = effective_hold(s.alert_hold, history.span)
