@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from gputui import __version__
-from gputui.context import (  # re-exported: the names tests and scripts know from gputui.cli
-    EXIT_NO,
+from gputui.context import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
@@ -24,7 +23,6 @@ from gputui.context import (  # re-exported: the names tests and scripts know fr
     UsageError,
     celsius_arg,
     interval_arg,
-    parse_gpu_list,
     seconds_arg,
     window_arg,
 )
@@ -44,10 +42,7 @@ EXIT_CODES_HELP = """exit status (every command):
   2  bad usage or config, including an argument that names nothing here (no such PID, container or GPU)
   3  the machine could not be read (no NVIDIA driver, Docker unreachable for migrate)"""
 
-__all__ = [
-    "EXIT_NO", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "Context", "UsageError",
-    "build_parser", "load_context", "main", "parse_gpu_list",
-]
+__all__ = ["build_parser", "load_context", "main"]
 
 # -- parsing ----------------------------------------------------------------------
 

@@ -662,7 +662,7 @@ def _ctx(*argv: str):
 
 
 def test_an_unknown_theme_stops_the_dashboard_with_one_sentence():
-    from gputui.cli import UsageError
+    from gputui.context import UsageError
     from gputui.ui.app import run_app
 
     with pytest.raises(UsageError, match=r"There is no theme 'no-such-theme'; choose one of: .*nord"):
@@ -679,7 +679,7 @@ def test_the_theme_can_come_from_the_config_file(isolated_xdg):
 
 
 def test_gpu_flag_for_a_missing_gpu_stops_the_dashboard():
-    from gputui.cli import UsageError
+    from gputui.context import UsageError
     from gputui.ui.app import run_app
 
     with pytest.raises(UsageError, match="There is no GPU '9'"):
