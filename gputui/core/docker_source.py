@@ -102,8 +102,9 @@ def docker_client(timeout: float = 5.0, environ: Mapping[str, str] | None = None
         raise SourceUnavailable("the docker Python package is not installed (pip install docker)") from None
     env["DOCKER_HOST"] = host
     try:
-        # docker-py hands the timeout to requests, which takes fractions of a second; its stubs say int
-        client = docker.from_env(version="auto", timeout=timeout, environment=env)  # type: ignore[arg-type]
+        client = docker.from_env(
+            version="auto", environment=env,
+            timeout=timeout)  # type: ignore[arg-type]  # requests takes fractional seconds; the stubs say int
         if ping:
             client.ping()
         return client
