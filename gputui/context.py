@@ -144,16 +144,17 @@ class Context:
 
     @contextmanager
     def polling(self, docker: bool | None = None, container_wait: float | None = None,
-                watch: bool = False) -> Iterator[Polled]:
+                watch: bool = False, apply_gpu: bool = True) -> Iterator[Polled]:
         """Open the machine, poll it once with --gpu applied, and close everything on exit.
 
         --gpu is validated against the machine's real GPUs without a second NVML read (raises
         UsageError for a GPU that is not there). The container watcher is stopped right after the
         first poll unless ``watch`` (for :meth:`Polled.observe`); NVML stays open until the exit,
-        so the body can keep using ``machine``. Raises NvmlUnavailable on a machine without NVML."""
+        so the body can keep using ``machine``. ``apply_gpu=False`` ignores --gpu (migrate names its
+        GPUs itself). Raises NvmlUnavailable on a machine without NVML."""
         machine = self.open_machine(docker=docker)
         try:
-            poller, snap, all_gpus = self.start_polling(machine, container_wait)
+            poller, snap, all_gpus = self.start_polling(machine, container_wait, apply_gpu)
             try:
                 if not watch and poller.watcher is not None:
                     poller.watcher.stop()
@@ -164,7 +165,7 @@ class Context:
             machine.close()
 
     def start_polling(
-        self, machine: Machine, container_wait: float | None = None
+        self, machine: Machine, container_wait: float | None = None, apply_gpu: bool = True
     ) -> tuple[Poller, Snapshot, tuple[Gpu, ...]]:
         """A poller for ``machine`` with --gpu applied, its first snapshot (filtered), and every GPU
         that poll saw, for a caller that polls on (the exporter); one-shot commands use
@@ -173,6 +174,8 @@ class Context:
         poller = machine.poller(self.settings, container_wait=wait)
         snap = poller.poll()
         all_gpus = snap.gpus
+        if not apply_gpu:
+            return poller, snap, all_gpus
         try:
             poller.gpu_filter = self.gpu_filter(all_gpus)
         except UsageError:

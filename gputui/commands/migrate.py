@@ -98,50 +98,45 @@ def run(ctx) -> int:
                 return EXIT_NO
             print(clean(f"gputui: warning: {pending.describe()}"), file=err)
 
-    machine = ctx.open_machine(docker=True)
-    engine = None
-    try:
-        poller = machine.poller(ctx.settings, container_wait=min(3.0, ctx.settings.docker_timeout))
+    with ctx.polling(docker=True, apply_gpu=False) as polled:
+        engine = None
         try:
-            snapshot = poller.poll()
-        finally:
-            if poller.watcher is not None:
-                poller.watcher.stop()
-        try:
-            engine = engine_for(machine, ctx.settings.with_overrides(read_only=False)
+            engine = engine_for(polled.machine, ctx.settings.with_overrides(read_only=False)
                                 if args.dry_run else ctx.settings)
-            flow = MigrateFlow(engine, snapshot, verify_timeout=args.timeout)
+            flow = MigrateFlow(engine, polled.snapshot, verify_timeout=args.timeout)
             if args.dry_run:
                 return _dry_run(flow, args, ctx.settings.read_only, out, err)
-            run = flow.run(args.container, args.to, lambda plan: _confirm(plan, flow.demo, args.yes, out),
-                           force=args.force, from_gpu=args.from_gpu, progress=_progress(out),
-                           guard=_sigterm_interrupts)
+            return _migrate(flow, args, out, err)
         except MigrationNotFound as exc:
             raise UsageError(str(exc)) from None
         except MigrationUnavailable as exc:
             print(clean(f"gputui: {exc}"), file=err)
             return EXIT_UNAVAILABLE
-        if run.status == "refused":
-            print(clean(f"gputui: {run.refusal}"), file=err)
+        except JournalError as exc:
+            print(clean(f"gputui: {exc}"), file=err)
             return EXIT_NO
-        if run.status == "declined" or run.result is None or run.plan is None:
-            print(NOTHING_CHANGED, file=out)
-            return EXIT_NO
-        if run.result.ok:
-            print(clean(run.result.message), file=out)
-            if run.plan.compose_change:
-                print(COMPOSE_REMINDER, file=out)
-            return EXIT_OK
-        print(clean(f"gputui: {run.result.message}"), file=err)
-        return EXIT_NO
-    except JournalError as exc:
-        print(clean(f"gputui: {exc}"), file=err)
-        return EXIT_NO
-    finally:
-        if engine is not None:
-            engine.close()
-        machine.close()
+        finally:
+            if engine is not None:
+                engine.close()
 
+
+def _migrate(flow: MigrateFlow, args: Any, out: TextIO, err: TextIO) -> int:
+    """Plan, confirm, execute through the flow; print how it ended."""
+    run = flow.run(args.container, args.to, lambda plan: _confirm(plan, flow.demo, args.yes, out),
+                   force=args.force, from_gpu=args.from_gpu, progress=_progress(out), guard=_sigterm_interrupts)
+    if run.status == "refused":
+        print(clean(f"gputui: {run.refusal}"), file=err)
+        return EXIT_NO
+    if run.status == "declined" or run.result is None or run.plan is None:
+        print(NOTHING_CHANGED, file=out)
+        return EXIT_NO
+    if run.result.ok:
+        print(clean(run.result.message), file=out)
+        if run.plan.compose_change:
+            print(COMPOSE_REMINDER, file=out)
+        return EXIT_OK
+    print(clean(f"gputui: {run.result.message}"), file=err)
+    return EXIT_NO
 
 def _dry_run(flow: MigrateFlow, args: Any, read_only: bool, out: TextIO, err: TextIO) -> int:
     """--dry-run: the plan, printed; nothing is asked, changed or audited."""

@@ -9,7 +9,6 @@ import os
 import select
 import signal as _signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -18,7 +17,7 @@ from gputui.core.model import ContainerRecord, GpuReading, ProcessFacts
 if TYPE_CHECKING:
     from gputui.core.machine import Machine
 
-from gputui.actions.kill.model import _PF_KTHREAD, START_TIME_TOLERANCE
+from gputui.actions.kill.model import PF_KTHREAD, START_TIME_TOLERANCE
 
 
 class Gone(Exception):
@@ -82,8 +81,7 @@ class HostBackend:
 
     simulated = False
 
-    def __init__(self, machine: Machine, docker_client: Callable[[], Any] | None = None,
-                 docker_timeout: float = 10.0) -> None:
+    def __init__(self, machine: Machine, docker_timeout: float = 10.0) -> None:
         from gputui.core.processes import HostProcessSource
 
         self.machine = machine
@@ -91,7 +89,6 @@ class HostBackend:
         # Its own process source: the poller's is not shared across threads (the dashboard kills from a worker
         # while polls go on). It computes start times exactly as the poller's does.
         self._processes = HostProcessSource()
-        self._docker_client = docker_client
         self._docker_timeout = docker_timeout
         self._client: Any = None
 
@@ -110,7 +107,7 @@ class HostBackend:
         try:
             with open(f"/proc/{pid}/stat", "rb") as fh:
                 tail = fh.read().rsplit(b")", 1)[1].split()
-            return bool(int(tail[6]) & _PF_KTHREAD)
+            return bool(int(tail[6]) & PF_KTHREAD)
         except (OSError, IndexError, ValueError):
             return False
 
@@ -231,13 +228,10 @@ class HostBackend:
 
     def _docker(self) -> Any:
         if self._client is None:
-            if self._docker_client is not None:
-                self._client = self._docker_client()
-            else:
-                from gputui.core.docker_source import docker_client
+            from gputui.core.docker_source import docker_client
 
-                # The same address rules as the container view: act on the daemon the user sees.
-                self._client = docker_client(timeout=self._docker_timeout)
+            # The one client factory, so kill acts on the daemon the container view reads.
+            self._client = docker_client(timeout=self._docker_timeout)
         return self._client
 
     def stop_container(self, container_id: str, timeout: float, kill: bool) -> None:

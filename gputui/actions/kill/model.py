@@ -27,7 +27,7 @@ START_TIME_TOLERANCE = 0.05
 #: How long to keep re-reading NVML for the driver to drop a dead process's context.
 SETTLE_SECONDS = 3.0
 
-_PF_KTHREAD = 0x00200000
+PF_KTHREAD = 0x00200000
 
 
 def signal_name(name: str) -> str:

@@ -77,7 +77,7 @@ from gputui.actions.migrate.plan import (
     target_options,
     target_refusal,
 )
-from gputui.actions.migrate.record import _unreachable, audit_refusal
+from gputui.actions.migrate.record import audit_refusal, unreachable
 from gputui.actions.migrate.verify import verify_container
 
 
@@ -93,7 +93,7 @@ def docker_client(timeout: float = 5.0) -> Any:
     try:
         return connect(timeout=max(timeout, 60.0), ping=True)
     except Exception as exc:  # SourceUnavailable, requests' connection errors and the like
-        raise MigrationUnavailable(_unreachable(exc)) from None
+        raise MigrationUnavailable(unreachable(exc)) from None
 
 
 def engine_for(machine: Machine, settings: Settings, hooks: MigrationHooks | None = None,

@@ -10,13 +10,13 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from gputui.actions.migrate.model import _HEX64, MigrationRefused
+from gputui.actions.migrate.model import HEX64, MigrationRefused
 
 if TYPE_CHECKING:
     pass
 
 
-def _name(attrs: dict[str, Any]) -> str:
+def name_of(attrs: dict[str, Any]) -> str:
     return (attrs.get("Name") or "").lstrip("/") or attrs.get("Id", "")[:12]
 
 
@@ -26,12 +26,12 @@ def _refers_to(ref: str, attrs: dict[str, Any]) -> bool:
     if not ref:
         return False
     cid = attrs.get("Id", "")
-    return ref == _name(attrs) or ref == cid or (len(ref) >= 3 and re.fullmatch(r"[0-9a-f]+", ref) is not None
+    return ref == name_of(attrs) or ref == cid or (len(ref) >= 3 and re.fullmatch(r"[0-9a-f]+", ref) is not None
                                                  and cid.startswith(ref))
 
 
-def _preflight(attrs: dict[str, Any], others: Iterable[dict[str, Any]]) -> None:
-    name = _name(attrs)
+def preflight(attrs: dict[str, Any], others: Iterable[dict[str, Any]]) -> None:
+    name = name_of(attrs)
     labels = (attrs.get("Config") or {}).get("Labels") or {}
     state = attrs.get("State") or {}
     hc = attrs.get("HostConfig") or {}
@@ -60,13 +60,13 @@ def _preflight(attrs: dict[str, Any], others: Iterable[dict[str, Any]]) -> None:
             if value.startswith("container:") and _refers_to(value.split(":", 1)[1], attrs):
                 raise MigrationRefused(
                     "shared-namespace",
-                    f"Container {_name(other)} shares {name}'s {what} namespace ({flag} container:{name}); "
+                    f"Container {name_of(other)} shares {name}'s {what} namespace ({flag} container:{name}); "
                     f"recreating {name} would cut it off.")
         for vf in ohc.get("VolumesFrom") or []:
             if _refers_to(vf.split(":", 1)[0], attrs):
                 raise MigrationRefused(
                     "shared-volumes",
-                    f"Container {_name(other)} mounts {name}'s volumes (--volumes-from {name}); "
+                    f"Container {name_of(other)} mounts {name}'s volumes (--volumes-from {name}); "
                     f"recreating {name} would leave it pointing at a removed container.")
 
 
@@ -79,7 +79,7 @@ def _split_bind(bind: str) -> tuple[str, str, str]:
     return "", parts[0], ""
 
 
-def _create_body(
+def create_body(
     attrs: dict[str, Any], image_ref: str, image_config: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], list[str]]:
     """The inspect data turned back into a create body, minus what Docker generates.
@@ -127,11 +127,11 @@ def _create_body(
         if m.get("Type") != "volume" or not m.get("Name"):
             continue
         if dest in covered:
-            if not _HEX64.match(m["Name"]):
+            if not HEX64.match(m["Name"]):
                 notes.append(f"volume {m['Name']} at {dest}")
             continue
         covered.add(dest)
-        if _HEX64.match(m["Name"]):
+        if HEX64.match(m["Name"]):
             mounts.append(_volume_mount(m, notes))
         else:
             binds.append(f"{m['Name']}:{dest}" + ("" if m.get("RW", True) else ":ro"))
@@ -170,7 +170,7 @@ def _create_body(
         body["NetworkingConfig"] = body_net
     rp = hc.get("RestartPolicy") or {}
     if rp.get("Name") not in (None, "", "no"):
-        notes.append(f"restart policy {_policy_text(rp)}")
+        notes.append(f"restart policy {policy_text(rp)}")
     if cfg.get("Healthcheck") and (cfg["Healthcheck"].get("Test") or ["NONE"])[0] != "NONE":
         notes.append("healthcheck " + " ".join(cfg["Healthcheck"].get("Test") or []))
     return body, connect, notes
@@ -183,7 +183,7 @@ def _network_note(net: str, ep: dict[str, Any]) -> str:
     return f"{net} (aliases kept, {how})"
 
 
-def _policy_text(policy: dict[str, Any]) -> str:
+def policy_text(policy: dict[str, Any]) -> str:
     """A restart policy as the docker CLI writes it: "on-failure:5", "unless-stopped", "no"."""
     name = policy.get("Name") or "no"
     retries = policy.get("MaximumRetryCount") or 0
@@ -224,7 +224,7 @@ def _endpoint(ep: dict[str, Any], cid: str) -> dict[str, Any]:
     return out
 
 
-def _rewrite_cuda_visible(body: dict[str, Any], from_uuids: set[str], target_uuid: str,
+def rewrite_cuda_visible(body: dict[str, Any], from_uuids: set[str], target_uuid: str,
                           visible_after: int, name: str) -> list[str]:
     """Rewrite host UUIDs in CUDA_VISIBLE_DEVICES; container-relative indices stay. Returns warnings."""
     warnings: list[str] = []

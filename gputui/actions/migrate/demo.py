@@ -22,7 +22,8 @@ from gputui.actions.migrate.model import (
     ProgressFn,
 )
 from gputui.actions.migrate.plan import container_usage, observed_peak, plan_migration
-from gputui.actions.migrate.record import _audit, _err, _notify
+from gputui.actions.migrate.record import audit_migration, notify
+from gputui.core.errors import clause
 from gputui.core.model import Snapshot
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ class DemoMigrationEngine:
         with self._lock:
             for step in STEPS:
                 text = f"{STEP_TEXT[step]} (simulated)"
-                _notify(progress, step, "running", text)
+                notify(progress, step, "running", text)
                 try:
                     self.hooks.before(step, run)
                     if step == "create":
@@ -111,14 +112,14 @@ class DemoMigrationEngine:
                         run.new_id = plan.container_id
                 except Exception as exc:
                     message = (f"Migration of {plan.container_name} failed: it could not {STEP_TEXT[step]} "
-                               f"({_err(exc)}); the simulated container was left as it was.")
-                    _notify(progress, step, "failed", message)
-                    _audit("rolled-back", plan, step=step, error=_err(exc))
+                               f"({clause(exc)}); the simulated container was left as it was.")
+                    notify(progress, step, "failed", message)
+                    audit_migration("rolled-back", plan, step=step, error=clause(exc))
                     return MigrationResult(False, "rolled-back", message, plan, failed_step=step, demo=True)
                 if self.step_delay:
                     time.sleep(self.step_delay)
-                _notify(progress, step, "done", text)
+                notify(progress, step, "done", text)
         message = (f"{plan.container_name} moved from {plan.from_label} to {plan.to_label} on the simulated "
                    f"server (demo: nothing real changed).")
-        _audit("ok", plan, new_id=run.new_id)
+        audit_migration("ok", plan, new_id=run.new_id)
         return MigrationResult(True, "ok", message, plan, run.new_id, demo=True)

@@ -18,7 +18,7 @@ from gputui.actions.container_ops import (
 )
 from gputui.actions.journal import Journal, PendingJournal, pending_journals
 from gputui.actions.locks import ContainerLock, LockHeld
-from gputui.actions.migrate.body import _name, _policy_text
+from gputui.actions.migrate.body import name_of, policy_text
 from gputui.actions.migrate.model import (
     READ_ONLY,
     STEP_TEXT,
@@ -33,8 +33,9 @@ from gputui.actions.migrate.model import (
     ProgressFn,
 )
 from gputui.actions.migrate.plan import container_usage, observed_peak, plan_migration
-from gputui.actions.migrate.record import _audit, _audit_intent, _err, _notify, _unreachable
+from gputui.actions.migrate.record import audit_intent, audit_migration, notify, unreachable
 from gputui.actions.migrate.verify import verify_container
+from gputui.core.errors import clause
 from gputui.core.model import Snapshot
 
 if TYPE_CHECKING:
@@ -74,12 +75,12 @@ class DockerMigrationEngine:
         except docker.errors.APIError as exc:
             # An id prefix that fits several containers (Docker 20.10 answers 500, later 400): the user's
             # words, not the daemon, are at fault.
-            if 400 <= (exc.status_code or 0) < 500 or "multiple ids found" in _err(exc).lower():
+            if 400 <= (exc.status_code or 0) < 500 or "multiple ids found" in clause(exc).lower():
                 raise MigrationNotFound(f"Docker cannot tell which container {container!r} is: "
-                                        f"{_err(exc)}.") from None
-            raise MigrationUnavailable(f"Docker could not inspect {container}: {_err(exc)}.") from None
+                                        f"{clause(exc)}.") from None
+            raise MigrationUnavailable(f"Docker could not inspect {container}: {clause(exc)}.") from None
         except Exception as exc:
-            raise MigrationUnavailable(_unreachable(exc)) from None
+            raise MigrationUnavailable(unreachable(exc)) from None
 
     def plan(self, container: str, target: str | int, snapshot: Snapshot | None, *, force: bool = False,
              from_gpu: str | int | None = None, peak_memory: int | None = None) -> MigrationPlan:
@@ -106,7 +107,7 @@ class DockerMigrationEngine:
             except docker.errors.NotFound:
                 image_config = None
         except Exception as exc:
-            raise MigrationUnavailable(_unreachable(exc)) from None
+            raise MigrationUnavailable(unreachable(exc)) from None
         gpus = snapshot.gpus if snapshot is not None else ()
         peak = max(peak_memory or 0, observed_peak(snapshot, attrs["Id"]) or 0) or None
         return plan_migration(attrs, gpus, target, others=others, image_tag_id=tag_id, image_config=image_config,
@@ -136,8 +137,8 @@ class DockerMigrationEngine:
             lock.release()
 
     def _refused(self, plan: MigrationPlan, message: str, progress: ProgressFn | None) -> MigrationResult:
-        _notify(progress, "journal", "failed", message)
-        _audit("refused", plan, reason=message)
+        notify(progress, "journal", "failed", message)
+        audit_migration("refused", plan, reason=message)
         return MigrationResult(False, "refused", message, plan)
 
     def _changed_since(self, plan: MigrationPlan) -> str | None:
@@ -156,7 +157,7 @@ class DockerMigrationEngine:
     def _execute(self, plan: MigrationPlan, progress: ProgressFn | None, timeout: float) -> MigrationResult:
         run = MigrationRun(plan=plan, client=self.client)
         step = "journal"
-        _notify(progress, step, "running", STEP_TEXT[step])
+        notify(progress, step, "running", STEP_TEXT[step])
         try:
             self.hooks.before(step, run)
             journal = Journal.create("migrate", plan.container_name, {
@@ -179,60 +180,60 @@ class DockerMigrationEngine:
             })
             journal.update(step="journal")
         except (Exception, KeyboardInterrupt) as exc:
-            message = f"Migration of {plan.container_name} did not start: could not {STEP_TEXT[step]} ({_err(exc)})."
-            _notify(progress, step, "failed", message)
-            _audit("failed", plan, step=step, error=_err(exc))
+            message = f"Migration of {plan.container_name} did not start: could not {STEP_TEXT[step]} ({clause(exc)})."
+            notify(progress, step, "failed", message)
+            audit_migration("failed", plan, step=step, error=clause(exc))
             return MigrationResult(False, "failed", message, plan, failed_step=step)
-        problem = _audit_intent(plan)  # on disk before the container is touched: nothing acts without a record
+        problem = audit_intent(plan)  # on disk before the container is touched: nothing acts without a record
         if problem is not None:
             journal.finish()
             message = f"Migration of {plan.container_name} did not start: {problem}"
-            _notify(progress, step, "failed", message)
+            notify(progress, step, "failed", message)
             return MigrationResult(False, "failed", message, plan, failed_step=step)
-        _notify(progress, step, "done", STEP_TEXT[step])
+        notify(progress, step, "done", STEP_TEXT[step])
 
         runs = plan.was_running or plan.start_stopped
         try:
             for step in STEPS[1:-1]:
                 skip = (step == "stop" and not plan.was_running) or (step in ("start", "verify") and not runs)
                 if step == "restart-policy" and plan.restart_policy.get("Name") in (None, "", "no"):
-                    _notify(progress, step, "skipped", "the old container's restart policy is already 'no'")
+                    notify(progress, step, "skipped", "the old container's restart policy is already 'no'")
                     continue
                 if skip:
-                    _notify(progress, step, "skipped", f"{STEP_TEXT[step]}: skipped, it was not running")
+                    notify(progress, step, "skipped", f"{STEP_TEXT[step]}: skipped, it was not running")
                     run.verified = run.verified or step == "verify"
                     journal.update(step=step, verified=run.verified)
                     continue
-                _notify(progress, step, "running", self._step_text(step, plan, timeout))
+                notify(progress, step, "running", self._step_text(step, plan, timeout))
                 self.hooks.before(step, run)
                 getattr(self, "_do_" + step.replace("-", "_"))(run, journal, timeout)
                 journal.update(step=step, new_id=run.new_id, verified=run.verified)
-                _notify(progress, step, "done", self._step_text(step, plan, timeout))
+                notify(progress, step, "done", self._step_text(step, plan, timeout))
         except (Exception, KeyboardInterrupt) as exc:
             return self._fail(run, journal, step, exc, progress)
 
         # Verified: from here on the new container stays, whatever happens to the old one.
         step = "remove-old"
-        _notify(progress, step, "running", STEP_TEXT[step])
+        notify(progress, step, "running", STEP_TEXT[step])
         try:
             self.hooks.before(step, run)
             self.api.remove_container(plan.container_id, v=False, force=True)
         except (Exception, KeyboardInterrupt) as exc:
             message = (f"{plan.container_name} now runs on {plan.to_label}, but its backup "
-                       f"{plan.backup_name} could not be removed ({_err(exc)}); 'gputui migrate --recover' "
+                       f"{plan.backup_name} could not be removed ({clause(exc)}); 'gputui migrate --recover' "
                        f"removes it (keeping its volumes).")
             journal.release()
-            _notify(progress, step, "failed", message)
-            _audit("ok", plan, new_id=run.new_id, warning=message)
+            notify(progress, step, "failed", message)
+            audit_migration("ok", plan, new_id=run.new_id, warning=message)
             return MigrationResult(True, "ok", message, plan, run.new_id, journal=str(journal.path))
         journal.finish()
-        _notify(progress, step, "done", STEP_TEXT[step])
+        notify(progress, step, "done", STEP_TEXT[step])
         message = f"{plan.container_name} moved from {plan.from_label} to {plan.to_label} ({plan.to_uuid})."
         if not runs:
             message += " It was not running, so the copy was not started and nothing was verified."
         elif plan.start_stopped:
             message += " The copy was started, verified and stopped again, as the original was stopped."
-        _audit("ok", plan, new_id=run.new_id)
+        audit_migration("ok", plan, new_id=run.new_id)
         return MigrationResult(True, "ok", message, plan, run.new_id)
 
     @staticmethod
@@ -299,23 +300,24 @@ class DockerMigrationEngine:
     def _fail(self, run: MigrationRun, journal: Journal, step: str, exc: BaseException,
               progress: ProgressFn | None) -> MigrationResult:
         plan = run.plan
-        cause = f"could not {STEP_TEXT[step]} ({_err(exc)})"
+        cause = f"could not {STEP_TEXT[step]} ({clause(exc)})"
         if isinstance(exc, KeyboardInterrupt):
             cause = f"was interrupted during '{step}'"
-        what = "interrupted" if isinstance(exc, KeyboardInterrupt) else _err(exc)
-        _notify(progress, step, "failed", f"{STEP_TEXT[step]}: {what}")
+        what = "interrupted" if isinstance(exc, KeyboardInterrupt) else clause(exc)
+        notify(progress, step, "failed", f"{STEP_TEXT[step]}: {what}")
         problems = self._undo(run, progress)
         if not problems:
             journal.finish()
             state = "running" if plan.was_running else "stopped"
             message = (f"Migration of {plan.container_name} failed: it {cause}; the original container is back "
-                       f"({state}, restart policy {_policy_text(plan.restart_policy)}).")
-            _audit("rolled-back", plan, step=step, error=_err(exc))
+                       f"({state}, restart policy {policy_text(plan.restart_policy)}).")
+            audit_migration("rolled-back", plan, step=step, error=clause(exc))
             return MigrationResult(False, "rolled-back", message, plan, failed_step=step)
         journal.release()
         message = (f"Migration of {plan.container_name} failed: it {cause}, and putting the original back "
                    f"also failed ({'; '.join(problems)}); run 'gputui migrate --recover'.")
-        _audit("failed", plan, step=step, error=_err(exc), rollback_errors=problems, journal=str(journal.path))
+        audit_migration("failed", plan, step=step, error=clause(exc), rollback_errors=problems,
+                        journal=str(journal.path))
         return MigrationResult(False, "failed", message, plan, run.new_id, failed_step=step,
                                journal=str(journal.path))
 
@@ -324,24 +326,24 @@ class DockerMigrationEngine:
         plan = run.plan
         problems: list[str] = []
         if run.new_id:
-            _notify(progress, "create", "undoing", "remove the new container")
+            notify(progress, "create", "undoing", "remove the new container")
             try:
                 self.api.remove_container(run.new_id, v=False, force=True)
             except Exception as exc:
-                if "No such container" not in _err(exc):
-                    problems.append(f"removing the new container: {_err(exc)}")
+                if "No such container" not in clause(exc):
+                    problems.append(f"removing the new container: {clause(exc)}")
         if run.renamed:
-            _notify(progress, "rename", "undoing", f"rename the old container back to {plan.container_name}")
+            notify(progress, "rename", "undoing", f"rename the old container back to {plan.container_name}")
             try:
                 self.api.rename(plan.container_id, plan.container_name)
             except Exception as exc:
-                problems.append(f"renaming it back: {_err(exc)}")
+                problems.append(f"renaming it back: {clause(exc)}")
         if run.policy_changed:
-            _notify(progress, "restart-policy", "undoing", "restore the restart policy")
+            notify(progress, "restart-policy", "undoing", "restore the restart policy")
             try:
                 self.api.update_container(plan.container_id, restart_policy=plan.restart_policy)
             except Exception as exc:
-                problems.append(f"restoring its restart policy: {_err(exc)}")
+                problems.append(f"restoring its restart policy: {clause(exc)}")
         if run.stopped and plan.was_running:
             problem = self._start_again(plan.container_id, plan.container_name, run.stop_issued_at,
                                         plan.stop_timeout, progress)
@@ -358,15 +360,15 @@ class DockerMigrationEngine:
                 deadline = stop_issued_at + stop_timeout + STOP_GRACE
                 left = max(0.0, deadline - time.time())
                 if left > 0:
-                    _notify(progress, "stop", "undoing", f"wait for the stop Docker is still carrying out "
+                    notify(progress, "stop", "undoing", f"wait for the stop Docker is still carrying out "
                                                          f"(up to {left:.0f} s) before starting {name} again")
                     wait_stopped(self._safe_inspect, cid, deadline, self._sleep)
-            _notify(progress, "stop", "undoing", f"start {name} again")
+            notify(progress, "stop", "undoing", f"start {name} again")
             self.api.start(cid)
             if not self._wait_running(cid):
                 return f"starting {name} again: it does not stay running"
         except Exception as exc:
-            return f"starting {name} again: {_err(exc)}"
+            return f"starting {name} again: {clause(exc)}"
         return None
 
     def _wait_running(self, cid: str, seconds: float = 2.0) -> bool:
@@ -413,27 +415,27 @@ class DockerMigrationEngine:
             new_running = bool(new and (new.get("State") or {}).get("Running"))
             if d.get("verified") and new is not None and (new_running or not d.get("was_running", True)):
                 if old is not None:
-                    _notify(progress, "remove-old", "running", f"remove the backup {_name(old)} (keeping volumes)")
+                    notify(progress, "remove-old", "running", f"remove the backup {name_of(old)} (keeping volumes)")
                     self.api.remove_container(orig_id, v=False, force=True)
                 journal.finish()
                 message = f"Finished the interrupted migration: {summary}; the new container was verified."
-                _audit("finished", None, container=name, container_id=orig_id, new_id=new.get("Id"),
+                audit_migration("finished", None, container=name, container_id=orig_id, new_id=new.get("Id"),
                        recovered=True)
                 return MigrationResult(True, "finished", message, new_id=new.get("Id"), journal=str(pending.path))
             if new is not None and new.get("Id") != orig_id:
-                _notify(progress, "create", "undoing", "remove the new container")
+                notify(progress, "create", "undoing", "remove the new container")
                 self.api.remove_container(new["Id"], v=False, force=True)
             if old is None:
                 orig_id = self._recreate(d, name, progress)
             else:
-                if _name(old) != name:
-                    _notify(progress, "rename", "undoing", f"rename {_name(old)} back to {name}")
+                if name_of(old) != name:
+                    notify(progress, "rename", "undoing", f"rename {name_of(old)} back to {name}")
                     self.api.rename(orig_id, name)
                 policy = d.get("restart_policy") or {"Name": "no"}
                 current = ((old.get("HostConfig") or {}).get("RestartPolicy") or {})
                 if (current.get("Name"), current.get("MaximumRetryCount") or 0) != \
                         (policy.get("Name"), policy.get("MaximumRetryCount") or 0):
-                    _notify(progress, "restart-policy", "undoing", "restore the restart policy")
+                    notify(progress, "restart-policy", "undoing", "restore the restart policy")
                     self.api.update_container(orig_id, restart_policy=policy)
             if d.get("was_running", True):
                 problem = self._start_again(orig_id, name, d.get("stop_issued_at") if old is not None else None,
@@ -442,14 +444,14 @@ class DockerMigrationEngine:
                     raise RuntimeError(problem)
         except Exception as exc:  # Docker's errors, requests' connection errors, ours
             journal.release()
-            message = (f"Could not recover the interrupted migration of {name}: {_err(exc)}; "
+            message = (f"Could not recover the interrupted migration of {name}: {clause(exc)}; "
                        f"the journal is kept at {pending.path}.")
-            _audit("failed", None, container=name, container_id=orig_id, recovered=True, error=_err(exc))
+            audit_migration("failed", None, container=name, container_id=orig_id, recovered=True, error=clause(exc))
             return MigrationResult(False, "failed", message, journal=str(pending.path))
         journal.finish()
         state = "running" if d.get("was_running", True) else "stopped"
         message = f"Undid the interrupted migration of {name}: the original container is back ({state})."
-        _audit("undone", None, container=name, container_id=orig_id, recovered=True)
+        audit_migration("undone", None, container=name, container_id=orig_id, recovered=True)
         return MigrationResult(True, "undone", message, journal=str(pending.path))
 
     def _find_new(self, d: dict[str, Any], name: str, orig_id: str) -> dict[str, Any] | None:
@@ -474,7 +476,7 @@ class DockerMigrationEngine:
         if holder is not None:
             raise RuntimeError(f"the original container is gone and the name {name} is taken by container "
                                f"{holder.get('Id', '')[:12]}; rename or remove that one and run --recover again")
-        _notify(progress, "create", "undoing", f"recreate {name} from the journal")
+        notify(progress, "create", "undoing", f"recreate {name} from the journal")
         created = self.api.create_container_from_config(copy.deepcopy(d.get("original_body") or {}), name)
         connect_networks(self.api, created["Id"], d.get("connect") or [])
         return str(created["Id"])

@@ -37,7 +37,7 @@ BACKUP_INFIX = "-gputui-old-"
 #: The one sentence every read-only refusal of a migration gives (plan, execute, the CLI, the demo).
 READ_ONLY = "Migration is disabled: gputui runs read-only (--read-only or read_only in the config file)."
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 # -- errors ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from gputui.actions.container_ops import (
     effective_command,
     running_command,
 )
-from gputui.actions.migrate.body import _create_body, _name, _preflight, _rewrite_cuda_visible, body_diff
+from gputui.actions.migrate.body import body_diff, create_body, name_of, preflight, rewrite_cuda_visible
 from gputui.actions.migrate.model import BACKUP_INFIX, READ_ONLY, MigrationNotFound, MigrationPlan, MigrationRefused
 from gputui.core.grants import Grant, GrantEntry, HostGpu, HostGpus, read_grant, rewrite_grant
 from gputui.core.mig import parse_mig_ref, resolve_mig
@@ -221,7 +221,7 @@ def plan_migration(
     ``peak_memory`` the most it has held at once (from the history). Over 80 lines only by its
     signature and the plan's thirty fields; the refusals, the image, ports, compose are helpers.
     """
-    name = _name(attrs)
+    name = name_of(attrs)
     usage = usage or {}
     mv = _admit(attrs, gpus, target, others=others, peak_memory=peak_memory, usage=usage, force=force,
                 from_gpu=from_gpu, read_only=read_only)
@@ -230,14 +230,14 @@ def plan_migration(
     cfg = attrs.get("Config") or {}
     image, image_ref, warnings = _pinned_image(attrs, image_tag_id, name)
 
-    base, connect, keeps = _create_body(attrs, image_ref, image_config)
+    base, connect, keeps = create_body(attrs, image_ref, image_config)
     new = copy.deepcopy(base)
     rewrite_grant(new, grant, moving, HostGpu(tgt.index, to_uuid, tgt.minor_number if tmig is None else None,
                                               mig=tmig.index if tmig is not None else None))
     after_grant = read_grant(new, host)
     visible_after = 1 if after_grant.all else max(1, len(after_grant.keys))
     from_uuids = {g.uuid for g in gpus if g.index in mv.from_idx} | {e.key for e in moving if host.mig(e.key)}
-    warnings += _rewrite_cuda_visible(new, {u for u in from_uuids if u}, to_uuid, visible_after, name)
+    warnings += rewrite_cuda_visible(new, {u for u in from_uuids if u}, to_uuid, visible_after, name)
     if mv.from_all or grant.count > 1:
         only = f"{to_label} only" if after_grant.keys == (to_uuid,) else after_grant.describe(host)
         warnings.append(f"{name} was granted {grant.describe(host).split(' (')[0]}; after the move it is "
@@ -321,10 +321,10 @@ def _admit(attrs: dict[str, Any], gpus: tuple[Gpu, ...], target: str | int, *, o
     """Every refusal a plan can meet before anything is built: read-only, preflight, the target (a GPU or a
     MIG device), the grant (none, device nodes that cannot name the target) and room on the target.
     Raises MigrationRefused."""
-    name = _name(attrs)
+    name = name_of(attrs)
     if read_only:
         raise MigrationRefused("read-only", READ_ONLY)
-    _preflight(attrs, others)
+    preflight(attrs, others)
     tgt, tmig = resolve_destination(gpus, str(target))
     host = HostGpus.of(gpus)
     grant = read_grant(attrs, host)

@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gputui.actions.migrate.model import STEPS, MigrationPlan, Progress, ProgressFn, ProgressState
-from gputui.core.errors import clause, sentence
+from gputui.core.errors import sentence
 
 if TYPE_CHECKING:
     pass
 
 
-def _notify(progress: ProgressFn | None, step: str, state: ProgressState, message: str) -> None:
+def notify(progress: ProgressFn | None, step: str, state: ProgressState, message: str) -> None:
     if progress is None:
         return
     number = STEPS.index(step) + 1 if step in STEPS else 0
@@ -23,7 +23,7 @@ def _notify(progress: ProgressFn | None, step: str, state: ProgressState, messag
         pass  # a broken progress display must never break a migration half-way
 
 
-def _audit(result: str, plan: MigrationPlan | None, **details: Any) -> None:
+def audit_migration(result: str, plan: MigrationPlan | None, **details: Any) -> None:
     from gputui.actions.audit import audit
 
     info: dict[str, Any] = {}
@@ -44,7 +44,7 @@ def _audit(result: str, plan: MigrationPlan | None, **details: Any) -> None:
         pass  # the state directory is unwritable: the action itself already happened or was undone
 
 
-def _audit_intent(plan: MigrationPlan) -> str | None:
+def audit_intent(plan: MigrationPlan) -> str | None:
     """Record the intent before the first step; one sentence when the audit log cannot take it."""
     from gputui.actions.audit import audit
 
@@ -59,15 +59,12 @@ def _audit_intent(plan: MigrationPlan) -> str | None:
 
 def audit_refusal(container: str, target: str | int | None, reason: str, demo: bool = False) -> None:
     """Record that a migration the user asked for was refused (and why)."""
-    _audit("refused", None, container=container, to_gpu=target, reason=reason, demo=demo)
+    audit_migration("refused", None, container=container, to_gpu=target, reason=reason, demo=demo)
 
 
-def _err(exc: BaseException) -> str:
-    """An exception as a clause without a trailing period (:func:`gputui.core.errors.clause`)."""
-    return clause(exc)
 
 
-def _unreachable(exc: BaseException) -> str:
+def unreachable(exc: BaseException) -> str:
     """A failure talking to the daemon as one sentence (never Python's exception text)."""
     from gputui.core.docker_source import describe_error
 
