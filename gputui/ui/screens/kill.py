@@ -4,8 +4,8 @@ Opened with ``k`` on the highlighted process, or with a list of processes (the
 stale ones in view). It drives the same flow as ``gputui kill``
 (:class:`gputui.actions.kill.flow.KillFlow`: one timeout, one set of refusals and
 sentences): the targets are the (pid, start time) pairs of the snapshot the user
-is looking at, every guard runs, refusals are shown with their one sentence, and a container's main process is stopped
-through Docker, with the reason. Planning (it reads /proc and asks Docker) and
+is looking at, every guard runs, refusals are shown with their one sentence, and
+a container's main process is stopped through Docker, with the reason. Planning (it reads /proc and asks Docker) and
 the kill (it waits for processes to exit) run in thread workers; the result is
 a notification and a fresh poll, and the dialog closes.
 
