@@ -160,24 +160,7 @@ class DockerMigrationEngine:
         notify(progress, step, "running", STEP_TEXT[step])
         try:
             self.hooks.before(step, run)
-            journal = Journal.create("migrate", plan.container_name, {
-                "summary": f"{plan.summary()} (backup {plan.backup_name})",
-                "container": {"id": plan.container_id, "name": plan.container_name},
-                "backup_name": plan.backup_name,
-                "to_gpu": plan.to_gpu,
-                "to_uuid": plan.to_uuid,
-                "restart_policy": plan.restart_policy,
-                "was_running": plan.was_running,
-                "stop_timeout": plan.stop_timeout,
-                "stop_issued_at": None,
-                "new_id": None,
-                "verified": False,
-                "original_body": plan.original_body,
-                "body": plan.body,
-                "connect": [list(c) for c in plan.connect],
-                "plan": plan.to_json(),
-                "original": plan.attrs,
-            })
+            journal = Journal.create("migrate", plan.container_name, _journal_data(plan))
             journal.update(step="journal")
         except (Exception, KeyboardInterrupt) as exc:
             message = f"Migration of {plan.container_name} did not start: could not {STEP_TEXT[step]} ({clause(exc)})."
@@ -480,3 +463,25 @@ class DockerMigrationEngine:
         created = self.api.create_container_from_config(copy.deepcopy(d.get("original_body") or {}), name)
         connect_networks(self.api, created["Id"], d.get("connect") or [])
         return str(created["Id"])
+
+
+def _journal_data(plan: MigrationPlan) -> dict[str, Any]:
+    """What the journal keeps before anything changes: enough for --recover to finish or undo the move."""
+    return {
+        "summary": f"{plan.summary()} (backup {plan.backup_name})",
+        "container": {"id": plan.container_id, "name": plan.container_name},
+        "backup_name": plan.backup_name,
+        "to_gpu": plan.to_gpu,
+        "to_uuid": plan.to_uuid,
+        "restart_policy": plan.restart_policy,
+        "was_running": plan.was_running,
+        "stop_timeout": plan.stop_timeout,
+        "stop_issued_at": None,
+        "new_id": None,
+        "verified": False,
+        "original_body": plan.original_body,
+        "body": plan.body,
+        "connect": [list(c) for c in plan.connect],
+        "plan": plan.to_json(),
+        "original": plan.attrs,
+    }
