@@ -29,9 +29,9 @@ from gputui.core.doctor.facts import (
     DoctorFacts,
     NvmlFacts,
 )
+from gputui.core.doctor.mig import check_mig
 from gputui.core.grants import is_nvidia_runtime
 from gputui.core.judges.text import gpus_phrase, plural
-from gputui.core.mig_checks import check_mig
 from gputui.core.safe_text import clean
 
 Status = Literal["pass", "warn", "fail", "skip"]
@@ -43,7 +43,7 @@ ALL_CHECKS = (
     "containers-env", "mig-devices", "mig-mode-change", "mig-grants", "gpu-lost", "ecc-errors", "memory-repair",
     "throttling",
 )
-#: Judged by :func:`gputui.core.mig_checks.check_mig`.
+#: Judged by :func:`gputui.core.doctor.mig.check_mig`.
 MIG_CHECKS = ("mig-devices", "mig-mode-change", "mig-grants")
 _NVML_CHECKS = frozenset({"nvml-functions", "gpu-models", "gpu-drivers", "persistence-mode", "gpu-lost",
                           "ecc-errors", "memory-repair", "throttling", *MIG_CHECKS})

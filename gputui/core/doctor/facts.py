@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gputui.core.mig_checks import MigFacts
+from gputui.core.doctor.mig import MigFacts
 
 
 @dataclass(frozen=True)

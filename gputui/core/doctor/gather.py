@@ -21,8 +21,8 @@ from gputui.core.doctor.facts import (
     GpuHealth,
     NvmlFacts,
 )
+from gputui.core.doctor.mig import MigFacts
 from gputui.core.machine import Machine
-from gputui.core.mig_checks import MigFacts
 from gputui.core.model import Snapshot
 from gputui.core.sources import NvmlUnavailable
 
