@@ -16,6 +16,7 @@ escalate to SIGKILL after the timeout, ``n`` or ``escape`` cancel.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 from rich.text import Text
 from textual import on, work
@@ -199,12 +200,10 @@ class KillScreen(GpuModal["KillReport | None"]):
             return
         if self.state == "ready" and self.plan is not None and self.plan.targets and self._flow is not None:
             # The user saw the refusals and declined the rest: both go to the audit log.
-            self._audit_declined(self._flow, self.plan)
+            # An app worker, not the dialog's: the dialog closes now and its workers with it.
+            self.app.run_worker(partial(self._flow.decline, self.plan), thread=True, exit_on_error=False,
+                                group="kill-audit", description="record a declined kill")
         self.dismiss(self.report)
-
-    @work(thread=True, exit_on_error=False, group="kill-audit", description="record a declined kill")
-    def _audit_declined(self, flow: KillFlow, plan: KillPlan) -> None:
-        flow.decline(plan)
 
     def action_confirm(self) -> None:
         if self.state != "ready" or self.plan is None or not self.plan.targets:

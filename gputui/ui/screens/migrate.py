@@ -15,6 +15,8 @@ stays until it says which).
 
 from __future__ import annotations
 
+from functools import partial
+
 from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult
@@ -488,12 +490,11 @@ class MigrateScreen(GpuModal["MigrationResult | None"]):
         if self.state == "running":
             return
         if self.state == "idle" and self.result is None and self.plan is not None and self._flow is not None:
-            self._record_decline(self._flow, self.plan)  # the user saw the plan and said no
+            # The user saw the plan and said no. An app worker, not the dialog's: the dialog closes now
+            # and its workers with it.
+            self.app.run_worker(partial(self._flow.decline, self.plan), thread=True, exit_on_error=False,
+                                group="migrate-audit", description="record a declined migration")
         self.dismiss(self.result)
-
-    @work(thread=True, exit_on_error=False, group="migrate-audit", description="record a declined migration")
-    def _record_decline(self, flow: MigrateFlow, plan: MigrationPlan) -> None:
-        flow.decline(plan)
 
     def action_confirm(self) -> None:
         if self.check_action("confirm", ()) is not True or self.plan is None:
