@@ -45,13 +45,20 @@ celsius_arg = flag_type("the value", *RANGES["temp_warning"], unit="°C", intege
 # -- validators of one command each (kept here so every validator has one home) --------
 
 
+def _bad(sentence: str) -> Exception:
+    """argparse's "bad value" error; argparse is imported only when a parser runs (the fast path has none)."""
+    import argparse
+
+    return argparse.ArgumentTypeError(sentence)
+
+
 def count_arg(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--count needs a whole number of GPUs, not {text!r}") from None
+        raise _bad(f"--count needs a whole number of GPUs, not {text!r}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError("--count must be at least 1")
+        raise _bad("--count must be at least 1")
     return value
 
 
@@ -59,7 +66,7 @@ def size_arg(text: str) -> int:
     try:
         return parse_size(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise _bad(str(exc)) from None
 
 
 def percent_arg(text: str) -> float:
@@ -74,7 +81,7 @@ def pid_arg(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a process ID") from None
+        raise _bad(f"{text!r} is not a process ID") from None
     return value
 
 
@@ -84,7 +91,7 @@ def signal_arg(text: str) -> str:
     try:
         return signal_name(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise _bad(str(exc)) from None
 
 
 def parse_gpu_list(values: list[str] | None) -> list[str]:
