@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from gputui import __version__
-from gputui.context import (  # re-exported: the names tests and scripts know from gputui.cli
-    EXIT_NO,
+from gputui.context import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
@@ -24,7 +23,6 @@ from gputui.context import (  # re-exported: the names tests and scripts know fr
     UsageError,
     celsius_arg,
     interval_arg,
-    parse_gpu_list,
     seconds_arg,
     window_arg,
 )
@@ -44,10 +42,7 @@ EXIT_CODES_HELP = """exit status (every command):
   2  bad usage or config, including an argument that names nothing here (no such PID, container or GPU)
   3  the machine could not be read (no NVIDIA driver, Docker unreachable for migrate)"""
 
-__all__ = [
-    "EXIT_NO", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "Context", "UsageError",
-    "build_parser", "load_context", "main", "parse_gpu_list",
-]
+__all__ = ["build_parser", "load_context", "main"]
 
 # -- parsing ----------------------------------------------------------------------
 
@@ -248,22 +243,11 @@ def _fast_args(argv: list[str]) -> argparse.Namespace | None:
 
 
 def _poll_once(ctx: Context, observe: float = 0.0) -> Snapshot:
-    """Open the machine, apply --gpu, poll (for `observe` seconds), return the last snapshot."""
-    import time
-
-    machine = ctx.open_machine()
-    try:
-        poller, snap, _ = ctx.start_polling(machine)
+    """Poll the machine once (or for `observe` seconds), --gpu applied; the last snapshot."""
+    with ctx.polling(watch=observe > 0) as polled:
         if observe > 0:
-            end = time.monotonic() + observe
-            step = min(1.0, max(0.25, observe / 10))
-            while time.monotonic() < end:
-                time.sleep(min(step, max(0.0, end - time.monotonic())))
-                snap = poller.poll()
-        poller.close()
-        return snap
-    finally:
-        machine.close()
+            polled.observe(observe, step=min(1.0, max(0.25, observe / 10)))
+        return polled.snapshot
 
 
 def cmd_snapshot(ctx: Context) -> int:

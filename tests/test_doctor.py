@@ -13,8 +13,8 @@ from dataclasses import replace
 
 import pytest
 
-from gputui.core import checks as C
-from gputui.core.checks import (
+from gputui.core.doctor import checks as C
+from gputui.core.doctor.facts import (
     ContainerEnvFacts,
     ContainerFinding,
     DeviceFacts,
@@ -238,8 +238,9 @@ def test_render_shows_status_name_sentence_and_fix():
 
 
 def test_doctor_that_cannot_run_exits_2_with_one_sentence():
-    from gputui.cli import Context, build_parser
+    from gputui.cli import build_parser
     from gputui.commands import doctor
+    from gputui.context import Context
     from gputui.core.config import Settings
 
     class Broken(Context):

@@ -280,7 +280,7 @@ def test_device_nodes_this_user_cannot_open(open_dir):
         os.chown(path, 0, gid)
         path.chmod(0o660)
     checks = _run_as_nobody(
-        "import json; from gputui.core.doctor import probe_devices; from gputui.core.checks import "
+        "import json; from gputui.core.doctor.probes import probe_devices; from gputui.core.doctor.checks import "
         f"check_device_nodes; c = check_device_nodes(probe_devices([0], dev={str(open_dir)!r}), True); "
         "print(json.dumps([c.to_json()]))")
     check = checks[0]
@@ -303,7 +303,8 @@ def test_docker_socket_this_user_cannot_use(open_dir):
         os.chown(path, 0, gid)
         path.chmod(0o660)
         checks = _run_as_nobody(
-            "import json; from gputui.core.doctor import probe_docker; from gputui.core.checks import check_docker; "
+            "import json; from gputui.core.doctor.probes import probe_docker; "
+            "from gputui.core.doctor.checks import check_docker; "
             f"f = probe_docker(environ={{'DOCKER_HOST': 'unix://{path}'}}); "
             "print(json.dumps([c.to_json() for c in check_docker(f)]))")
     finally:

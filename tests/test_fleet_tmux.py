@@ -6,6 +6,7 @@ back, and a stopped exporter turns its row down.
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import sys
@@ -53,8 +54,10 @@ def test_fleet_screen_in_tmux(prometheus_factory, tmux):
         tmux.run("send-keys", "-t", "dash", "/", "gpu-node-01", "Enter")
         tmux.wait_for(lambda s: "gpu-node-01" in s and "gpu-node-02" not in s, 10, "the filtered list")
         tmux.run("send-keys", "-t", "dash", "Enter")
-        screen = tmux.wait_for(lambda s: "4242" in s, 10, "gpu-node-01's processes")
-        line = next(x for x in screen.splitlines() if "4242" in x)
+        # the PID as a word: the exporter's random port (127.0.0.1:4242x) may contain it too
+        pid = re.compile(r"(?<![\d:])4242(?!\d)")
+        screen = tmux.wait_for(lambda s: pid.search(s) is not None, 10, "gpu-node-01's processes")
+        line = next(x for x in screen.splitlines() if pid.search(x))
         assert "alice" in line and "python3" in line and "train-llm" in line
         tmux.run("send-keys", "-t", "dash", "k")
         tmux.wait_for(lambda s: "ssh -t gpu-node-01 gputui kill 4242" in s, 5, "the kill command")

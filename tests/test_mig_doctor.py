@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gputui.core.checks import Check
-from gputui.core.mig_checks import MigFacts, Verdict, check_mig
+from gputui.core.doctor.checks import Check
+from gputui.core.doctor.mig import MigFacts, Verdict, check_mig
 from gputui.core.model import Gpu, MigDevice, MigMode
 from tests.fakenvml.scenario import FakeNvml, gpu, mig_device, scenario
 

@@ -80,3 +80,59 @@ def test_help(snap_compare):
 
 def test_sixteen_gpus_120x40(snap_compare):
     assert snap_compare(app(n_gpus=16), terminal_size=(120, 40), run_before=first_poll)
+
+
+# -- the other views and the dialogs, at the smallest supported and a large terminal ------------
+
+
+async def _until(pilot, condition, timeout: float = 10.0) -> None:
+    """Let the app run until ``condition()`` holds (a dialog's plan arrives from its worker)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("the app did not reach the state the snapshot shows")
+        await pilot.pause(0.05)
+
+
+def dialog(key: str, ready):
+    """Open a dialog with ``key`` on the first poll's highlighted row, and wait for its plan."""
+
+    async def run(pilot) -> None:
+        await first_poll(pilot)
+        await pilot.press(key)
+        await _until(pilot, lambda: ready(pilot.app.screen))
+        await pilot.pause()
+
+    return run
+
+
+def _kill_ready(screen) -> bool:
+    return getattr(screen, "state", None) in ("ready", "done")
+
+
+def _migrate_ready(screen) -> bool:
+    return getattr(screen, "plan", None) is not None or getattr(screen, "problem", None) is not None
+
+
+def test_overview_200x50(snap_compare):
+    assert snap_compare(app(), terminal_size=(200, 50), run_before=first_poll)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
+def test_containers_view(snap_compare, size):
+    assert snap_compare(app(), terminal_size=size, run_before=then("c"))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
+def test_alerts_view(snap_compare, size):
+    assert snap_compare(app(), terminal_size=size, run_before=then("exclamation_mark"))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
+def test_kill_dialog(snap_compare, size):
+    assert snap_compare(app(), terminal_size=size, run_before=dialog("k", _kill_ready))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
+def test_migrate_dialog(snap_compare, size):
+    assert snap_compare(app(), terminal_size=size, run_before=dialog("m", _migrate_ready))

@@ -13,39 +13,15 @@ signalled —, no ``--yes`` without a terminal); 3 the machine could not be read
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Callable
+from typing import TextIO
 
-from gputui.actions.kill import (
-    READ_ONLY,
-    KillError,
-    Refusal,
-    audit_refusals,
-    backend_for,
-    check_audit_writable,
-    confirmation_lines,
-    execute_kill,
-    plan_kill,
-    read_only_plan,
-    signal_name,
-)
+from gputui.actions.kill import READ_ONLY, KillError, KillPlan, audit_refusals, check_audit_writable, read_only_plan
+from gputui.actions.kill.flow import TIMEOUT, KillFlow
+from gputui.actions.kill.wording import DEMO_NOTICE, NOTHING_KILLED, confirmation_lines
 from gputui.commands.prompt import ask, interactive
-from gputui.context import EXIT_NO, EXIT_OK, EXIT_USAGE, UsageError, seconds_arg
+from gputui.context import EXIT_NO, EXIT_OK, EXIT_USAGE, UsageError, pid_arg, seconds_arg, signal_arg
 from gputui.core.safe_text import clean
-
-
-def _pid(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a process ID") from None
-    return value
-
-
-def _signal(text: str) -> str:
-    try:
-        return signal_name(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_parser(sub, common):
@@ -59,11 +35,11 @@ def add_parser(sub, common):
         ),
     )
     common(p)
-    p.add_argument("pids", nargs="+", type=_pid, metavar="PID", help="process IDs as NVML and gputui show them")
-    p.add_argument("--signal", "-s", type=_signal, default="TERM", metavar="TERM|INT|KILL",
+    p.add_argument("pids", nargs="+", type=pid_arg, metavar="PID", help="process IDs as NVML and gputui show them")
+    p.add_argument("--signal", "-s", type=signal_arg, default="TERM", metavar="TERM|INT|KILL",
                    help="the signal to send (default TERM)")
-    p.add_argument("--timeout", type=seconds_arg, default=10.0, metavar="SECONDS",
-                   help="how long to wait for each process to exit (default 10)")
+    p.add_argument("--timeout", type=seconds_arg, default=TIMEOUT, metavar="SECONDS",
+                   help=f"how long to wait for each process to exit (default {TIMEOUT:g})")
     p.add_argument("--escalate", action="store_true",
                    help="send SIGKILL to processes still running when the timeout expires")
     p.add_argument("--yes", "-y", action="store_true",
@@ -88,57 +64,50 @@ def run(ctx) -> int:
         print(clean(f"gputui: {exc}"), file=err)
         return EXIT_NO
 
-    machine = ctx.open_machine()
-    backend = None
-    try:
-        poller, before, _ = ctx.start_polling(machine)
-        if poller.watcher is not None:  # NVML stays open for what follows; the machine closes below
-            poller.watcher.stop()
-        backend = backend_for(machine, docker_timeout=max(ctx.settings.docker_timeout, 10.0))
-        plan = plan_kill(before, args.pids, backend, signal=args.signal, timeout=args.timeout,
-                         escalate=args.escalate, force=args.force, read_only=False)
-        demo = machine.demo is not None
-        missing = [r for r in plan.refusals if r.not_found]
-        if missing:
-            # A PID that names no process is a mistake in the command line: nothing is signalled
-            # (the list may hold a typo), and the exit status is 2 like any "no such ..." argument.
-            for note in audit_refusals(plan.refusals, demo):
-                print(clean(f"gputui: {note}"), file=err)
-            for r in plan.refusals:
-                print(clean(f"gputui: {r.reason}"), file=err)
-            if plan.targets:
-                print("gputui: Nothing was killed.", file=err)
-            return EXIT_USAGE
-        if not plan.targets:
-            for note in audit_refusals(plan.refusals, demo):
-                print(clean(f"gputui: {note}"), file=err)
-            for r in plan.refusals:
-                print(clean(f"gputui: {r.reason}"), file=err)
+    with ctx.polling() as polled:
+        flow = KillFlow(polled.machine, polled.snapshot, args.pids, read_only=False,
+                        docker_timeout=ctx.settings.docker_timeout, signal=args.signal, timeout=args.timeout,
+                        escalate=args.escalate, force=args.force)
+        try:
+            result = flow.run(lambda plan: _confirm(plan, flow.demo, args.yes, out),
+                              progress=_progress(err) if interactive() else None)
+        finally:
+            flow.close()
+    for note in result.notes:
+        print(clean(f"gputui: {note}"), file=err)
+    if result.status in ("not-found", "refused"):
+        for r in result.plan.refusals:
+            print(clean(f"gputui: {r.reason}"), file=err)
+        if result.status == "refused":
             return EXIT_NO
-        if machine.demo is not None:
-            print("(demo: this acts on the simulated server, no real process is signalled)", file=out)
-        for line in confirmation_lines(plan):
-            print(clean(line), file=out)
-        out.flush()
-        if not args.yes:
-            if not interactive():
-                raise UsageError("Refusing to kill without confirmation: stdin is not a terminal; add --yes.")
-            answer = ask("Proceed? [y/N] ", out)
-            if answer not in ("y", "yes"):
-                audit_refusals((Refusal(t.pid, f"PID {t.pid}: the user declined the confirmation.")
-                                for t in plan.targets), demo)
-                print("Nothing was killed.", file=out)
-                return EXIT_NO
+        if result.plan.targets:
+            print(f"gputui: {NOTHING_KILLED}", file=err)
+        return EXIT_USAGE  # like any argument that names nothing here
+    if result.status == "declined" or result.report is None:
+        print(NOTHING_KILLED, file=out)
+        return EXIT_NO
+    for line in result.report.lines():
+        print(clean(line), file=out)
+    return EXIT_OK if result.report.ok else EXIT_NO
 
-        def progress(msg: str) -> None:
-            print(clean(msg), file=err)
-            err.flush()
 
-        report = execute_kill(plan, backend, before, progress=progress if interactive() else None)
-        for line in report.lines():
-            print(clean(line), file=out)
-        return EXIT_OK if report.ok else EXIT_NO
-    finally:
-        if backend is not None:
-            backend.close()
-        machine.close()
+def _confirm(plan: KillPlan, demo: bool, yes: bool, out: TextIO) -> bool:
+    """Show exactly what will be hit, then ask y/N (``--yes`` answers yes)."""
+    if demo:
+        print(DEMO_NOTICE, file=out)
+    for line in confirmation_lines(plan):
+        print(clean(line), file=out)
+    out.flush()
+    if yes:
+        return True
+    if not interactive():
+        raise UsageError("Refusing to kill without confirmation: stdin is not a terminal; add --yes.")
+    return ask("Proceed? [y/N] ", out) in ("y", "yes")
+
+
+def _progress(err: TextIO) -> Callable[[str], None]:
+    def say(msg: str) -> None:
+        print(clean(msg), file=err)
+        err.flush()
+
+    return say

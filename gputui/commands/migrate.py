@@ -15,15 +15,16 @@ without a terminal); 3 NVML or Docker could not be reached.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TextIO
 
 from gputui.actions.journal import JournalError, journal_dirs, pending_journals, system_journal_dir
 from gputui.actions.migrate import (
     BACKUP_INFIX,
     READ_ONLY,
     MigrationNotFound,
+    MigrationPlan,
     MigrationRefused,
     MigrationUnavailable,
     Progress,
@@ -32,6 +33,7 @@ from gputui.actions.migrate import (
     engine_for,
     leftover_backups,
 )
+from gputui.actions.migrate.flow import COMPOSE_REMINDER, DEMO_NOTICE, NOTHING_CHANGED, MigrateFlow
 from gputui.commands.prompt import ask, interactive
 from gputui.context import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, UsageError, seconds_arg
 from gputui.core.safe_text import clean
@@ -96,70 +98,83 @@ def run(ctx) -> int:
                 return EXIT_NO
             print(clean(f"gputui: warning: {pending.describe()}"), file=err)
 
-    machine = ctx.open_machine(docker=True)
-    engine = None
-    try:
-        poller = machine.poller(ctx.settings, container_wait=min(3.0, ctx.settings.docker_timeout))
+    with ctx.polling(docker=True, apply_gpu=False) as polled:
+        engine = None
         try:
-            snapshot = poller.poll()
-        finally:
-            if poller.watcher is not None:
-                poller.watcher.stop()
-        try:
-            engine = engine_for(machine, ctx.settings.with_overrides(read_only=False)
+            engine = engine_for(polled.machine, ctx.settings.with_overrides(read_only=False)
                                 if args.dry_run else ctx.settings)
-            plan = engine.plan(args.container, args.to, snapshot, force=args.force, from_gpu=args.from_gpu)
+            flow = MigrateFlow(engine, polled.snapshot, verify_timeout=args.timeout)
+            if args.dry_run:
+                return _dry_run(flow, args, ctx.settings.read_only, out, err)
+            return _migrate(flow, args, out, err)
         except MigrationNotFound as exc:
             raise UsageError(str(exc)) from None
-        except MigrationRefused as exc:
-            if not args.dry_run:
-                audit_refusal(args.container, args.to, str(exc), demo=ctx.demo)
-            print(clean(f"gputui: {exc}"), file=err)
-            return EXIT_NO
         except MigrationUnavailable as exc:
             print(clean(f"gputui: {exc}"), file=err)
             return EXIT_UNAVAILABLE
+        except JournalError as exc:
+            print(clean(f"gputui: {exc}"), file=err)
+            return EXIT_NO
+        finally:
+            if engine is not None:
+                engine.close()
 
-        if engine.demo:
-            print("(demo: this acts on the simulated server only; no real container is touched)", file=out)
-        print(plan.describe(), file=out)
-        if args.dry_run:
-            note = " (read-only: it could not be carried out)" if ctx.settings.read_only else ""
-            print(clean(f"Dry run: nothing was changed{note}."), file=out)
-            return EXIT_OK
-        out.flush()
-        if not args.yes:
-            if not interactive():
-                raise UsageError("Refusing to migrate without confirmation: stdin is not a terminal; add --yes.")
-            if ask(f"Migrate {plan.container_name} to {plan.to_label}? [y/N] ", out) not in ("y", "yes"):
-                audit_refusal(plan.container_name, plan.to_gpu, "the user declined the confirmation",
-                              demo=engine.demo)
-                print("Nothing was changed.", file=out)
-                return EXIT_NO
 
-        def progress(p: Progress) -> None:
-            # Steps that wait (a slow stop, verification) say so while they wait.
-            if p.state in ("done", "skipped", "failed", "undoing") or \
-                    (p.state == "running" and p.step in ("stop", "verify")):
-                print(clean(p.line()), file=out)
-                out.flush()
-
-        with _sigterm_interrupts():
-            result = engine.execute(plan, progress=progress, timeout=args.timeout)
-        if result.ok:
-            print(clean(result.message), file=out)
-            if plan.compose_change:
-                print("Remember the compose-file change above, or 'docker compose up' will move it back.", file=out)
-            return EXIT_OK
-        print(clean(f"gputui: {result.message}"), file=err)
+def _migrate(flow: MigrateFlow, args: Any, out: TextIO, err: TextIO) -> int:
+    """Plan, confirm, execute through the flow; print how it ended."""
+    run = flow.run(args.container, args.to, lambda plan: _confirm(plan, flow.demo, args.yes, out),
+                   force=args.force, from_gpu=args.from_gpu, progress=_progress(out), guard=_sigterm_interrupts)
+    if run.status == "refused":
+        print(clean(f"gputui: {run.refusal}"), file=err)
         return EXIT_NO
-    except JournalError as exc:
+    if run.status == "declined" or run.result is None or run.plan is None:
+        print(NOTHING_CHANGED, file=out)
+        return EXIT_NO
+    if run.result.ok:
+        print(clean(run.result.message), file=out)
+        if run.plan.compose_change:
+            print(COMPOSE_REMINDER, file=out)
+        return EXIT_OK
+    print(clean(f"gputui: {run.result.message}"), file=err)
+    return EXIT_NO
+
+def _dry_run(flow: MigrateFlow, args: Any, read_only: bool, out: TextIO, err: TextIO) -> int:
+    """--dry-run: the plan, printed; nothing is asked, changed or audited."""
+    try:
+        plan = flow.plan(args.container, args.to, force=args.force, from_gpu=args.from_gpu)
+    except MigrationRefused as exc:
         print(clean(f"gputui: {exc}"), file=err)
         return EXIT_NO
-    finally:
-        if engine is not None:
-            engine.close()
-        machine.close()
+    if flow.demo:
+        print(DEMO_NOTICE, file=out)
+    print(plan.describe(), file=out)
+    note = " (read-only: it could not be carried out)" if read_only else ""
+    print(clean(f"Dry run: nothing was changed{note}."), file=out)
+    return EXIT_OK
+
+
+def _confirm(plan: MigrationPlan, demo: bool, yes: bool, out: TextIO) -> bool:
+    """Show the plan, then ask y/N (``--yes`` answers yes)."""
+    if demo:
+        print(DEMO_NOTICE, file=out)
+    print(plan.describe(), file=out)
+    out.flush()
+    if yes:
+        return True
+    if not interactive():
+        raise UsageError("Refusing to migrate without confirmation: stdin is not a terminal; add --yes.")
+    return ask(f"Migrate {plan.container_name} to {plan.to_label}? [y/N] ", out) in ("y", "yes")
+
+
+def _progress(out: TextIO) -> Callable[[Progress], None]:
+    def show(p: Progress) -> None:
+        # Steps that wait (a slow stop, verification) say so while they wait.
+        if p.state in ("done", "skipped", "failed", "undoing") or \
+                (p.state == "running" and p.step in ("stop", "verify")):
+            print(clean(p.line()), file=out)
+            out.flush()
+
+    return show
 
 
 @contextmanager

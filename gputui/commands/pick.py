@@ -29,49 +29,11 @@ UUID, the only name CUDA accepts for a MIG device.
 
 from __future__ import annotations
 
-import argparse
-import time
-
 from gputui.commands.fleet import add_prometheus_options
-from gputui.context import UsageError
-from gputui.core.config import parse_size
+from gputui.context import EXIT_NO, EXIT_OK, EXIT_USAGE, UsageError, count_arg, percent_arg, sample_arg, size_arg
 from gputui.core.fleet.pick import FORMATS as FLEET_FORMATS
 from gputui.core.judges.mig_placement import format_mig_pick, mig_loads, mig_reservations, pick_mig, whole_gpus
-from gputui.core.judges.placement import (
-    FORMATS,
-    format_pick,
-    gpu_loads,
-    pick,
-    reservations,
-)
-from gputui.core.limits import flag_type
-
-EXIT_OK, EXIT_NO, EXIT_USAGE = 0, 1, 2
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--count needs a whole number of GPUs, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("--count must be at least 1")
-    return value
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _percent(text: str) -> float:
-    return _max_util(text.rstrip("%"))
-
-
-_max_util = flag_type("the value", 0.0, 100.0, unit="%")
-_sample = flag_type("the value", 0.0, 3600.0, unit="seconds")
+from gputui.core.judges.placement import FORMATS, format_pick, gpu_loads, pick, reservations
 
 
 def add_parser(sub, common):
@@ -85,12 +47,12 @@ def add_parser(sub, common):
                     "Exit 1 with one sentence when nothing qualifies.",
     )
     common(p)
-    p.add_argument("--count", type=_count, default=1, metavar="N", help="how many GPUs (default 1)")
-    p.add_argument("--min-free", type=_size, metavar="SIZE",
+    p.add_argument("--count", type=count_arg, default=1, metavar="N", help="how many GPUs (default 1)")
+    p.add_argument("--min-free", type=size_arg, metavar="SIZE",
                    help="free memory each GPU must have throughout the sample, e.g. 20G or 512MiB")
-    p.add_argument("--max-util", type=_percent, metavar="PCT",
+    p.add_argument("--max-util", type=percent_arg, metavar="PCT",
                    help="highest mean utilization allowed over the sample, in percent")
-    p.add_argument("--sample", type=_sample, default=1.0, metavar="SECONDS",
+    p.add_argument("--sample", type=sample_arg, default=1.0, metavar="SECONDS",
                    help="how long to watch the GPUs before choosing (default 1; 0 = one reading)")
     p.add_argument("--format", choices=FORMATS + FLEET_FORMATS, default=None,
                    help="index (3,5), uuid, env (CUDA_VISIBLE_DEVICES=3,5) or docker (--gpus device=GPU-...); "
@@ -98,7 +60,7 @@ def add_parser(sub, common):
                         "--gpus device=GPU-...) or ssh (ssh gpu-node-03 CUDA_VISIBLE_DEVICES=5)")
     # Across the fleet (gputui.commands.fleet_pick): Prometheus's windowed averages instead of a sample.
     add_prometheus_options(p)
-    p.add_argument("--window", dest="prom_window", type=_sample, default=None, metavar="SECONDS",
+    p.add_argument("--window", dest="prom_window", type=sample_arg, default=None, metavar="SECONDS",
                    help="with --prometheus: average over this many seconds (default 60)")
     p.add_argument("--mig", action="store_true",
                    help="pick MIG devices (A100/H100/H200 in MIG mode) by free memory instead of whole GPUs; "
@@ -123,23 +85,9 @@ def run(ctx) -> int:
         print("gputui: --max-util cannot be used with --mig: MIG devices report no utilization "
               "(they are picked by free memory).", file=ctx.stderr)
         return EXIT_USAGE
-    samples = []
-    machine = ctx.open_machine()
-    try:
-        poller, snap, all_gpus = ctx.start_polling(machine)
-        try:
-            start = time.monotonic()
-            end = start + args.sample
-            step = max(0.25, min(1.0, args.sample / 4))
-            while time.monotonic() < end:
-                time.sleep(min(step, max(0.0, end - time.monotonic())))
-                snap = poller.poll()
-                samples.append(snap)
-            history = poller.history
-        finally:
-            poller.close()
-    finally:
-        machine.close()
+    with ctx.polling(watch=args.sample > 0) as polled:
+        snap = polled.observe(args.sample, step=max(0.25, min(1.0, args.sample / 4)))
+        samples, history, all_gpus = polled.samples, polled.poller.history, polled.all_gpus
 
     if args.mig:
         mig = pick_mig(mig_loads([*samples, snap]), mig_reservations(snap), count=args.count,

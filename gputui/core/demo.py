@@ -30,15 +30,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from gputui.core.model import (
     ContainerInventory,
     ContainerRecord,
     Gpu,
     GpuReading,
+    GrantSource,
     MigDevice,
     MigMode,
     ProcessFacts,
+    ProcessType,
     RawProcess,
 )
 from gputui.core.plausible import plausible_reading
@@ -94,7 +97,7 @@ class SimProcess:
     ppid: int = 1000
     orphaned: bool = False
     status: str = "running"
-    ptype: str = "compute"
+    ptype: ProcessType = "compute"
     #: the MIG device it runs on (index within its GPU), None on a whole GPU
     mig: int | None = None
 
@@ -104,7 +107,7 @@ class SimContainer:
     name: str
     image: str
     grant: tuple[str, ...] | str  # device ids as written, or "all"
-    grant_source: str = "device_request"
+    grant_source: GrantSource = "device_request"
     cuda_visible_devices: str | None = None
     compose_project: str | None = None
     compose_service: str | None = None
@@ -246,7 +249,7 @@ class DemoMachine:
                 g = self._mig_card(g, migs, plist)
                 sms = [None] * len(plist)  # type: ignore[list-item]  # no per-process load in MIG mode
             gpus.append(g)
-            raw[i] = tuple(RawProcess(p.pid, p.ptype, p.memory, s, p.mig)  # type: ignore[arg-type]
+            raw[i] = tuple(RawProcess(p.pid, p.ptype, p.memory, s, p.mig)
                            for p, s in zip(plist, sms, strict=True))
         # the same plausibility rule as NVML's readings, so every source is judged alike
         return plausible_reading(GpuReading(self.driver_version, self.cuda_driver_version, tuple(gpus), raw,
@@ -298,7 +301,7 @@ class DemoMachine:
         records = []
         for c in containers:
             if c.grant == "all":
-                gpus: tuple[str, ...] | str = "all"
+                gpus: tuple[str, ...] | Literal["all"] = "all"
                 raw: tuple[str, ...] = ("all",)
             else:
                 raw = tuple(c.grant)
@@ -310,7 +313,7 @@ class DemoMachine:
                 labels.setdefault("com.docker.compose.service", c.compose_service or c.name)
             records.append(ContainerRecord(
                 id=c.id, name=c.name, image=c.image, state=c.state, compose_project=c.compose_project,
-                compose_service=c.compose_service, gpus=gpus, grant_source=c.grant_source,  # type: ignore[arg-type]
+                compose_service=c.compose_service, gpus=gpus, grant_source=c.grant_source,
                 cuda_visible_devices=c.cuda_visible_devices, grant_raw=raw, main_pid=c.main_pid,
                 restart_policy=c.restart_policy, labels=labels,
             ))

@@ -83,12 +83,13 @@ def _precheck(host: str, environ: Mapping[str, str]) -> str | None:
     return f"the Docker daemon is not running (no socket at {where})"
 
 
-def docker_client(timeout: float = 5.0, environ: Mapping[str, str] | None = None) -> Any:
+def docker_client(timeout: float = 5.0, environ: Mapping[str, str] | None = None, ping: bool = False) -> Any:
     """A connected ``docker.DockerClient`` (API version negotiated), or SourceUnavailable with one sentence.
 
-    Uses the same address rules as the container view (``DOCKER_HOST``, TLS
-    variables, the rootless socket), so migrate and kill act on the daemon the user
-    is looking at.
+    The one Docker-client factory of gputui: the container view, doctor, kill and migrate all
+    connect here, with the same address rules (``DOCKER_HOST``, TLS variables, the rootless
+    socket), so every action acts on the daemon the user is looking at. ``ping``: also check
+    that the daemon answers before returning.
     """
     env = dict(os.environ if environ is None else environ)
     host = docker_host(env)
@@ -101,8 +102,12 @@ def docker_client(timeout: float = 5.0, environ: Mapping[str, str] | None = None
         raise SourceUnavailable("the docker Python package is not installed (pip install docker)") from None
     env["DOCKER_HOST"] = host
     try:
-        # docker-py hands the timeout to requests, which takes fractions of a second; its stubs say int
-        return docker.from_env(version="auto", timeout=timeout, environment=env)  # type: ignore[arg-type]
+        client = docker.from_env(
+            version="auto", environment=env,
+            timeout=timeout)  # type: ignore[arg-type]  # requests takes fractional seconds; the stubs say int
+        if ping:
+            client.ping()
+        return client
     except Exception as exc:
         raise SourceUnavailable(describe_error(exc, host, timeout)) from None
 

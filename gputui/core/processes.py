@@ -244,6 +244,9 @@ class HostProcessSource:
     # -- Linux --------------------------------------------------------------------------
 
     def _fact(self, pid: int, now: float, parents: dict[int, bool]) -> ProcessFacts:
+        """One process's facts, read in the order the hot path needs (pinned stat fd, then /proc files,
+        then the cached static facts). Long on purpose: it runs for every GPU process on every poll and
+        is measured by benchmarks/; split into calls it would cost a function call per field."""
         base = f"{self._proc}/{pid}"
         raw = None
         pinned = self._static.get(pid)

@@ -27,41 +27,24 @@ left a journal. Each one becomes a notification and a status-line warning that
 stays until a later check (every 30 s while any is pending) finds it gone, i.e.
 until ``gputui migrate --recover`` has run.
 
-Protocol for screens (what other screens rely on)
---------------------------------------------------
-After every successful poll the app calls, on **every screen in the stack**
-that defines it::
+Contract with the screens
+-------------------------
+:mod:`gputui.ui.base` types it: every screen derives from ``GpuScreen`` or
+``GpuModal``; after every successful poll the app calls ``update_snapshot`` on
+every screen of the stack, and ``update_poll_status`` whenever the polling state
+changes (success, failure, slow poll, pause). A screen reads what the app shares
+(:class:`~gputui.ui.base.AppState`: ``snapshot``, ``gpu_history``, ``machine``,
+``settings``, ``poll_status``, ``alert_recorder``, ``request_poll()``,
+``set_paused()``, ``read_history()``) through its typed ``gpu_app`` handle, and
+reads ``gpu_app.snapshot`` in ``on_mount`` for its first picture. The live
+``History`` is written by the poll thread: read it only through
+``read_history``.
 
-    screen.update_snapshot(snapshot: Snapshot) -> None
-
-and, whenever the polling state changes (success, failure, slow poll, pause)::
-
-    screen.update_poll_status(status: PollStatus) -> None
-
-A screen pushed later should read ``app.snapshot`` in ``on_mount`` for its first
-picture. The app exposes, for screens and actions:
-
-* ``app.snapshot`` – the latest :class:`Snapshot` (``None`` before the first poll);
-* ``app.gpu_history`` – per GPU index, a tuple of :class:`GpuSample` (the kept
-  history, ≥ 10 min at 1 s). The live ``History`` is written by the poll thread:
-  never read ``app.poller.history`` on the UI thread;
-* ``app.machine`` – the :class:`Machine` (``machine.demo`` is the simulation in
-  ``--demo``), ``app.settings`` – the :class:`Settings` (``read_only``, thresholds);
-* ``app.request_poll()`` – poll again as soon as possible (call it after an
-  action changed the machine: a kill, a migration).
-
-Screens opened from the dashboard and written elsewhere, imported lazily (a
-missing module shows "not available" instead of failing):
-
-* ``c`` → ``gputui.ui.screens.containers.ContainersScreen(snapshot)``; there ``m``
-  → ``MigrateScreen(snapshot, None, container=<highlighted container>)``
-* ``!`` → ``gputui.ui.screens.alerts.AlertsScreen(snapshot)``
-* ``m`` → ``gputui.ui.screens.migrate.MigrateScreen(snapshot, process)``, or with no
-  highlighted process ``MigrateScreen(snapshot, None, container=..., target=...)``
-  from the imbalance suggestion (as ``m``/Enter on the focused banner does)
-* ``k`` → ``gputui.ui.screens.kill.KillScreen(snapshot, process)``
-* ``K`` → ``KillScreen(snapshot, processes=[...])``: every stale process the table
-  shows (its GPU and text filters apply), in one confirmation.
+The dashboard opens the other screens: ``c`` containers (there ``m`` migrates
+the highlighted container), ``!`` alerts, ``m`` migrate (the highlighted
+process's container, or the imbalance suggestion, as ``m``/Enter on the
+focused banner does), ``k`` kill the highlighted process, ``K`` kill every stale
+process the table shows (its GPU and text filters apply), in one confirmation.
 
 ``process`` is the :class:`Process` under the table's cursor. ``check_action``
 disables (greys in the footer) ``k`` without a highlighted process, ``K``
@@ -75,7 +58,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -84,10 +67,12 @@ from textual.screen import Screen
 from textual.worker import Worker, get_current_worker
 
 from gputui.core.config import Settings
-from gputui.core.history import GpuSample
+from gputui.core.errors import clause
+from gputui.core.history import GpuSample, History
 from gputui.core.judges.alerts import AlertRecorder
 from gputui.core.model import Gpu, Snapshot
 from gputui.core.poller import Poller
+from gputui.ui.base import AppState, Listening
 from gputui.ui.messages import JournalsChecked, PollFailed, PollFinished
 from gputui.ui.safe import markup
 from gputui.ui.widgets.status import PollStatus
@@ -95,6 +80,8 @@ from gputui.ui.widgets.status import PollStatus
 if TYPE_CHECKING:
     from gputui.core.machine import Machine
 
+
+T = TypeVar("T")
 
 #: Seconds between journal checks while an interrupted migration is pending.
 JOURNAL_RECHECK = 30.0
@@ -194,7 +181,7 @@ class GpuTuiApp(App[int]):
         try:
             sentences = tuple(p.describe() for p in pending_journals("migrate"))
         except Exception as exc:  # an unreadable state directory: one sentence, no traceback
-            text = (str(exc).strip() or type(exc).__name__).rstrip(".")
+            text = clause(exc)
             sentences = (f"Could not look for interrupted migrations: {text}.",)
         if not self._closing:
             self.post_message(JournalsChecked(sentences))
@@ -286,7 +273,7 @@ class GpuTuiApp(App[int]):
         self._take_history(message.gpu_history)
         self._set_status(last_ok=message.snapshot.time, error=None, slow_for=None)
         for screen in self._listening_screens():
-            screen.update_snapshot(message.snapshot)  # type: ignore[attr-defined]
+            screen.update_snapshot(message.snapshot)
         self._poll_done(message.duration)
 
     def _take_history(self, gpu_history: Mapping[int, tuple[GpuSample, ...]]) -> None:
@@ -331,6 +318,16 @@ class GpuTuiApp(App[int]):
         if running >= max(2.0, 3 * self.settings.interval):
             self._set_status(slow_for=running)
 
+    @property
+    def poll_in_flight(self) -> bool:
+        """A poll is running in the poll thread."""
+        return self._polling
+
+    @property
+    def next_poll_armed(self) -> bool:
+        """The timer of the next poll is set (never while paused)."""
+        return self._timer is not None
+
     def request_poll(self) -> None:
         """Poll as soon as possible (after an action changed the machine)."""
         if self.poller.watcher is not None:
@@ -361,27 +358,37 @@ class GpuTuiApp(App[int]):
         status = replace(self.poll_status, **changes)
         if status != self.poll_status:
             self.poll_status = status
-            for screen in self.screen_stack:
-                update = getattr(screen, "update_poll_status", None)
-                if update is not None:
-                    update(status)
+            for screen in self._listening_screens():
+                screen.update_poll_status(status)
 
-    def _listening_screens(self) -> Iterable[Screen]:
-        return [s for s in self.screen_stack if callable(getattr(s, "update_snapshot", None))]
+    def _listening_screens(self) -> list[Listening]:
+        return [s for s in self.screen_stack if isinstance(s, Listening)]
+
+    def read_history(self, read: Callable[[History | None], T]) -> T:
+        """``read(history)`` under the poll lock (the poll thread writes the live History);
+        ``read(None)`` when a poll holds the lock for more than two seconds."""
+        if self._poll_lock.acquire(timeout=2.0):
+            try:
+                return read(self.poller.history)
+            finally:
+                self._poll_lock.release()
+        return read(None)
 
     # -- command palette ----------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        commands = getattr(screen, "palette_commands", None)
-        if commands is not None:
-            yield from commands()
+        if isinstance(screen, Listening):
+            yield from screen.palette_commands()
+
+
+if TYPE_CHECKING:
+    def _is_app_state(app: GpuTuiApp) -> AppState:  # mypy checks that the app keeps the screens' contract
+        return app
 
 
 def describe_error(exc: BaseException) -> str:
     """One sentence for a failed poll, whatever raised it."""
-    text = str(exc).strip() or type(exc).__name__
-    text = text.rstrip(".")
-    return f"Could not read the GPUs: {text}. Retrying."
+    return f"Could not read the GPUs: {clause(exc)}. Retrying."
 
 
 def make_app(

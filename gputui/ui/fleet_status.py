@@ -1,8 +1,15 @@
-"""The fleet screen's refresh state, shared by the fleet app and its screens (which the app imports)."""
+"""The fleet screen's refresh state and the typed handle to the fleet app, shared by the fleet app and its
+screens (which the app imports)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, cast
+
+from textual.dom import DOMNode
+
+if TYPE_CHECKING:
+    from gputui.core.fleet.model import FleetHost, FleetSnapshot
 
 
 @dataclass(frozen=True)
@@ -15,3 +22,22 @@ class FleetStatus:
     error: str | None = None
     slow_for: float | None = None
     refreshes: int = 0
+
+
+class FleetAppState(Protocol):
+    """What the fleet app shares with its screens (``fleet_app.py`` checks that the app satisfies it)."""
+
+    #: The latest fleet (None before the first refresh).
+    snapshot: FleetSnapshot | None
+    status: FleetStatus
+
+    def refresh_now(self) -> None:
+        """Refresh as soon as possible."""
+
+    def request_history(self, host: FleetHost) -> object:
+        """Read one host's history off the event loop (a thread worker)."""
+
+
+def fleet_app(node: DOMNode) -> FleetAppState:
+    """The typed handle to the running fleet app, for any of its mounted screens."""
+    return cast(FleetAppState, node.app)

@@ -98,6 +98,8 @@ class AlertJudge:
         return latch
 
     def update(self, history: History, snapshot: Snapshot) -> tuple[Alert, ...]:
+        """The alerts of this poll, each raised and cleared with hysteresis. Long on purpose: one rule per
+        alert kind, side by side, sharing the hold and the clock (the rules read best in one place)."""
         s = self.settings
         now = history.now if history.now is not None else snapshot.time.timestamp()
         hold = effective_hold(s.alert_hold, history.span)
@@ -132,7 +134,8 @@ class AlertJudge:
             if warn.active or crit.active:
                 peak = max(self._peak.get(i, t if t is not None else 0), t if t is not None else 0)
                 self._peak[i] = peak
-                level, threshold = ("critical", s.temp_critical) if crit.active else ("warning", s.temp_warning)
+                level: Severity = "critical" if crit.active else "warning"
+                threshold = s.temp_critical if crit.active else s.temp_warning
                 if t is not None and t >= threshold:
                     msg = f"GPU {i} is at {t}°C, at or above the {threshold}°C {level} threshold."
                 else:
@@ -140,7 +143,7 @@ class AlertJudge:
                     msg = (f"GPU {i} reached {peak}°C, above the {threshold}°C {level} threshold, "
                            f"and is at {now_text} now.")
                 since = min(x.since for x in (warn, crit) if x.active and x.since is not None)
-                alerts.append(Alert(i, "temperature", level, msg, at(since)))  # type: ignore[arg-type]
+                alerts.append(Alert(i, "temperature", level, msg, at(since)))
             else:
                 self._peak.pop(i, None)
 

@@ -20,11 +20,11 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from gputui.core.judges.alerts import AlertEvent, AlertRecorder
 from gputui.core.model import Alert, Snapshot
+from gputui.ui.base import GpuScreen
 from gputui.ui.safe import markup, text
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow"}
@@ -77,7 +77,7 @@ def history_table(events: tuple[AlertEvent, ...], now: datetime | None) -> Table
     return t
 
 
-class AlertsScreen(Screen[None]):
+class AlertsScreen(GpuScreen[None]):
     """Active alerts and the session's alert history; follows every poll while open."""
 
     BINDINGS = [
@@ -137,11 +137,11 @@ class AlertsScreen(Screen[None]):
 
     @property
     def recorder(self) -> AlertRecorder:
-        rec = getattr(self.app, "alert_recorder", None)
+        rec = self.gpu_app.alert_recorder
         return rec if isinstance(rec, AlertRecorder) else self._own
 
     def on_mount(self) -> None:
-        snap = getattr(self.app, "snapshot", None) or self.snapshot
+        snap = self.gpu_app.snapshot or self.snapshot
         if snap is not None:
             self.update_snapshot(snap)
         else:
@@ -175,8 +175,8 @@ class AlertsScreen(Screen[None]):
             return rec.error
         if rec is self._own:
             return "Events seen while this view is open; nothing is written to a log."
-        machine = getattr(self.app, "machine", None)
-        if getattr(machine, "demo", None) is not None:
+        machine = self.gpu_app.machine
+        if machine.demo is not None:
             return "Demo mode: the simulated server's alerts are not written to the alert log."
         path = rec.path
         return f"Every event is appended to {path}." if path is not None else "Alerts are not logged."

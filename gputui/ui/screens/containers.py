@@ -21,13 +21,13 @@ from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from gputui.core.model import Container, Snapshot
 from gputui.ui import format as fmt
+from gputui.ui import keys
+from gputui.ui.base import GpuScreen
 from gputui.ui.safe import markup, plain, text
 from gputui.ui.widgets.status import PollStatus, StatusLine
 
@@ -164,7 +164,7 @@ def processes_table(c: Container, snapshot: Snapshot) -> Table | Text:
     return t
 
 
-class ContainersScreen(Screen[None]):
+class ContainersScreen(GpuScreen["str | None"]):
     """Containers with GPUs: grant, use, memory, findings; the highlighted one's GPUs and processes below."""
 
     DEFAULT_CSS = """
@@ -193,16 +193,7 @@ class ContainersScreen(Screen[None]):
     }
     """
 
-    BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back", id="containers-back"),
-        Binding("q", "app.pop_screen", "Back", show=False, id="containers-back-q"),
-        Binding("c", "app.pop_screen", "Back", show=False, id="containers-back-c"),
-        # priority: Enter acts here before the table's own "select row" (a click only highlights).
-        Binding("enter", "show_processes", "Its processes", key_display="⏎", id="containers-processes",
-                priority=True, tooltip="Back to the dashboard, process table filtered to this container"),
-        Binding("m", "migrate", "Migrate", id="containers-migrate",
-                tooltip="Move the highlighted container to another GPU"),
-    ]
+    BINDINGS = keys.CONTAINERS
 
     COLUMNS = ("NAME", "STATE", "GRANT", "VIA", "USES", "GPU MEM", "PIDS", "FINDINGS")
 
@@ -232,20 +223,20 @@ class ContainersScreen(Screen[None]):
     def on_mount(self) -> None:
         for title in self.COLUMNS:
             self.table.add_column(title, key=title)
-        app = self.app
-        self.update_poll_status(app.poll_status)  # type: ignore[attr-defined]
-        snapshot = getattr(app, "snapshot", None) or self.snapshot
+        app = self.gpu_app
+        self.update_poll_status(app.poll_status)
+        snapshot = app.snapshot or self.snapshot
         if snapshot is not None:
             self.update_snapshot(snapshot)
         self.table.focus()
 
     # -- the app's protocol -------------------------------------------------------------
     def update_poll_status(self, status: PollStatus) -> None:
-        self.query_one(StatusLine).show(getattr(self.app, "snapshot", None) or self.snapshot, status)
+        self.query_one(StatusLine).show(self.gpu_app.snapshot or self.snapshot, status)
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
-        self.query_one(StatusLine).show(snapshot, self.app.poll_status)  # type: ignore[attr-defined]
+        self.query_one(StatusLine).show(snapshot, self.gpu_app.poll_status)
         self._show_title(snapshot)
         self._fill_table(snapshot)
         self._show_selected()
@@ -333,7 +324,7 @@ class ContainersScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "migrate":
-            settings = getattr(self.app, "settings", None)
+            settings = self.gpu_app.settings
             if settings is not None and settings.read_only:
                 return None  # greyed: read-only mode turns migration off
             return True if self.selected_id is not None else None
@@ -352,16 +343,4 @@ class ContainersScreen(Screen[None]):
     def action_show_processes(self) -> None:
         """Back to the dashboard with its process filter set to the highlighted container."""
         c = self.snapshot.container(self.selected_id) if self.snapshot and self.selected_id else None
-        self.app.pop_screen()
-        if c is None:
-            return
-        dashboard = self.app.screen
-        field = getattr(dashboard, "filter_input", None)
-        table = getattr(dashboard, "table", None)
-        open_filter = getattr(dashboard, "action_filter", None)
-        if field is None or table is None or open_filter is None:
-            return
-        open_filter()
-        field.value = c.name
-        table.set_text_filter(c.name)
-        table.focus()
+        self.dismiss(c.name if c is not None else None)

@@ -10,16 +10,16 @@ read-only mode (the footer then shows them greyed, and the status line says why)
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 
 from textual import on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import Footer, Input
 
 from gputui.core.model import Process, Snapshot
+from gputui.ui import keys
+from gputui.ui.base import GpuScreen
 from gputui.ui.widgets.banner import SuggestionBanner
 from gputui.ui.widgets.gpu_panel import GpuPanel
 from gputui.ui.widgets.process_table import COLUMNS, ProcessHeader, ProcessTable
@@ -30,35 +30,12 @@ from gputui.ui.widgets.status import ImbalanceBanner, PollStatus, SelectionBar, 
 FIXED_LINES = 4
 
 
-class DashboardScreen(Screen):
+class DashboardScreen(GpuScreen[None]):
     """Everything at a glance; the table has the focus so k/m act on its row."""
 
     AUTO_FOCUS = "#procs"
 
-    BINDINGS = [
-        Binding("question_mark", "help", "Help", key_display="?", id="help"),
-        Binding("slash", "filter", "Filter", key_display="/", id="filter"),
-        Binding("s", "sort(1)", "Sort", id="sort-next", tooltip="Sort by the next column"),
-        Binding("S", "sort(-1)", "Sort by previous column", show=False, id="sort-previous"),
-        Binding("r", "reverse_sort", "Reverse sort order", show=False, id="sort-reverse"),
-        *[
-            Binding(str(d), f"only_gpu({d})", f"Only GPU {d}'s processes", show=False, id=f"only-gpu-{d}")
-            for d in range(10)
-        ],
-        Binding("a", "all_gpus", "All GPUs", show=False, id="all-gpus"),
-        Binding("enter", "details", "Details", key_display="⏎", id="details", tooltip="Plots and every field of a GPU"),
-        Binding("c", "containers", "Containers", id="containers"),
-        Binding("exclamation_mark", "alerts", "Alerts", key_display="!", id="alerts"),
-        Binding("m", "migrate", "Migrate", id="migrate",
-                tooltip="Move the highlighted process's container (or the suggested one) to another GPU"),
-        Binding("k", "kill", "Kill", id="kill", tooltip="Terminate the highlighted process (SIGTERM)"),
-        Binding("K", "kill_stale", "Kill every stale process in view", show=False, id="kill-stale",
-                tooltip="One confirmation for all stale processes the table shows (GPU and filter apply)"),
-        Binding("v", "cycle_view", "GPU cards / rows", show=False, id="view"),
-        Binding("p", "pause", "Pause / resume", show=False, id="pause"),
-        Binding("escape", "clear_filters", "Clear filters", show=False, id="clear-filters"),
-        Binding("q", "quit", "Quit", id="quit"),
-    ]
+    BINDINGS = keys.DASHBOARD
 
     def __init__(self) -> None:
         super().__init__()
@@ -94,10 +71,11 @@ class DashboardScreen(Screen):
         return self.query_one("#filter", Input)
 
     def on_mount(self) -> None:
-        app = self.app
-        self.update_poll_status(app.poll_status)  # type: ignore[attr-defined]
-        if app.snapshot is not None:  # type: ignore[attr-defined]
-            self.update_snapshot(app.snapshot)  # type: ignore[attr-defined]
+        app = self.gpu_app
+        self.query_one(SuggestionBanner).read_only = bool(app.settings.read_only)
+        self.update_poll_status(app.poll_status)
+        if app.snapshot is not None:
+            self.update_snapshot(app.snapshot)
 
     def on_resize(self) -> None:
         self._fit_panel()
@@ -113,14 +91,14 @@ class DashboardScreen(Screen):
 
     # -- the protocol ---------------------------------------------------------------
     def update_snapshot(self, snapshot: Snapshot) -> None:
-        app = self.app
-        self.panel.update(snapshot, app.gpu_history, app.settings)  # type: ignore[attr-defined]
+        app = self.gpu_app
+        self.panel.update(snapshot, app.gpu_history, app.settings)
         banner = self.query_one(ImbalanceBanner)
         banner.show(snapshot.imbalance)
         self.table.update(snapshot)
         # In the same frame as the table (the CursorMoved message would come a frame later).
         self.query_one(SelectionBar).show(self.table.cursor_process)
-        self.query_one(StatusLine).show(snapshot, app.poll_status)  # type: ignore[attr-defined]
+        self.query_one(StatusLine).show(snapshot, app.poll_status)
         flagged, lines = snapshot.imbalance.flagged, banner.lines_needed(self.size.width)
         if (flagged, lines) != (self.snapshot_flagged, self._banner_lines):
             self.snapshot_flagged, self._banner_lines = flagged, lines
@@ -132,7 +110,7 @@ class DashboardScreen(Screen):
         self._sync_bindings()
 
     def update_poll_status(self, status: PollStatus) -> None:
-        self.query_one(StatusLine).show(self.app.snapshot, status)  # type: ignore[attr-defined]
+        self.query_one(StatusLine).show(self.gpu_app.snapshot, status)
 
     # -- events -----------------------------------------------------------------------
     @on(ProcessTable.CursorMoved)
@@ -154,10 +132,20 @@ class DashboardScreen(Screen):
 
     def _suggested_container(self) -> str | None:
         """The container the imbalance judge proposes to move, if it names one."""
-        snap = self.app.snapshot  # type: ignore[attr-defined]
+        snap = self.gpu_app.snapshot
         if snap is None or not snap.imbalance.flagged or snap.imbalance.suggestion is None:
             return None
         return snap.imbalance.suggestion.container
+
+    @on(SuggestionBanner.Refit)
+    def _banner_refit(self) -> None:
+        self._fit_panel()
+
+    @on(SuggestionBanner.MigrateRequested)
+    def _migrate_suggestion(self, event: SuggestionBanner.MigrateRequested) -> None:
+        from gputui.ui.screens.migrate import MigrateScreen
+
+        self.app.push_screen(MigrateScreen(self.gpu_app.snapshot, container=event.container, target=event.target))
 
     @on(GpuPanel.Opened)
     def _card_opened(self, event: GpuPanel.Opened) -> None:
@@ -183,7 +171,7 @@ class DashboardScreen(Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not self.is_mounted:
             return True
-        if action in ("kill", "kill_stale", "migrate") and self.app.settings.read_only:  # type: ignore[attr-defined]
+        if action in ("kill", "kill_stale", "migrate") and self.gpu_app.settings.read_only:
             return None  # greyed: read-only mode turns every kill and migration off
         if action == "kill":
             return True if self.table.cursor_process is not None else None
@@ -193,7 +181,7 @@ class DashboardScreen(Screen):
             has_target = self.table.cursor_process is not None or self._suggested_container() is not None
             return True if has_target else None
         if action == "details":
-            snap = self.app.snapshot  # type: ignore[attr-defined]
+            snap = self.gpu_app.snapshot
             return True if snap is not None and snap.gpus else None
         if action == "clear_filters":
             t = self.table
@@ -235,7 +223,7 @@ class DashboardScreen(Screen):
         self.table.reverse_sort()
 
     def action_only_gpu(self, index: int) -> None:
-        snap = self.app.snapshot  # type: ignore[attr-defined]
+        snap = self.gpu_app.snapshot
         if snap is not None and snap.gpu(index) is None:
             present = ", ".join(str(g.index) for g in snap.gpus) or "none"
             self.notify(f"There is no GPU {index} here (GPUs: {present}).", severity="warning")
@@ -278,64 +266,64 @@ class DashboardScreen(Screen):
         self.notify(f"GPU panel: {shown}{how}; v switches.", timeout=1.5)
 
     def action_pause(self) -> None:
-        app = self.app
-        app.set_paused(not app.poll_status.paused)  # type: ignore[attr-defined]
+        app = self.gpu_app
+        app.set_paused(not app.poll_status.paused)
 
     def action_quit(self) -> None:
         self.app.exit(0)
 
-    # -- screens written elsewhere ------------------------------------------------------------
-    def _push_external(self, module: str, class_name: str, what: str, *args, **kwargs) -> None:
-        """Import ``gputui.ui.screens.<module>`` only when asked; say so if it is not there."""
-        name = f"gputui.ui.screens.{module}"
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            self.notify(f"{what} is not available in this version of gputui.", severity="warning")
-            return
-        screen_class = getattr(mod, class_name, None)
-        if screen_class is None:
-            self.notify(f"{what} is not available in this version of gputui.", severity="warning")
-            return
-        self.app.push_screen(screen_class(*args, **kwargs))
-
     def _read_only(self, what: str) -> bool:
-        if self.app.settings.read_only:  # type: ignore[attr-defined]
+        if self.gpu_app.settings.read_only:
             self.notify(f"gputui is read-only (--read-only or read_only in the config): {what} is off.",
                         severity="warning")
             return True
         return False
 
     def action_containers(self) -> None:
-        self._push_external("containers", "ContainersScreen", "The containers view", self.app.snapshot)  # type: ignore[attr-defined]
+        from gputui.ui.screens.containers import ContainersScreen
+
+        self.app.push_screen(ContainersScreen(self.gpu_app.snapshot), self._filter_to_container)
+
+    def _filter_to_container(self, name: str | None) -> None:
+        """The containers view closed with Enter: its container's processes, in the table."""
+        if not name:
+            return
+        self.action_filter()
+        self.filter_input.value = name
+        self.table.set_text_filter(name)
+        self.table.focus()
 
     def action_alerts(self) -> None:
-        self._push_external("alerts", "AlertsScreen", "The alerts view", self.app.snapshot)  # type: ignore[attr-defined]
+        from gputui.ui.screens.alerts import AlertsScreen
+
+        self.app.push_screen(AlertsScreen(self.gpu_app.snapshot))
 
     def action_migrate(self) -> None:
         """The highlighted process's container; with no row, the imbalance judge's suggested move."""
         if self._read_only("migrate"):
             return
-        snapshot = self.app.snapshot  # type: ignore[attr-defined]
+        from gputui.ui.screens.migrate import MigrateScreen
+
+        snapshot = self.gpu_app.snapshot
         process = self.table.cursor_process
         if process is not None:
-            self._push_external("migrate", "MigrateScreen", "Migrate", snapshot, process)
+            self.app.push_screen(MigrateScreen(snapshot, process))
             return
         container = self._suggested_container()
-        if container is None:
+        suggestion = snapshot.imbalance.suggestion if snapshot is not None else None
+        if container is None or suggestion is None:
             self.notify("Highlight a process that runs in a container to migrate it.", severity="information")
             return
         # MigrateScreen pre-selects the suggested target for the suggested container.
-        self._push_external("migrate", "MigrateScreen", "Migrate", snapshot, None,
-                            container=container, target=snapshot.imbalance.suggestion.to_gpu)
+        self.app.push_screen(MigrateScreen(snapshot, None, container=container, target=suggestion.to_gpu))
 
     def action_kill(self) -> None:
         process: Process | None = self.table.cursor_process
         if process is None or self._read_only("kill"):
             return
-        self._push_external("kill", "KillScreen", "Kill", self.app.snapshot, process)  # type: ignore[attr-defined]
+        from gputui.ui.screens.kill import KillScreen
+
+        self.app.push_screen(KillScreen(self.gpu_app.snapshot, process))
 
     def action_kill_stale(self) -> None:
         """Every stale process the table shows, in one confirmation (each still checked by the kill plan)."""
@@ -345,12 +333,14 @@ class DashboardScreen(Screen):
         if not stale:
             self.notify("No stale process in view.", severity="information")
             return
-        self._push_external("kill", "KillScreen", "Kill", self.app.snapshot, processes=stale)  # type: ignore[attr-defined]
+        from gputui.ui.screens.kill import KillScreen
+
+        self.app.push_screen(KillScreen(self.gpu_app.snapshot, processes=stale))
 
     # -- command palette ----------------------------------------------------------------------
     def palette_commands(self) -> Iterable[SystemCommand]:
         """The screen's key actions, offered in the command palette as well."""
-        snap = self.app.snapshot  # type: ignore[attr-defined]
+        snap = self.gpu_app.snapshot
         gpus = {g.index for g in snap.gpus} if snap is not None else set()
         skip = {"clear_filters", "quit"}
         for binding in self.BINDINGS:

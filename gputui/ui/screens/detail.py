@@ -16,7 +16,6 @@ from rich.text import Text
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, VerticalScroll
-from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
@@ -24,6 +23,8 @@ from gputui.core.history import GpuSample
 from gputui.core.mig import MIG_LOAD_NOTE
 from gputui.core.model import Gpu, Snapshot, describe_fields
 from gputui.ui import format as fmt
+from gputui.ui import keys
+from gputui.ui.base import GpuScreen
 from gputui.ui.plots import plot_text
 from gputui.ui.safe import markup, plain
 from gputui.ui.widgets.mig_card import add_mig_rows, mig_mode_text
@@ -111,16 +112,10 @@ def _fmt_field(name: str, value, gpu: Gpu, settings) -> str:
     return str(value)
 
 
-class GpuDetailScreen(Screen):
+class GpuDetailScreen(GpuScreen[None]):
     """Plots and every field of one GPU; ←/→ walk through the GPUs."""
 
-    BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back", id="detail-back"),
-        Binding("q", "app.pop_screen", "Back", show=False, id="detail-back-q"),
-        Binding("left", "step(-1)", "Previous GPU", key_display="←", id="detail-previous"),
-        Binding("right", "step(1)", "Next GPU", key_display="→", id="detail-next"),
-        Binding("question_mark", "help", "Help", key_display="?", id="detail-help"),
-    ]
+    BINDINGS = keys.DETAIL
 
     def __init__(self, gpu_index: int) -> None:
         super().__init__()
@@ -140,16 +135,16 @@ class GpuDetailScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        app = self.app
-        self.update_poll_status(app.poll_status)  # type: ignore[attr-defined]
-        if app.snapshot is not None:  # type: ignore[attr-defined]
-            self.update_snapshot(app.snapshot)  # type: ignore[attr-defined]
+        app = self.gpu_app
+        self.update_poll_status(app.poll_status)
+        if app.snapshot is not None:
+            self.update_snapshot(app.snapshot)
 
     def update_poll_status(self, status: PollStatus) -> None:
-        self.query_one(StatusLine).show(self.app.snapshot, status)  # type: ignore[attr-defined]
+        self.query_one(StatusLine).show(self.gpu_app.snapshot, status)
 
     def action_step(self, step: int) -> None:
-        snap: Snapshot | None = self.app.snapshot  # type: ignore[attr-defined]
+        snap: Snapshot | None = self.gpu_app.snapshot
         if snap is None or not snap.gpus:
             return
         indices = [g.index for g in snap.gpus]
@@ -173,8 +168,8 @@ class GpuDetailScreen(Screen):
         self.app.push_screen(HelpScreen())
 
     def update_snapshot(self, snapshot: Snapshot) -> None:
-        app = self.app
-        self.query_one(StatusLine).show(snapshot, app.poll_status)  # type: ignore[attr-defined]
+        app = self.gpu_app
+        self.query_one(StatusLine).show(snapshot, app.poll_status)
         gpu = snapshot.gpu(self.gpu_index)
         title = self.query_one("#detail-title", Static)
         if gpu is None:
@@ -189,12 +184,12 @@ class GpuDetailScreen(Screen):
         if gpu.lost:
             head.append("   LOST: NVML no longer answers for this GPU", style="bold red")
         title.update(head)
-        samples: tuple[GpuSample, ...] = app.gpu_history.get(gpu.index, ())  # type: ignore[attr-defined]
+        samples: tuple[GpuSample, ...] = app.gpu_history.get(gpu.index, ())
         self._update_plots(gpu, samples, snapshot)
         self.query_one("#fields", Static).update(self._fields(gpu, snapshot))
 
     def _update_plots(self, gpu: Gpu, samples: tuple[GpuSample, ...], snapshot: Snapshot) -> None:
-        settings = self.app.settings  # type: ignore[attr-defined]
+        settings = self.gpu_app.settings
         times = [s.t for s in samples]
         now = snapshot.time.timestamp()
         tz = snapshot.time.tzinfo
@@ -226,7 +221,7 @@ class GpuDetailScreen(Screen):
             now, tz)
 
     def _fields(self, gpu: Gpu, snapshot: Snapshot) -> Table:
-        settings = self.app.settings  # type: ignore[attr-defined]
+        settings = self.gpu_app.settings
         table = Table.grid(padding=(0, 1))
         table.add_column(style="dim", no_wrap=True)
         table.add_column()

@@ -20,7 +20,7 @@ from textual.widgets.data_table import CellDoesNotExist
 
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.safe_text import clean
-from gputui.ui.fleet_status import FleetStatus
+from gputui.ui.fleet_status import FleetStatus, fleet_app
 from gputui.ui.screens.fleet_view import COLUMNS, SORT_KEYS, banner, host_cells, matches, summary, update_cell
 
 
@@ -81,18 +81,16 @@ class FleetScreen(Screen[None]):
             # every heading keeps room for the sort mark: a column's width is set when it is added
             table.add_column(heading + (" ▲" if key == self.sort_column else "  "), key=key)
         table.focus()
-        app = self.app
-        if getattr(app, "snapshot", None) is not None:
-            self.update_fleet(app.snapshot)  # type: ignore[attr-defined]
-        status = getattr(app, "status", None)
-        if status is not None:
-            self.update_fleet_status(status)
+        app = fleet_app(self)
+        if app.snapshot is not None:
+            self.update_fleet(app.snapshot)
+        self.update_fleet_status(app.status)
 
     # -- data ------------------------------------------------------------------------
     def update_fleet(self, snap: FleetSnapshot, *, resort: bool = False) -> None:
         now = time.time()
         hosts = [h for h in snap.hosts if matches(h, self.needle)]
-        hosts.sort(key=SORT_KEYS[self.sort_column], reverse=self.reverse)  # type: ignore[arg-type]
+        hosts.sort(key=SORT_KEYS[self.sort_column], reverse=self.reverse)  # type: ignore[arg-type]  # each key's values compare among themselves
         self._hosts = {row_key(h): h for h in snap.hosts}
         order = [row_key(h) for h in hosts]
         cells = {row_key(h): host_cells(h, now) for h in hosts}
@@ -170,7 +168,7 @@ class FleetScreen(Screen[None]):
         return self._hosts.get(key) if key is not None else None
 
     def _redraw(self, resort: bool = False) -> None:
-        snap = getattr(self.app, "snapshot", None)
+        snap = fleet_app(self).snapshot
         if snap is not None:
             self.update_fleet(snap, resort=resort)
 
@@ -269,11 +267,11 @@ class FleetScreen(Screen[None]):
         self._redraw(resort=True)
 
     def action_refresh(self) -> None:
-        self.app.refresh_now()  # type: ignore[attr-defined]
+        fleet_app(self).refresh_now()
 
     def _headings(self) -> None:
         table = self.query_one("#fleet-hosts", DataTable)
         for key, heading in COLUMNS:
             mark = (" ▼" if self.reverse else " ▲") if key == self.sort_column else "  "
-            table.columns[key].label = Text(heading + mark)  # type: ignore[index]
+            table.columns[key].label = Text(heading + mark)  # type: ignore[index]  # ColumnKey hashes as its str
         table.refresh()

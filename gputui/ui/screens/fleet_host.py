@@ -25,6 +25,7 @@ from gputui.core.fleet.model import FleetGpu, FleetHost, FleetProcess, FleetSnap
 from gputui.core.fleet.queries import HostHistory
 from gputui.core.safe_text import clean
 from gputui.ui import format as fmt
+from gputui.ui.fleet_status import fleet_app
 from gputui.ui.safe import markup
 from gputui.ui.screens.fleet_view import banner, spark, state_cell, update_cell
 
@@ -170,12 +171,10 @@ class HostScreen(Screen[None]):
         for key, heading in PROCESS_COLUMNS:
             table.add_column(heading, key=key)
         table.focus()
-        snap = getattr(self.app, "snapshot", None)
-        if snap is not None:
-            self.update_fleet(snap)
-        status = getattr(self.app, "status", None)
-        if status is not None:
-            self.update_fleet_status(status)
+        app = fleet_app(self)
+        if app.snapshot is not None:
+            self.update_fleet(app.snapshot)
+        self.update_fleet_status(app.status)
 
     # -- data ---------------------------------------------------------------------------
     def update_fleet(self, snap: FleetSnapshot) -> None:
@@ -187,7 +186,7 @@ class HostScreen(Screen[None]):
             return
         self.host = host
         if host.up and host.gpus:
-            self.app.request_history(host)  # type: ignore[attr-defined]
+            fleet_app(self).request_history(host)
         self._show()
 
     def update_history(self, history: HostHistory | None, error: str | None) -> None:

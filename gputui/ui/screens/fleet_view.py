@@ -34,7 +34,7 @@ def update_cell(table: DataTable[Text], row: str, column: str, value: Text) -> N
     """``DataTable.update_cell`` that widens a column when a value needs it, and otherwise does not
     re-measure: asking it to (``update_width=True``) re-measures the whole column whenever a value
     got narrower, which at a few hundred rows was most of a refresh's cost."""
-    widen = value.cell_len > table.columns[column].content_width  # type: ignore[index]
+    widen = value.cell_len > table.columns[column].content_width  # type: ignore[index]  # ColumnKey hashes as its str
     table.update_cell(row, column, value, update_width=widen)
 
 

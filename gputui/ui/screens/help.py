@@ -1,36 +1,27 @@
-"""The help screen: every key binding, generated from the ``BINDINGS`` declarations.
+"""The help screen: every key binding, generated from the registry in :mod:`gputui.ui.keys`.
 
-Generated rather than written by hand so it cannot drift from the real keys, and
-it shows the user's own remaps (``app.get_key_display``).
+Generated rather than written by hand so it cannot drift from the real keys (the screens take
+their ``BINDINGS`` from the same registry), and it shows the user's own remaps
+(``app.get_key_display``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.table import Table
 from rich.text import Text
 from textual import events
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
-#: Keys handled by widgets or Textual itself that are not in our BINDINGS.
-_EXTRA = {
-    "Dashboard": [("tab / shift+tab", "Move between the GPU panel, imbalance banner and process table")],
-    "Mouse": [
-        ("click a card", "Select that GPU; click it again for its details"),
-        ("click a row", "Highlight that process; double-click opens its GPU"),
-        ("wheel", "Scroll the table or the GPU panel"),
-    ],
-    "Anywhere": [
-        ("ctrl+p", "Command palette: every action by name"),
-        ("ctrl+c", "Quit"),
-    ],
-}
+from gputui.ui import keys
+from gputui.ui.base import GpuModal
 
 
-def _group(title: str, bindings: list[Binding], app) -> list[tuple[str, str]]:
+def _group(title: str, bindings: list[Binding], app: App[Any] | None) -> list[tuple[str, str]]:
     """One row per action: keys bound to the same action and description share it ("escape / q")."""
     rows: list[tuple[str, str]] = []
     row_of: dict[tuple[str, str], int] = {}
@@ -51,27 +42,10 @@ def _group(title: str, bindings: list[Binding], app) -> list[tuple[str, str]]:
     return rows
 
 
-def help_sections(app=None) -> list[tuple[str, list[tuple[str, str]]]]:
-    from gputui.ui.screens.containers import ContainersScreen
-    from gputui.ui.screens.dashboard import DashboardScreen
-    from gputui.ui.screens.detail import GpuDetailScreen
-    from gputui.ui.widgets.banner import SuggestionBanner
-    from gputui.ui.widgets.gpu_panel import GpuPanel
-    from gputui.ui.widgets.process_table import ProcessTable
-
-    def binds(cls) -> list[Binding]:
-        return [b for b in cls.BINDINGS if isinstance(b, Binding)]
-
-    return [
-        ("Dashboard", _group("Dashboard", binds(DashboardScreen), app) + _EXTRA["Dashboard"]),
-        ("Process table", _group("Process table", binds(ProcessTable), app)),
-        ("Imbalance banner (tab to focus)", _group("Imbalance banner", binds(SuggestionBanner), app)),
-        ("GPU panel (tab to focus)", _group("GPU panel", binds(GpuPanel), app) + [("enter", "Details of the GPU")]),
-        ("GPU details", _group("GPU details", binds(GpuDetailScreen), app)),
-        ("Containers (c)", _group("Containers", binds(ContainersScreen), app)),
-        ("Mouse", _EXTRA["Mouse"]),
-        ("Anywhere", _EXTRA["Anywhere"]),
-    ]
+def help_sections(app: App[Any] | None = None) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The help's sections from the bindings registry, with the user's remaps when ``app`` is given."""
+    return [(title, _group(title, [b for b in bindings if isinstance(b, Binding)], app) + extra)
+            for title, bindings, extra in keys.SECTIONS]
 
 
 #: Sections per column of the help, in the order of :func:`help_sections`: the
@@ -81,7 +55,7 @@ COLUMNS = (1, 4, 3)
 WIDE = 120
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(GpuModal[None]):
     """Every key, grouped by where it works."""
 
     BINDINGS = [

@@ -1,11 +1,11 @@
 """The kill dialog: exactly what will be signalled, a y/N confirmation, then the kill in a thread worker.
 
 Opened with ``k`` on the highlighted process, or with a list of processes (the
-stale ones in view). It plans with the same code as ``gputui kill``
-(:func:`gputui.actions.kill.plan_kill`): the targets are the (pid, start time)
-pairs of the snapshot the user is looking at, every guard runs, refusals are
-shown with their one sentence, and a container's main process is stopped
-through Docker, with the reason. Planning (it reads /proc and asks Docker) and
+stale ones in view). It drives the same flow as ``gputui kill``
+(:class:`gputui.actions.kill.flow.KillFlow`: one timeout, one set of refusals and
+sentences): the targets are the (pid, start time) pairs of the snapshot the user
+is looking at, every guard runs, refusals are shown with their one sentence, and
+a container's main process is stopped through Docker, with the reason. Planning (it reads /proc and asks Docker) and
 the kill (it waits for processes to exit) run in thread workers; the result is
 a notification and a fresh poll, and the dialog closes.
 
@@ -15,7 +15,8 @@ escalate to SIGKILL after the timeout, ``n`` or ``escape`` cancel.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from functools import partial
 
 from rich.text import Text
 from textual import on, work
@@ -24,31 +25,17 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.notifications import SeverityLevel
-from textual.screen import ModalScreen
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
-from gputui.actions.kill import (
-    DemoBackend,
-    KillBackend,
-    KillError,
-    KillPlan,
-    KillReport,
-    audit_refusals,
-    backend_for,
-    check_audit_writable,
-    confirmation_lines,
-    execute_kill,
-    plan_kill,
-)
+from gputui.actions.kill import KillError, KillPlan, KillReport, confirmation_lines
+from gputui.actions.kill.flow import TIMEOUT, KillFlow
 from gputui.core.model import Process, Snapshot
+from gputui.ui.base import GpuModal
 from gputui.ui.safe import markup, plain, text
 
-#: Seconds to wait for a process to exit before reporting it (or escalating).
-TIMEOUT = 10.0
 
-
-class KillScreen(ModalScreen["KillReport | None"]):
+class KillScreen(GpuModal["KillReport | None"]):
     """Confirm and run a kill. Dismisses with the report (None when cancelled)."""
 
     DEFAULT_CSS = """
@@ -114,7 +101,8 @@ class KillScreen(ModalScreen["KillReport | None"]):
         self.plan: KillPlan | None = None
         self.report: KillReport | None = None
         self._generation = 0
-        self._backend: KillBackend | None = None
+        #: Created by the first plan worker (a real backend may connect to Docker).
+        self._flow: KillFlow | None = None
 
     # -- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -149,15 +137,19 @@ class KillScreen(ModalScreen["KillReport | None"]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="kill-plan", description="check kill targets")
     def _plan_worker(self, generation: int, signal: str, escalate: bool) -> None:
         worker = get_current_worker()
-        app = self.app
-        if self._backend is None:
-            self._backend = backend_for(app.machine)  # type: ignore[attr-defined]
-        snapshot = self.snapshot or app.snapshot  # type: ignore[attr-defined]
-        read_only = bool(app.settings.read_only)  # type: ignore[attr-defined]
-        plan = plan_kill(snapshot, self.pids, self._backend, signal=signal, timeout=self.timeout,
-                         escalate=escalate, read_only=read_only)
+        plan = self._ensure_flow().plan(signal=signal, escalate=escalate)
         if not worker.is_cancelled:
             self.post_message(self.PlanReady(plan, generation))
+
+    def _ensure_flow(self) -> KillFlow:
+        if self._flow is None:
+            app = self.gpu_app
+            snapshot = self.snapshot or app.snapshot
+            assert snapshot is not None, "the dialog opens from a process of a shown snapshot"
+            self._flow = KillFlow(app.machine, snapshot, self.pids, read_only=bool(app.settings.read_only),
+                                  docker_timeout=app.settings.docker_timeout, signal=self.signal,
+                                  timeout=self.timeout, escalate=self.escalate)
+        return self._flow
 
     @on(PlanReady)
     def _plan_ready(self, message: PlanReady) -> None:
@@ -206,18 +198,12 @@ class KillScreen(ModalScreen["KillReport | None"]):
     def action_cancel(self) -> None:
         if self.state == "running":
             return
-        if self.state == "ready" and self.plan is not None and self.plan.targets:
-            refusals = [r for r in self.plan.refusals]
+        if self.state == "ready" and self.plan is not None and self.plan.targets and self._flow is not None:
             # The user saw the refusals and declined the rest: both go to the audit log.
-            self._audit_declined(self.plan, refusals, isinstance(self._backend, DemoBackend))
+            # An app worker, not the dialog's: the dialog closes now and its workers with it.
+            self.app.run_worker(partial(self._flow.decline, self.plan), thread=True, exit_on_error=False,
+                                group="kill-audit", description="record a declined kill")
         self.dismiss(self.report)
-
-    @work(thread=True, exit_on_error=False, group="kill-audit", description="record a declined kill")
-    def _audit_declined(self, plan: KillPlan, refusals: Iterable, demo: bool) -> None:
-        from gputui.actions.kill import Refusal
-
-        audit_refusals([*refusals, *(Refusal(t.pid, f"PID {t.pid}: the user declined the confirmation.")
-                                     for t in plan.targets)], demo)
 
     def action_confirm(self) -> None:
         if self.state != "ready" or self.plan is None or not self.plan.targets:
@@ -229,13 +215,8 @@ class KillScreen(ModalScreen["KillReport | None"]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="kill-run", description="kill processes")
     def _kill_worker(self, plan: KillPlan) -> None:
-        app = self.app
-        snapshot = self.snapshot or app.snapshot  # type: ignore[attr-defined]
         try:
-            check_audit_writable(isinstance(self._backend, DemoBackend))
-            assert self._backend is not None
-            report = execute_kill(plan, self._backend, snapshot,
-                                  progress=lambda text: self.post_message(self.Progress(text)))
+            report = self._ensure_flow().execute(plan, progress=lambda text: self.post_message(self.Progress(text)))
         except KillError as exc:
             self.post_message(self.Finished(None, str(exc)))
             return
@@ -259,13 +240,10 @@ class KillScreen(ModalScreen["KillReport | None"]):
             severity: SeverityLevel = "information" if report.ok else "warning"
             body = "\n".join(markup(ln) for ln in [report.summary(), *report.lines()])
             self.app.notify(body, title="Kill", severity=severity, timeout=5)
-        request = getattr(self.app, "request_poll", None)
-        if callable(request):
-            request()
+        self.gpu_app.request_poll()
         self.dismiss(self.report)
 
     def on_unmount(self) -> None:
-        backend, self._backend = self._backend, None
-        close = getattr(backend, "close", None)
-        if callable(close):
-            close()
+        flow, self._flow = self._flow, None
+        if flow is not None:
+            flow.close()

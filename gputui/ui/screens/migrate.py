@@ -3,8 +3,8 @@
 Opened with ``m`` on a process that runs in a container (dashboard), on a
 container (containers view), or from the imbalance banner's suggestion. Nothing
 here talks to Docker on the event loop: planning (which inspects containers)
-and execution run in thread workers that post messages back; the engine is the
-same one the CLI uses (:func:`gputui.actions.migrate.engine_for`), so in
+and execution run in thread workers that post messages back; the flow is the
+same one the CLI drives (:class:`gputui.actions.migrate.flow.MigrateFlow`), so in
 ``--demo`` the dialog moves the simulated container.
 
 Keys: ↑/↓ choose the target, ``f`` also offers GPUs without room for the
@@ -15,7 +15,7 @@ stays until it says which).
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
 from rich.text import Text
 from textual import events, on, work
@@ -23,7 +23,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen
+from textual.notifications import SeverityLevel
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 from textual.worker import get_current_worker
@@ -31,7 +31,6 @@ from textual.worker import get_current_worker
 from gputui.actions.migrate import (
     STEP_TEXT,
     STEPS,
-    MigrationEngine,
     MigrationNotFound,
     MigrationPlan,
     MigrationRefused,
@@ -43,9 +42,11 @@ from gputui.actions.migrate import (
     observed_peak,
     target_options,
 )
+from gputui.actions.migrate.flow import RECOVERABLE, MigrateFlow
 from gputui.core.model import Container, Process, Snapshot
 from gputui.core.safe_text import clean
 from gputui.core.units import fmt_bytes
+from gputui.ui.base import GpuModal
 from gputui.ui.safe import markup, plain, text
 
 #: Progress marks per step state.
@@ -57,7 +58,7 @@ _MARKS = {"pending": ("·", "dim"), "running": ("…", "bold"), "done": ("✓", 
 RESULT_TOAST_S = 5
 
 
-class MigrateScreen(ModalScreen["MigrationResult | None"]):
+class MigrateScreen(GpuModal["MigrationResult | None"]):
     """Migrate one container to another GPU. Dismisses with the result (None if cancelled)."""
 
     DEFAULT_CSS = """
@@ -134,7 +135,8 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         self.steps: dict[str, str] = {s: "pending" for s in STEPS}
         self.step_notes: dict[str, str] = {}
         self.options: list[TargetOption] = []
-        self._engine: MigrationEngine | None = None
+        #: Created by the first plan worker (connecting to Docker blocks).
+        self._flow: MigrateFlow | None = None
         self._plan_key: tuple | None = None
         self._peak: int | None = None
         self.container_id, self.container_name, self.problem = self._identify(snapshot, process, container)
@@ -208,13 +210,13 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         return f"Migrate container {markup(self.container_name)}"
 
     def on_mount(self) -> None:
-        app: Any = self.app
+        app = self.gpu_app
         if self.snapshot is None:
-            self.snapshot = getattr(app, "snapshot", None)
+            self.snapshot = app.snapshot
         if self.problem is not None:
             self._show_plan_text(text(self.problem, style="bold"))
             self.query_one("#migrate-targets").display = False
-        elif getattr(app, "settings", None) is not None and app.settings.read_only:
+        elif app.settings is not None and app.settings.read_only:
             self.problem = "gputui is read-only (--read-only or read_only in the config): migration is off."
             self._show_plan_text(text(self.problem, style="bold"))
             self.query_one("#migrate-targets").display = False
@@ -393,11 +395,12 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         worker = get_current_worker()
         container_id, target, force = key
         try:
-            engine = self._ensure_engine()
+            flow = self._ensure_flow()
+            flow.snapshot = self.snapshot
             peak = self._read_peak(container_id)
-            plan = engine.plan(container_id, target, self.snapshot, force=force, peak_memory=peak)
+            plan = flow.plan(container_id, target, force=force, peak_memory=peak)
         except MigrationRefused as exc:
-            fatal = exc.kind not in ("no-fit", "same-gpu", "target-lost", "ambiguous")
+            fatal = exc.kind not in RECOVERABLE
             if not worker.is_cancelled:
                 self.post_message(self.PlanFailed(str(exc), key, fatal=fatal))
             return
@@ -412,28 +415,16 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         if not worker.is_cancelled:
             self.post_message(self.PlanReady(plan, key))
 
-    def _ensure_engine(self) -> MigrationEngine:
+    def _ensure_flow(self) -> MigrateFlow:
         """Created in a worker: connecting to Docker blocks."""
-        if self._engine is None:
-            app: Any = self.app
-            self._engine = engine_for(app.machine, app.settings)
-        return self._engine
+        if self._flow is None:
+            app = self.gpu_app
+            self._flow = MigrateFlow(engine_for(app.machine, app.settings), self.snapshot)
+        return self._flow
 
     def _read_peak(self, container_id: str) -> int | None:
         """The container's peak GPU memory over the kept history (read under the app's poll lock)."""
-        app: Any = self.app
-        history = None
-        lock = getattr(app, "_poll_lock", None)
-        poller = getattr(app, "poller", None)
-        if poller is not None and lock is not None and lock.acquire(timeout=2.0):
-            try:
-                history = poller.history
-                peak = observed_peak(self.snapshot, container_id, history)
-            finally:
-                lock.release()
-        else:
-            peak = observed_peak(self.snapshot, container_id)
-        return peak
+        return self.gpu_app.read_history(lambda history: observed_peak(self.snapshot, container_id, history))
 
     def on_migrate_screen_plan_ready(self, message: PlanReady) -> None:
         if message.key != self._plan_key or self.state != "idle":
@@ -461,7 +452,7 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         self.refresh_bindings()
 
     @on(OptionList.OptionHighlighted, "#migrate-targets")
-    def _target_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+    def _target_highlighted(self, event: OptionList.OptionHighlighted | OptionList.OptionSelected) -> None:
         if self.state != "idle" or event.option.id is None:
             return
         ref = event.option.id
@@ -472,12 +463,12 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
 
     @on(OptionList.OptionSelected, "#migrate-targets")
     def _target_selected(self, event: OptionList.OptionSelected) -> None:
-        self._target_highlighted(event)  # type: ignore[arg-type]
+        self._target_highlighted(event)
 
     # -- actions ----------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        app: Any = self.app
-        read_only = bool(getattr(getattr(app, "settings", None), "read_only", False))
+        app = self.gpu_app
+        read_only = bool(app.settings.read_only)
         if action == "confirm":
             return True if (self.state == "idle" and self.plan is not None and self.problem is None
                             and not read_only) else None
@@ -498,6 +489,11 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
     def action_close(self) -> None:
         if self.state == "running":
             return
+        if self.state == "idle" and self.result is None and self.plan is not None and self._flow is not None:
+            # The user saw the plan and said no. An app worker, not the dialog's: the dialog closes now
+            # and its workers with it.
+            self.app.run_worker(partial(self._flow.decline, self.plan), thread=True, exit_on_error=False,
+                                group="migrate-audit", description="record a declined migration")
         self.dismiss(self.result)
 
     def action_confirm(self) -> None:
@@ -512,9 +508,9 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="migrate-run", description="migrate a container")
     def _execute_worker(self, plan: MigrationPlan) -> None:
-        engine = self._ensure_engine()
+        flow = self._ensure_flow()
         try:
-            result = engine.execute(plan, progress=lambda p: self.post_message(self.StepProgress(p)))
+            result = flow.execute(plan, progress=lambda p: self.post_message(self.StepProgress(p)))
         except Exception as exc:  # the engine returns failures; this is a last resort
             result = MigrationResult(False, "failed", f"Migration of {plan.container_name} failed: {exc}.", plan)
         self.post_message(self.Finished(result))
@@ -538,19 +534,17 @@ class MigrateScreen(ModalScreen["MigrationResult | None"]):
         self._show_progress()
         self._show_hint()
         self.refresh_bindings()
-        request = getattr(self.app, "request_poll", None)
-        if callable(request):
-            request()
+        self.gpu_app.request_poll()
         # The dialog shows the result itself; the toast comes when the dialog closes (a toast over the
         # dialog would cover its border and key line on a small terminal).
         self._toast = (markup(message.result.message), "information" if message.result.ok else "error")
 
-    _toast: tuple[str, str] | None = None
+    _toast: tuple[str, SeverityLevel] | None = None
 
     def on_unmount(self) -> None:
         if self._toast is not None:
             text, severity = self._toast
             self._toast = None
-            self.app.notify(text, severity=severity, timeout=RESULT_TOAST_S)  # type: ignore[arg-type]
-        if self._engine is not None and self.state != "running":
-            self._engine.close()
+            self.app.notify(text, severity=severity, timeout=RESULT_TOAST_S)
+        if self._flow is not None and self.state != "running":
+            self._flow.close()

@@ -11,14 +11,13 @@ the migrate binding is disabled (greyed in the footer) and the hint says so.
 
 from __future__ import annotations
 
-import importlib
-
 from rich.style import Style
 from rich.text import Text
 from textual import events
-from textual.binding import Binding
+from textual.message import Message
 
 from gputui.core.model import Imbalance
+from gputui.ui import keys
 from gputui.ui.widgets.status import ImbalanceBanner
 
 
@@ -27,10 +26,18 @@ class SuggestionBanner(ImbalanceBanner):
 
     can_focus = True
 
-    BINDINGS = [
-        Binding("m", "migrate_suggestion", "Migrate as suggested", id="banner-migrate"),
-        Binding("enter", "migrate_suggestion", "Migrate as suggested", show=False, id="banner-migrate-enter"),
-    ]
+    class Refit(Message):
+        """The banner's height changed (focus shows the whole text): the screen re-divides its room."""
+
+    class MigrateRequested(Message):
+        """``m`` on a suggestion that names a container: the screen opens the migrate dialog."""
+
+        def __init__(self, container: str, target: int) -> None:
+            super().__init__()
+            self.container = container
+            self.target = target
+
+    BINDINGS = keys.BANNER
 
     DEFAULT_CSS = """
     SuggestionBanner:focus {
@@ -51,9 +58,7 @@ class SuggestionBanner(ImbalanceBanner):
         """Focus shows the whole text: the banner's height, and so the panel's room, change."""
         self._wrap_cache = None
         self.refresh(layout=True)
-        fit = getattr(self.screen, "_fit_panel", None)
-        if callable(fit):
-            fit()
+        self.post_message(self.Refit())
 
     def _suggestion_text(self, imb: Imbalance) -> Text | None:
         sug = imb.suggestion
@@ -71,9 +76,11 @@ class SuggestionBanner(ImbalanceBanner):
         text.append(f"  {sug.reason}", self._st("text"))
         return text
 
+    #: Set by the screen from the settings: read-only mode turns the migrate binding off.
+    read_only = False
+
     def _read_only(self) -> bool:
-        settings = getattr(self.app, "settings", None)
-        return bool(settings is not None and settings.read_only)
+        return self.read_only
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "migrate_suggestion":
@@ -97,12 +104,4 @@ class SuggestionBanner(ImbalanceBanner):
             self.notify("gputui is read-only (--read-only or read_only in the config): migrate is off.",
                         severity="warning")
             return
-        try:
-            module = importlib.import_module("gputui.ui.screens.migrate")
-        except ModuleNotFoundError as exc:
-            if exc.name != "gputui.ui.screens.migrate":
-                raise
-            self.notify("Migrate is not available in this version of gputui.", severity="warning")
-            return
-        snapshot = getattr(self.app, "snapshot", None)
-        self.app.push_screen(module.MigrateScreen(snapshot, container=sug.container, target=sug.to_gpu))
+        self.post_message(self.MigrateRequested(sug.container, sug.to_gpu))

@@ -10,6 +10,10 @@ Layout: cards (five lines each, as many columns as fit) when they fit the height
 the screen can spare; otherwise one line per GPU ("compact"); the panel scrolls
 when even that does not fit (16 GPUs on a small terminal). ``v`` switches to
 the other layout on every press (back to "auto" when auto would pick it).
+
+Over 600 lines on purpose: both layouts share the strip cache, the selection and the scroll
+geometry of the one widget; the card drawing moves to its own module when the MIG card of issue
+16 joins it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ from typing import Literal
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
@@ -34,6 +37,7 @@ from gputui.core.history import GpuSample
 from gputui.core.judges.suspect import activity
 from gputui.core.model import THERMAL_OR_POWER, Gpu, Snapshot
 from gputui.ui import format as fmt
+from gputui.ui import keys
 from gputui.ui.widgets import mig_card
 from gputui.ui.widgets.lines import LineBuilder, SkipIdentityFilter, component_style, level_code, sparkline
 
@@ -178,12 +182,7 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
     }
     """
 
-    BINDINGS = [
-        Binding("left", "move(-1, 0)", "Previous GPU", show=False),
-        Binding("right", "move(1, 0)", "Next GPU", show=False),
-        Binding("up", "move(0, -1)", "GPU above", show=False),
-        Binding("down", "move(0, 1)", "GPU below", show=False),
-    ]
+    BINDINGS = keys.GPU_PANEL
 
     class Selected(Message):
         """A GPU card was selected (click or arrow keys)."""

@@ -137,7 +137,7 @@ class CachedStyles:
     """
 
     def notify_style_update(self) -> None:
-        super().notify_style_update()  # type: ignore[misc]
+        super().notify_style_update()  # type: ignore[misc]  # a mixin: the Widget it is mixed into has it
         self.__dict__.pop("_gputui_styles", None)
 
 

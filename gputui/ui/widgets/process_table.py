@@ -22,7 +22,6 @@ from typing import Literal
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
@@ -32,6 +31,7 @@ from textual.widget import Widget
 from gputui.core.judges.text import invisible_phrase
 from gputui.core.model import Process, Snapshot
 from gputui.ui import format as fmt
+from gputui.ui import keys
 from gputui.ui.widgets.lines import CachedStyles, LineBuilder, SkipIdentityFilter, base_style, component_style
 
 Key = tuple[int, int]
@@ -257,14 +257,7 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
     }
     """
 
-    BINDINGS = [
-        Binding("up", "cursor(-1)", "Up", show=False),
-        Binding("down", "cursor(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "cursor_to(0)", "First row", show=False),
-        Binding("end", "cursor_to(-1)", "Last row", show=False),
-    ]
+    BINDINGS = keys.PROCESS_TABLE
 
     class CursorMoved(Message):
         """The highlighted process changed (or its row's content did)."""

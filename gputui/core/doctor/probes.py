@@ -1,7 +1,7 @@
 """The probes of ``gputui doctor``: gather facts, judge nothing.
 
 Each probe reads one part of the machine and returns a frozen facts object from
-:mod:`gputui.core.checks`, where the judging happens. Probes never raise for a
+:mod:`gputui.core.doctor.facts`; :mod:`gputui.core.doctor.checks` judges them. Probes never raise for a
 problem on the machine (that is what they report); paths are parameters so the
 tests can point them at a prepared tree.
 
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gputui.core.checks import ContainerEnvFacts, ContainerFinding, DeviceFacts, DeviceNode, DockerFacts
+from gputui.core.doctor.facts import ContainerEnvFacts, ContainerFinding, DeviceFacts, DeviceNode, DockerFacts
 from gputui.core.model import Snapshot
 from gputui.core.processes import INIT_PID_NS_INODE, ns_inode
 

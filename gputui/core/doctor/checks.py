@@ -4,7 +4,7 @@ The field's checklist for "the GPU is occupied" and "my container cannot see its
 GPU" walks the same ground every time: is the driver loaded and NVML reachable,
 are the device nodes there, does gputui see the host's processes, is Docker
 reachable and set up for GPUs, are containers pinned, is any GPU unhealthy. The
-probes in :mod:`gputui.core.doctor` gather the facts (NVML, /dev, /proc, the
+probes in :mod:`gputui.core.doctor.probes` gather the facts (NVML, /dev, /proc, the
 Docker API); the functions here judge them. Keeping the judging pure means every
 sentence and every fix can be tested without a GPU, a daemon or root.
 
@@ -18,12 +18,20 @@ why, never a silent omission and never a pass.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
+from gputui.core.doctor.facts import (
+    ContainerEnvFacts,
+    ContainerFinding,
+    DeviceFacts,
+    DockerFacts,
+    DoctorFacts,
+    NvmlFacts,
+)
+from gputui.core.doctor.mig import check_mig
 from gputui.core.grants import is_nvidia_runtime
 from gputui.core.judges.text import gpus_phrase, plural
-from gputui.core.mig_checks import MigFacts, check_mig
 from gputui.core.safe_text import clean
 
 Status = Literal["pass", "warn", "fail", "skip"]
@@ -35,7 +43,7 @@ ALL_CHECKS = (
     "containers-env", "mig-devices", "mig-mode-change", "mig-grants", "gpu-lost", "ecc-errors", "memory-repair",
     "throttling",
 )
-#: Judged by :func:`gputui.core.mig_checks.check_mig`.
+#: Judged by :func:`gputui.core.doctor.mig.check_mig`.
 MIG_CHECKS = ("mig-devices", "mig-mode-change", "mig-grants")
 _NVML_CHECKS = frozenset({"nvml-functions", "gpu-models", "gpu-drivers", "persistence-mode", "gpu-lost",
                           "ecc-errors", "memory-repair", "throttling", *MIG_CHECKS})
@@ -71,148 +79,6 @@ def _fail(name: str, message: str, fix: str) -> Check:
 
 def _skip(name: str, message: str) -> Check:
     return Check(name, "skip", message, None)
-
-
-# -- facts -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GpuHealth:
-    """What doctor needs to know about one GPU. None = the driver does not report it (N/A)."""
-
-    index: int
-    name: str
-    uuid: str = ""
-    lost: bool = False
-    minor_number: int | None = None
-    persistence_mode: bool | None = None
-    #: Uncorrectable (volatile) ECC errors as the GPU source reports them.
-    ecc_errors: int | None = None
-    retired_pages_sbe: int | None = None
-    retired_pages_dbe: int | None = None
-    retired_pages_pending: bool | None = None
-    remapped_rows_correctable: int | None = None
-    remapped_rows_uncorrectable: int | None = None
-    remapped_rows_pending: bool | None = None
-    remapped_rows_failure: bool | None = None
-    throttle_reasons: tuple[str, ...] | None = ()
-    temperature: int | None = None
-    power_draw: float | None = None
-    power_limit: float | None = None
-
-
-@dataclass(frozen=True)
-class NvmlFacts:
-    ok: bool
-    #: One sentence from the GPU source when NVML could not be used.
-    error: str | None = None
-    #: "library-not-found", "driver-not-loaded", "mismatch", "no-permission" or "other".
-    error_kind: str | None = None
-    library_path: str | None = None
-    driver_version: str | None = None
-    cuda_driver_version: str | None = None
-    nvml_version: str | None = None
-    bindings_version: str | None = None
-    #: Version of the loaded kernel module (/proc/driver/nvidia/version), when readable.
-    kernel_module_version: str | None = None
-    gpus: tuple[GpuHealth, ...] = ()
-    #: NVML functions this driver lacks (their fields are N/A).
-    missing_functions: tuple[str, ...] = ()
-    #: NVIDIA PCI display devices bound to another kernel driver: (address, driver or None).
-    foreign_bound: tuple[tuple[str, str | None], ...] = ()
-    demo: bool = False
-
-
-@dataclass(frozen=True)
-class DeviceNode:
-    path: str
-    exists: bool
-    is_char_device: bool = True
-    usable: bool = False
-    #: "root:video 0660" style description, for messages.
-    owner: str | None = None
-    #: The group that may use it, when group membership would grant access.
-    group: str | None = None
-
-
-@dataclass(frozen=True)
-class DeviceFacts:
-    nodes: tuple[DeviceNode, ...]
-    user: str
-    #: Groups the running process has now.
-    groups: tuple[str, ...] = ()
-    #: Groups /etc/group lists the user in (a new membership needs a new login).
-    listed_groups: tuple[str, ...] = ()
-    demo: bool = False
-
-
-@dataclass(frozen=True)
-class ContainerEnvFacts:
-    in_container: bool
-    #: Why we think so: "/.dockerenv", "/run/.containerenv", "cgroup", "container env", ...
-    evidence: str | None = None
-    host_pid_namespace: bool | None = None
-    host_cgroup_namespace: bool | None = None
-    #: NVML listed PIDs and none of them is visible here.
-    gpu_pids_invisible: bool = False
-    demo: bool = False
-
-
-@dataclass(frozen=True)
-class DockerFacts:
-    #: False when --no-docker was given: the Docker checks are not run.
-    checked: bool = True
-    endpoint: str = "unix:///var/run/docker.sock"
-    socket_path: str | None = "/var/run/docker.sock"
-    socket_exists: bool | None = None
-    socket_accessible: bool | None = None
-    socket_owner: str | None = None
-    socket_group: str | None = None
-    in_group_now: bool | None = None
-    in_group_listed: bool | None = None
-    user: str = ""
-    reachable: bool = False
-    error: str | None = None
-    server_version: str | None = None
-    api_version: str | None = None
-    runtimes: tuple[str, ...] = ()
-    default_runtime: str | None = None
-    #: CDI spec directories the daemon reads (None: this Docker does not report or support CDI).
-    cdi_spec_dirs: tuple[str, ...] | None = None
-    #: NVIDIA CDI spec files found on this host.
-    cdi_specs: tuple[str, ...] = ()
-    #: nvidia-container-runtime-hook as dockerd would find it, and where we looked.
-    hook_path: str | None = None
-    hook_searched: str = "dockerd's PATH"
-    #: The hook file changed after dockerd started (dockerd looks it up at start).
-    hook_newer_than_daemon: bool = False
-    #: nvidia-cdi-hook on dockerd's PATH: Docker 29.2+ registers its NVIDIA driver with it too.
-    cdi_hook_path: str | None = None
-    dockerd_pid: int | None = None
-    demo: bool = False
-
-
-@dataclass(frozen=True)
-class ContainerFinding:
-    container: str
-    kind: str
-    message: str
-
-
-@dataclass(frozen=True)
-class DoctorFacts:
-    nvml: NvmlFacts
-    devices: DeviceFacts
-    container_env: ContainerEnvFacts
-    docker: DockerFacts
-    #: Findings of the containers judge (unpinned, env-conflict, ...), None when not available.
-    container_findings: tuple[ContainerFinding, ...] | None = None
-    #: Why the container findings are not available.
-    containers_error: str | None = None
-    demo: bool = False
-    host: str = ""
-    #: MIG modes, MIG devices and MIG grants (empty: no GPU reports MIG mode); None when NVML could not be read.
-    mig: MigFacts | None = field(default_factory=MigFacts)
 
 
 # -- NVML and the driver ---------------------------------------------------------------------
@@ -417,7 +283,11 @@ _TOOLKIT_FIX = ("Install the NVIDIA Container Toolkit (`sudo apt-get install nvi
 
 
 def check_docker(d: DockerFacts) -> list[Check]:
-    """Socket, daemon, NVIDIA runtime/toolkit and whether ``--gpus`` can work."""
+    """Socket, daemon, NVIDIA runtime/toolkit and whether ``--gpus`` can work.
+
+    Long on purpose: these are four checks whose sentences depend on each other (a socket that is
+    not there makes the daemon check say so, the runtime check names the default runtime), so they
+    are judged in one pass, in checklist order."""
     if not d.checked:
         return [_skip("docker-socket", "Not checked: --no-docker was given.")]
     if d.demo:
