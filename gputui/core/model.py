@@ -97,8 +97,28 @@ class MigMode:
         return {"current": self.current, "pending": self.pending}
 
 
+class MemoryFigures:
+    """Free memory and percent used from ``memory_used``/``memory_total`` (either may be N/A),
+    for every dataclass that has those two fields: a GPU, a MIG device, a fleet host's GPU."""
+
+    memory_used: int | None
+    memory_total: int | None
+
+    @property
+    def memory_free(self) -> int | None:
+        if self.memory_total is None or self.memory_used is None:
+            return None
+        return max(0, self.memory_total - self.memory_used)
+
+    @property
+    def memory_percent(self) -> float | None:
+        if not self.memory_total or self.memory_used is None:
+            return None
+        return 100.0 * self.memory_used / self.memory_total
+
+
 @dataclass(frozen=True)
-class MigDevice:
+class MigDevice(MemoryFigures):
     """One MIG device (GPU instance + compute instance) of a GPU in MIG mode."""
 
     #: Its NVML MIG device index within its GPU (``0:1`` on screen is GPU 0, index 1).
@@ -113,18 +133,6 @@ class MigDevice:
     sm_count: int | None = None
     #: PIDs of the processes on this instance.
     processes: tuple[int, ...] = ()
-
-    @property
-    def memory_free(self) -> int | None:
-        if self.memory_total is None or self.memory_used is None:
-            return None
-        return max(0, self.memory_total - self.memory_used)
-
-    @property
-    def memory_percent(self) -> float | None:
-        if not self.memory_total or self.memory_used is None:
-            return None
-        return 100.0 * self.memory_used / self.memory_total
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -221,7 +229,7 @@ class Process:
 
 
 @dataclass(frozen=True)
-class Gpu:
+class Gpu(MemoryFigures):
     """One GPU as read in one poll. Every optional field is None when N/A."""
 
     index: int
@@ -269,18 +277,6 @@ class Gpu:
             if m.index == index:
                 return m
         return None
-
-    @property
-    def memory_free(self) -> int | None:
-        if self.memory_total is None or self.memory_used is None:
-            return None
-        return max(0, self.memory_total - self.memory_used)
-
-    @property
-    def memory_percent(self) -> float | None:
-        if not self.memory_total or self.memory_used is None:
-            return None
-        return 100.0 * self.memory_used / self.memory_total
 
     def to_json(self) -> dict[str, Any]:
         return {

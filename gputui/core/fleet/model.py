@@ -14,6 +14,8 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal
 
+from gputui.core.model import MemoryFigures
+
 Source = Literal["gputui", "dcgm"]
 
 #: A GPU counts as busy at this utilization (percent) or above, or when a process holds memory on it.
@@ -43,7 +45,7 @@ class FleetProcess:
 
 
 @dataclass(frozen=True)
-class FleetGpu:
+class FleetGpu(MemoryFigures):
     """One GPU of one host, from the newest samples."""
 
     index: int
@@ -55,18 +57,6 @@ class FleetGpu:
     temperature: int | None = None
     lost: bool = False
     processes: tuple[FleetProcess, ...] = ()
-
-    @property
-    def memory_free(self) -> int | None:
-        if self.memory_total is None or self.memory_used is None:
-            return None
-        return max(0, self.memory_total - self.memory_used)
-
-    @property
-    def memory_percent(self) -> float | None:
-        if not self.memory_total or self.memory_used is None:
-            return None
-        return 100.0 * self.memory_used / self.memory_total
 
     def busy(self, has_process_data: bool) -> bool:
         """Working or held: utilization at BUSY_UTILIZATION or above, or a process on it
