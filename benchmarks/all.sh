@@ -6,7 +6,8 @@
 # Exit status 0 only when every target is met.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-py=.venv/bin/python
+py="${GPUTUI_TEST_VENV:-.venv-test}/bin/python"  # the environment scripts/install-dev.sh makes
+[ -x "$py" ] || py=.venv/bin/python
 [ -x "$py" ] || { echo "benchmarks: run 'bash scripts/install-dev.sh' first" >&2; exit 2; }
 status=0
 "$py" benchmarks/run.py "$@" || status=1
