@@ -8,7 +8,8 @@
 * :class:`SnapshotCollector` builds the metric families from the newest status at
   scrape time: a scrape costs a few hundred microseconds of Python and no I/O.
 * :func:`bind_server` binds the listening socket (TLS when given a certificate) and
-  routes ``/metrics`` to prometheus-client's WSGI app; every other path is 404.
+  routes ``/metrics`` to :class:`~gputui.exporter.exposition.MetricsApp` (prometheus-client's
+  encoders, each family's bytes kept while it does not change); every other path is 404.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, disable_created_metrics, make_wsgi_app
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, disable_created_metrics
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from gputui.core.poller import Poller
 from gputui.core.safe_text import clean
+from gputui.exporter.exposition import MetricsApp
 from gputui.exporter.metrics import ExportOptions, PollStatus, build_families
 
 #: Buckets of gputui_poll_duration_seconds: a poll of 8 GPUs × 64 processes costs a few ms.
@@ -223,7 +225,7 @@ def bind_server(address: ListenAddress, registry: CollectorRegistry,
         server = server_class((str(sockaddr[0]), int(sockaddr[1])), _Handler)
     except OSError as exc:
         raise ListenError(f"Cannot listen on {address}: {exc.strerror or exc}.") from None
-    server.set_app(_route(make_wsgi_app(registry)))
+    server.set_app(_route(MetricsApp(registry)))
     if tls is not None:
         # The handshake happens in the request's own thread: a slow client never stalls accept().
         server.socket = tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
