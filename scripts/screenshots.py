@@ -5,7 +5,9 @@
 Every picture is the demo at a fixed moment (gputui.core.demo.FROZEN_EPOCH) with
 ten minutes of history behind it, at 140x44, clock labels in UTC: running the
 command twice gives the same files. The app is the real one (make_app), so a
-screenshot is what `gputui --demo` shows.
+screenshot is what `gputui --demo` shows. fleet.svg and fleet-host.svg are the real
+fleet app (make_fleet_app) over the recorded fleet of tests/fixtures/fleet_showcase.py,
+its clock stopped at the same moment.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.fixtures.fleet_showcase import open_host, recorded_fleet_app, wait_for_fleet  # noqa: E402
 from tests.fixtures.showcase import SIZE, frozen_demo_app, use_utc, wait_for_polls  # noqa: E402
 
 
@@ -29,6 +32,15 @@ async def _shot(path: Path, title: str, steps: Callable[[object], Awaitable[None
         if steps is not None:
             await steps(pilot)
         await pilot.pause()
+        path.write_text(app.export_screenshot(title=title), encoding="utf-8")
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+
+async def _fleet_shot(path: Path, title: str, steps: Callable[[object], Awaitable[None]]) -> None:
+    """The fleet app over the recorded six-host fleet the fleet snapshots use (no Prometheus needed)."""
+    app = recorded_fleet_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await steps(pilot)
         path.write_text(app.export_screenshot(title=title), encoding="utf-8")
     print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
@@ -57,6 +69,9 @@ async def main(out: Path) -> None:
     await _shot(out / "mig.svg", "gputui --demo · GPU 5 in MIG mode: its instances and their owners (key 5)", _mig)
     await _shot(out / "detail.svg", "gputui --demo · GPU 0 details (Enter)", _detail)
     await _shot(out / "help.svg", "gputui --demo · keys (?)", _help)
+    await _fleet_shot(out / "fleet.svg", "gputui fleet --prometheus URL", wait_for_fleet)
+    await _fleet_shot(out / "fleet-host.svg", "gputui fleet · one host: load and memory history, processes (Enter)",
+                      open_host)
 
 
 if __name__ == "__main__":

@@ -153,9 +153,13 @@ class FleetApp(App[int]):
             if not worker.is_cancelled and not self._closing:
                 self.post_message(message)
 
+    def now(self) -> float:
+        """The wall clock the screens show ages by: the reader's (injected in tests and screenshots)."""
+        return self.reader.clock()
+
     def on_fleet_refreshed(self, message: FleetRefreshed) -> None:
         self.snapshot = message.snapshot
-        self._set_status(last_ok=time.time(), error=None, slow_for=None, refreshes=self.status.refreshes + 1)
+        self._set_status(last_ok=self.now(), error=None, slow_for=None, refreshes=self.status.refreshes + 1)
         for screen in self.screen_stack:
             update = getattr(screen, "update_fleet", None)
             if update is not None:

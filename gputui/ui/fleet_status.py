@@ -31,6 +31,9 @@ class FleetAppState(Protocol):
     snapshot: FleetSnapshot | None
     status: FleetStatus
 
+    def now(self) -> float:
+        """The wall clock (POSIX seconds) that ages and "down since" are measured against."""
+
     def refresh_now(self) -> None:
         """Refresh as soon as possible."""
 

@@ -7,7 +7,6 @@ changed, keeping the highlighted host. `Enter` opens the host screen.
 
 from __future__ import annotations
 
-import time
 from typing import ClassVar
 
 from rich.text import Text
@@ -65,6 +64,8 @@ class FleetScreen(Screen[None]):
         self._typing = False
         self._banner: Text | None = None
         self._warnings: tuple[str, ...] = ()
+        #: on_mount has run (the table has its columns)
+        self._ready = False
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-banner")
@@ -81,6 +82,7 @@ class FleetScreen(Screen[None]):
             # every heading keeps room for the sort mark: a column's width is set when it is added
             table.add_column(heading + (" ▲" if key == self.sort_column else "  "), key=key)
         table.focus()
+        self._ready = True
         app = fleet_app(self)
         if app.snapshot is not None:
             self.update_fleet(app.snapshot)
@@ -88,7 +90,9 @@ class FleetScreen(Screen[None]):
 
     # -- data ------------------------------------------------------------------------
     def update_fleet(self, snap: FleetSnapshot, *, resort: bool = False) -> None:
-        now = time.time()
+        if not self._ready:  # a refresh that lands before on_mount: on_mount shows app.snapshot
+            return
+        now = fleet_app(self).now()
         hosts = [h for h in snap.hosts if matches(h, self.needle)]
         hosts.sort(key=SORT_KEYS[self.sort_column], reverse=self.reverse)  # type: ignore[arg-type]  # each key's values compare among themselves
         self._hosts = {row_key(h): h for h in snap.hosts}
@@ -145,7 +149,9 @@ class FleetScreen(Screen[None]):
             table.move_cursor(row=0, animate=False)
 
     def update_fleet_status(self, status: FleetStatus) -> None:
-        text = banner(status)
+        if not self._ready:
+            return
+        text = banner(status, fleet_app(self).now())
         if text == self._banner:
             return  # every refresh changes the status; the banner only when there is something to say
         self._banner = text

@@ -10,7 +10,6 @@ there (`c` copies it), never a silent remote action.
 from __future__ import annotations
 
 import shlex
-import time
 from typing import ClassVar
 
 from rich.text import Text
@@ -142,8 +141,9 @@ class HostScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Fleet", id="host-back"),
         Binding("a", "show_gpu(-1)", "All GPUs", id="host-all"),
-        Binding("m", "migrate", "Migrate (command)", id="host-migrate"),
-        Binding("k", "kill", "Kill (command)", id="host-kill"),
+        # short labels: the footer keeps "q Quit" whole at 80 columns (the keys only show the command to run)
+        Binding("m", "migrate", "Migrate cmd", id="host-migrate"),
+        Binding("k", "kill", "Kill cmd", id="host-kill"),
         Binding("q", "app.quit", "Quit", id="host-quit"),
         *[Binding(str(i), f"show_gpu({i})", f"GPU {i}", show=False, id=f"host-gpu-{i}") for i in range(10)],
     ]
@@ -152,6 +152,8 @@ class HostScreen(Screen[None]):
         super().__init__()
         self.key = key
         self.host: FleetHost | None = None
+        #: on_mount has run (the process table has its columns)
+        self._ready = False
         self.gpu_filter: int | None = None
         self.history: HostHistory | None = None
         self._rows: list[str] = []
@@ -171,6 +173,7 @@ class HostScreen(Screen[None]):
         for key, heading in PROCESS_COLUMNS:
             table.add_column(heading, key=key)
         table.focus()
+        self._ready = True
         app = fleet_app(self)
         if app.snapshot is not None:
             self.update_fleet(app.snapshot)
@@ -178,6 +181,8 @@ class HostScreen(Screen[None]):
 
     # -- data ---------------------------------------------------------------------------
     def update_fleet(self, snap: FleetSnapshot) -> None:
+        if not self._ready:  # a refresh that lands before on_mount: on_mount shows app.snapshot
+            return
         host = snap.host(self.key)
         if host is None:
             self.query_one("#host-title", Static).update(
@@ -198,7 +203,9 @@ class HostScreen(Screen[None]):
         self._show()
 
     def update_fleet_status(self, status) -> None:
-        text = banner(status)
+        if not self._ready:
+            return
+        text = banner(status, fleet_app(self).now())
         widget = self.query_one("#host-banner", Static)
         widget.set_class(text is not None, "-shown")
         if text is not None:
@@ -208,7 +215,7 @@ class HostScreen(Screen[None]):
         host = self.host
         if host is None:
             return
-        now = time.time()
+        now = fleet_app(self).now()
         title = Text()
         title.append(clean(host.shown), style="bold")
         title.append(f"  {clean(host.instance)} · {clean(host.job)} · source {host.source} · ")
