@@ -128,3 +128,44 @@ def test_keys_typed_in_a_terminal_reach_the_app_through_the_driver(tmp_path, dri
         app.close()
     if driver == "gputui":  # and what it wrote was the diffed stream: no reset after every style run
         assert app.output().count(b"\x1b[0m") < 50
+
+
+@pytest.mark.tmux
+def test_after_the_window_grows_the_driver_draws_the_rows_and_columns_it_gained(tmp_path):
+    """The driver reads the terminal's size only after a SIGWINCH: a grown window is still drawn to its edges.
+
+    gputui's own stream, recorded through a pty that grows from 90x30 to 120x40, is replayed into tmux
+    resized the same way: the footer is on the new last row and the header reaches past the old width.
+    """
+    import shutil
+
+    from tests.test_output import Tmux
+
+    require(shutil.which("tmux") is not None, "tmux is needed to show the screen")
+    require(GPUTUI.exists(), f"the gputui console script is not installed at {GPUTUI}")
+    small, big = (90, 30), (120, 40)
+    env = {**os.environ, "GPUTUI_DRIVER": "gputui", "TERM": "xterm-256color",
+           "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    env.pop("TEXTUAL_DRIVER", None)
+    app = PtyApp([str(GPUTUI), "--demo"], env, small)
+    try:
+        app.wait_for(b"GPU", 30)
+        app.wait_quiet(0.3, 5)
+        cut = len(app.output())
+        app.resize(big)
+        app.wait_for_more(2_000, 30)
+        app.wait_quiet(0.3, 5)
+    finally:
+        app.close()
+    data = app.output()
+    (tmp_path / "before").write_bytes(data[:cut])
+    (tmp_path / "after").write_bytes(data[cut:])
+    tmux = Tmux()
+    try:
+        tmux.show_resized("app", tmp_path / "before", tmp_path / "after", small, big)
+        lines = tmux("capture-pane", "-p", "-t", "app").rstrip("\n").split("\n")
+    finally:
+        tmux.close()
+    assert len(lines) == big[1], lines
+    assert "Filter" in lines[-1], lines[-3:]  # the footer moved to the new last row
+    assert any(len(line.rstrip()) > small[0] for line in lines), lines  # something is drawn past the old width

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import signal
 import threading
 from codecs import getincrementaldecoder
 
@@ -66,6 +67,12 @@ class QuietLinuxDriver(LinuxDriver):
         os.set_blocking(self._wake_write, False)
         os.set_blocking(self._wake_read, False)
         self.exit_event = _WakingEvent(self._wake_write)
+        #: The terminal's size as last read, and whether a SIGWINCH is known to announce its next change
+        #: (only while application mode's handler is in place: otherwise every write reads it again).
+        self._cells = self._screen_diff.width, self._screen_diff.height
+        self._cells_watched = False
+        self._cells_stale = True
+        self._textual_winch: object = None
 
     def _terminal_cells(self) -> tuple[int, int]:
         try:
@@ -76,15 +83,36 @@ class QuietLinuxDriver(LinuxDriver):
 
     def write(self, data: str) -> None:
         diff = self._screen_diff
-        # A terminal may truncate or reflow its cells when resized: a new size forgets them.
-        diff.resize(self._terminal_cells())
+        # A terminal may truncate or reflow its cells when resized: a new size forgets them. The size is
+        # read again only after a SIGWINCH (a system call per write was ~2 % of the idle dashboard's CPU).
+        if self._cells_stale or not self._cells_watched:
+            self._cells_stale = False  # before the read: a SIGWINCH during it makes the next write read again
+            self._cells = self._terminal_cells()
+        diff.resize(self._cells)
         data = diff.feed(data)
         if data:
             super().write(data)
 
+    def _on_winch(self, signum: int, frame: object) -> None:
+        """SIGWINCH, before Textual's own handler: the next write reads the size again."""
+        self._cells_stale = True
+        textual_handler = self._textual_winch
+        if callable(textual_handler):
+            textual_handler(signum, frame)
+
     def start_application_mode(self) -> None:
         self._screen_diff.forget()
+        self._cells_watched = False
         super().start_application_mode()
+        # Textual installs its SIGWINCH handler (it posts the Resize event); ours runs first and chains to it.
+        # The kernel sends SIGWINCH on every size change, also when Textual reads sizes in-band instead.
+        self._textual_winch = signal.getsignal(signal.SIGWINCH)
+        signal.signal(signal.SIGWINCH, self._on_winch)
+        self._cells_stale = self._cells_watched = True
+
+    def stop_application_mode(self) -> None:
+        self._cells_watched = False  # Textual removes the handler: every write reads the size again
+        super().stop_application_mode()
 
     def run_input_thread(self) -> None:
         # select(), as Textual uses: kqueue does not watch terminals on macOS.
