@@ -1,8 +1,8 @@
-"""The GPU panel and the process table leave out Textual's ANSI-to-truecolor filter only where it
-would change nothing (an idle-CPU saving, issue 17): on the default theme every colour they draw
-is already RGB, and the SVG snapshots (tests/test_snapshots.py) show the same picture as before.
-On a theme built from ANSI colours the filter stays, so those colours still reach the terminal
-as the theme defines them."""
+"""The GPU panel, the process table, the status line and the selection bar leave out Textual's
+ANSI-to-truecolor filter only where it would change nothing (an idle-CPU saving, issue 17): on
+the default theme every colour they draw is already RGB, and the SVG snapshots
+(tests/test_snapshots.py) show the same picture as before. On a theme built from ANSI colours
+the filter stays, so those colours still reach the terminal as the theme defines them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from textual.theme import Theme
 
 from tests.fixtures.showcase import frozen_demo_app, wait_for_polls
 
-WIDGETS = ("#procs", "#gpus")
+WIDGETS = ("#procs", "#gpus", "#status", "#selection")
 
 
 def _has_filter(app, selector: str) -> bool:

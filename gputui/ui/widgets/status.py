@@ -19,7 +19,7 @@ from textual.widget import Widget
 from gputui.core.judges.text import invisible_phrase
 from gputui.core.model import Imbalance, Process, Snapshot
 from gputui.ui import format as fmt
-from gputui.ui.widgets.lines import CachedStyles, LineBuilder, base_style, component_style
+from gputui.ui.widgets.lines import CachedStyles, LineBuilder, SkipIdentityFilter, base_style, component_style
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,12 @@ def snapshot_warnings(snapshot: Snapshot | None, status: PollStatus) -> list[str
     return out
 
 
-class _OneLine(CachedStyles, Widget):
+class _OneLine(SkipIdentityFilter, CachedStyles, Widget):
     """A one-line Line-API widget whose strip is drawn once and kept until its content,
     its width or the theme changes (subclasses draw it in ``_draw`` and drop
-    ``_strip`` when what they show changes)."""
+    ``_strip`` when what they show changes). The status line changes every poll (its clock)
+    and the selection bar with the cursor: Textual's ANSI-to-truecolor filter is left out
+    while it would change nothing (see :class:`SkipIdentityFilter`)."""
 
     _strip: Strip | None = None
 
