@@ -10,12 +10,19 @@ format, for a flame graph) and the summary to benchmarks/profiles/idle-8x64.md (
 repository, so a change's effect can be compared): the share of samples per part of the
 program (the poll thread, the judges, widget updates, Textual's compositor and rendering, the
 output layer, the event loop's wake-ups) and the busiest functions.
+
+``--callgrind`` instead runs gputui under valgrind's callgrind and counts the instructions it
+executes in ``--seconds`` of idle dashboard after start-up (``callgrind_control -z`` then
+``-d``): a figure that, unlike CPU percentages on a busy shared machine, barely moves between
+runs. It prints the count and keeps the dump in benchmarks/results/idle-8x64.callgrind.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -91,9 +98,26 @@ def summarise(raw: Path) -> tuple[list[tuple[str, float]], list[tuple[str, float
             [(frame, n / total) for frame, n in own.most_common(15)])
 
 
+def callgrind_instructions(tmux, pid: int, work: Path, seconds: int) -> int:
+    """Instructions ``pid`` (running under callgrind) executes in the next ``seconds``."""
+    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+    time.sleep(seconds)
+    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
+    dumps = sorted(work.glob("callgrind.out*"), key=lambda f: f.stat().st_mtime)
+    for dump in reversed(dumps):
+        m = re.search(r"^(?:summary|totals): (\d+)", dump.read_text(errors="replace"), re.MULTILINE)
+        if m and dump.name != "callgrind.out":  # the -d dump (the file named without a suffix is the final one)
+            kept = BENCH / "results" / "idle-8x64.callgrind"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(dump, kept)  # for callgrind_annotate: calls of C functions (writes, selects, ...)
+            return int(m.group(1))
+    raise RuntimeError(f"no callgrind dump with a total in {work}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--callgrind", action="store_true", help="count instructions under callgrind instead")
     ap.add_argument("--out", type=Path, default=PROFILES / "idle-8x64.md")
     ap.add_argument("--stacks", type=Path, default=BENCH / "results" / "idle-8x64-stacks.txt")
     args = ap.parse_args(argv)
@@ -102,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO))
     from tests.fakenvml.scenario import FakeNvml
 
-    spy = py_spy(run_mod)
+    if args.callgrind and shutil.which("valgrind") is None:
+        sys.exit("idle_profile: --callgrind needs valgrind (apt-get install valgrind)")
+    spy = None if args.callgrind else py_spy(run_mod)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.stacks.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gputui-profile-") as tmp, run_mod.Sleepers(64) as sleepers:
@@ -116,12 +142,22 @@ def main(argv: list[str] | None = None) -> int:
         writer.start()
         tmux = ui_mod.Tmux()
         try:
-            tmux.start("gputui", ui_mod.gputui_argv(), env)
-            ui_mod.wait_for(tmux, "gputui", lambda s: "GPU MEM" in s and "A100" in s, 30)
-            time.sleep(5)
+            argv = ui_mod.gputui_argv()
+            if args.callgrind:
+                argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={work}/callgrind.out",
+                        sys.executable, "-m", "gputui", *argv[argv.index("--no-docker"):]]
+            tmux.start("gputui", argv, env)
+            ui_mod.wait_for(tmux, "gputui", lambda s: "GPU MEM" in s and "A100" in s, 300 if args.callgrind else 30)
+            time.sleep(10 if args.callgrind else 5)
             pid = tmux.pid("gputui")
+            if args.callgrind:
+                print(f"idle profile: counting gputui's instructions (pid {pid}) for {args.seconds} s ...", flush=True)
+                count = callgrind_instructions(tmux, pid, work, args.seconds)
+                print(f"callgrind: {count / 1e9:.3f} G instructions in {args.seconds} s of idle dashboard")
+                return 0
             print(f"idle profile: sampling gputui (pid {pid}) for {args.seconds} s ...", flush=True)
             raw = work / "raw.txt"
+            assert spy is not None
             subprocess.run([str(spy), "record", "-p", str(pid), "-d", str(args.seconds), "-r", "1000", "--threads",
                             "--format", "raw", "-o", str(raw)], check=True, capture_output=True)
             # Only the samples on a CPU are kept (a thread waiting is not a cost).
