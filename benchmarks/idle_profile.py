@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -114,6 +115,14 @@ def callgrind_instructions(tmux, pid: int, work: Path, seconds: int) -> int:
     raise RuntimeError(f"no callgrind dump with a total in {work}")
 
 
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=int, default=30)
@@ -141,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         writer = ui_mod.ScenarioWriter(fake, 8, sleepers.pids)
         writer.start()
         tmux = ui_mod.Tmux()
+        pid = 0
         try:
             argv = ui_mod.gputui_argv()
             if args.callgrind:
@@ -167,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
             writer.stop.set()
             writer.join()
             tmux.close()
+            deadline = time.monotonic() + 60
+            while args.callgrind and pid and _running(pid) and time.monotonic() < deadline:
+                time.sleep(0.2)  # valgrind writes its last dump as it exits: before the folder goes
     parts, functions = summarise(args.stacks)
     lines = [f"# Where the idle dashboard's CPU goes ({time.strftime('%Y-%m-%d')})", "",
              (f"gputui at 8 GPUs x 64 processes, 1 s refresh, load changing every second, 200x50 tmux; py-spy, "
