@@ -61,6 +61,17 @@ def test_sgr_delta_turns_off_only_what_goes():
     assert _parse_sgr(bold_red, "38;2;1;2;3;48;5;7") == (1, "38;2;1;2;3", "48;5;7", ())
 
 
+def test_a_combining_mark_that_opens_a_style_run_joins_the_cell_before_it_every_time():
+    """The cells of a strip's style runs are remembered: the mark still joins the previous run's last cell."""
+    d = ScreenDiff((10, 2))
+    line = "e\x1b[1m\u0301x\x1b[0m\x1b[1mx\x1b[0m"
+    out = d.feed(frame((0, 0, line), (1, 0, "a" + line[1:])))
+    assert d.want_chars[0][:3] == ["e\u0301", "x", "x"]
+    assert d.want_chars[1][:3] == ["a\u0301", "x", "x"]
+    assert d.want_pens[0][:3] == d.want_pens[1][:3] and d.want_pens[0][0] != d.want_pens[0][1]
+    assert "e\u0301" in out and "a\u0301" in out
+
+
 def test_wide_characters_take_two_cells():
     d = ScreenDiff((10, 2))
     d.feed(frame((0, 0, "a漢b")))

@@ -180,6 +180,8 @@ class ScreenDiff:
         self._pen_list: list[Pen] = [DEFAULT_PEN]
         self._pending = ""
         self._sgr_cache: dict[tuple[int, str], int] = {}
+        #: A strip's style run (SGR parameters, styled text, plain text) -> its cells (see ``_strip``).
+        self._run_cells: dict[tuple[str, str, str], tuple[list[str], list[int], str]] = {}
         #: (row, column, style) -> (body, end column, its cells' characters and styles, state after it)
         self._line_cache: dict[tuple[int, int, int], tuple[str, int, list[str | None], list[int],
                                                            tuple[int, int, int]]] = {}
@@ -253,31 +255,28 @@ class ScreenDiff:
                           (self._x, self._y, self._pen))
 
     def _strip(self, body: str) -> bool:
-        """Draw a body rendered the way Textual renders a strip, without tokenising it; False if it is not one."""
+        """Draw a body rendered the way Textual renders a strip, without tokenising it; False if it is not one.
+
+        A changed line mostly repeats the style runs it had (borders, labels, units): each run's
+        cells are remembered, so only the runs that really changed are looked at character by character.
+        """
         m = _STRIP_BODY.fullmatch(body)
         if m is None:
             return False
         chars: list[str] = []
         pens: list[int] = []
-        pen_for = self._pen_for
-        for params, styled, plain in _STRIP_RUNS.findall(body):
-            text = plain or styled
-            pen = pen_for(params) if not plain else 0
-            if _NARROW.fullmatch(text) is not None:
-                chars.extend(text)
-                pens.extend([pen] * len(text))
-            else:
-                for ch in text:
-                    size = get_character_cell_size(ch)
-                    if size == 0:
-                        if chars:
-                            chars[-1] += ch
-                        continue
-                    chars.append(ch)
-                    pens.append(pen)
-                    if size == 2:
-                        chars.append("")
-                        pens.append(pen)
+        known = self._run_cells
+        for run in _STRIP_RUNS.findall(body):
+            cells = known.get(run)
+            if cells is None:
+                if len(known) > 4096:
+                    known.clear()
+                cells = known[run] = self._cells_of(*run)
+            run_chars, run_pens, lead = cells
+            if lead and chars:
+                chars[-1] += lead
+            chars.extend(run_chars)
+            pens.extend(run_pens)
         self._put(chars, pens)
         ending = m.group(1)
         if ending.startswith("\r"):
@@ -285,6 +284,28 @@ class ScreenDiff:
         if ending.endswith("\n"):
             self._y += 1
         return True
+
+    def _cells_of(self, params: str, styled: str, plain: str) -> tuple[list[str], list[int], str]:
+        """One style run of a strip as cells: (characters, styles, zero-width characters that open the run
+        and so belong to the previous run's last cell)."""
+        text = plain or styled
+        pen = self._pen_for(params) if not plain else 0
+        if _NARROW.fullmatch(text) is not None:
+            return list(text), [pen] * len(text), ""
+        chars: list[str] = []
+        lead = ""
+        for ch in text:
+            size = get_character_cell_size(ch)
+            if size == 0:
+                if chars:
+                    chars[-1] += ch
+                else:
+                    lead += ch
+                continue
+            chars.append(ch)
+            if size == 2:
+                chars.append("")
+        return chars, [pen] * len(chars), lead
 
     def _pen_for(self, params: str) -> int:
         """The style ``ESC[<params>m`` sets after a reset."""
