@@ -39,11 +39,12 @@ def test_the_textual_internals_the_driver_relies_on_are_still_there():
     assert [k.key for k in keys if isinstance(k, events.Key)] == ["up"]
     assert parser._timeout_time is None, "XTermParser clears _timeout_time once the sequence is complete"
 
-    for name in ("run_input_thread", "process_message", "write", "start_application_mode", "close"):
+    for name in ("run_input_thread", "process_message", "write", "start_application_mode", "stop_application_mode",
+                 "close"):
         assert callable(getattr(LinuxDriver, name, None)), f"LinuxDriver.{name} is gone"
     source = inspect.getsource(LinuxDriver)
     for attribute in ("self.exit_event", "self._file", "self.fileno", "self._debug", "self._writer_thread",
-                      "run_input_thread"):
+                      "run_input_thread", "signal.SIGWINCH"):
         assert attribute in source, f"LinuxDriver no longer uses {attribute}"
 
     async def make() -> LinuxDriver:

@@ -21,7 +21,9 @@ Textual internals relied on (tests/test_driver.py fails if any changes):
 ``textual._xterm_parser.XTermParser`` with ``feed``/``tick`` and the
 ``_timeout_time`` it arms while an escape sequence is incomplete;
 ``LinuxDriver.run_input_thread``, ``exit_event``, ``fileno``, ``_file``,
-``process_message``, ``_debug``; and the output vocabulary of Textual's renderer
+``process_message``, ``_debug``; the SIGWINCH handler ``start_application_mode`` installs (ours
+runs first, notes that the size must be read again, and calls it) and ``stop_application_mode``
+removes; and the output vocabulary of Textual's renderer
 (cursor positions, SGR, text, line feeds), which ``ScreenDiff`` models.
 """
 
