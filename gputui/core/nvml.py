@@ -36,8 +36,8 @@ one-shot commands pay for it only when they really read a GPU.
 
 Over 600 lines on purpose: it is the whole adapter to one C library — ctypes structs, the
 once-probed struct versions and the per-query N/A memory all belong to :class:`NvmlSource`.
-Splitting it (device reads, process lists, library facts) waits for the MIG work of issue 16,
-which reshapes these reads.
+What could leave without splitting that memory has left: MIG devices are read in
+``nvml_mig.py`` and impossible values are judged in ``plausible.py``.
 """
 
 from __future__ import annotations
