@@ -206,16 +206,16 @@ class SkipIdentityFilter:
     _gputui_truecolor: bool | None = None
 
     def notify_style_update(self) -> None:
-        super().notify_style_update()  # type: ignore[misc]
+        super().notify_style_update()  # type: ignore[misc]  # a mixin: the Widget it is mixed into has it
         self._gputui_truecolor = None
 
     def get_line_filters(self) -> Sequence[LineFilter]:
-        filters = super().get_line_filters()  # type: ignore[misc]
+        filters = super().get_line_filters()  # type: ignore[misc]  # a mixin: the Widget it is mixed into has it
         plain = self._gputui_truecolor
         if plain is None:
             widget = self
-            styles = [widget.rich_style]  # type: ignore[attr-defined]
-            styles += [widget.get_component_rich_style(name)  # type: ignore[attr-defined]
+            styles = [widget.rich_style]  # type: ignore[attr-defined]  # a mixin: the Widget it is mixed into has it
+            styles += [widget.get_component_rich_style(name)  # type: ignore[attr-defined]  # a mixin: the Widget it is mixed into has it
                        for name in sorted(self.COMPONENT_CLASSES)]
             plain = self._gputui_truecolor = all(_truecolor(s) for s in styles)
         if plain:
