@@ -58,6 +58,7 @@ def test_fleet_of_real_exporters(fake_nvml_factory, exporters, prometheus_factor
         prom = prometheus_factory([a.address, b.address, c.address, dcgm.address])
         prom.wait_for("gputui_host_info", lambda r: len(r) == 3)
         prom.wait_for("gputui_process_gpu_memory_bytes", lambda r: len(r) == 2)
+        prom.wait_for("up == 1", lambda r: len(r) == 4)  # the dcgm page too: targets are scraped independently
 
         res = gputui("fleet", "--prometheus", prom.url, "--json")
         assert res.returncode == 0, res.stderr

@@ -24,6 +24,7 @@ def prom(prometheus_factory):
     try:
         p = prometheus_factory([t.address for t in targets])
         p.wait_for("gputui_host_info", lambda r: len(r) == 4)
+        p.wait_for("up == 1", lambda r: len(r) == len(targets))  # the dcgm page too: scraped on its own
         yield p
     finally:
         for t in targets:
