@@ -40,7 +40,6 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 PEER_VENV = BENCH / ".venv-nvitop-exporter"
 PEER_REQUIREMENT = "nvitop-exporter>=1.4,<2"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 TARGETS = {"cpu_ratio": 0.1, "scrape_median_ms": 20.0, "rss_mib": 60.0, "sigterm_s": 1.0}
 GPUS, PROCS = 8, 64
 SCRAPE_EVERY = 5.0
@@ -54,38 +53,10 @@ def _load_run_module() -> Any:
     return module
 
 
-def peer_executable(install: bool) -> Path | None:
-    exe = PEER_VENV / "bin" / "nvitop-exporter"
-    if exe.exists() or not install:
-        return exe if exe.exists() else None
-    print(f"exporter benchmark: installing {PEER_REQUIREMENT} into {PEER_VENV} (once) ...", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
-    res = subprocess.run([str(PEER_VENV / "bin" / "python"), "-m", "pip", "install", "--quiet", PEER_REQUIREMENT],
-                         check=False)
-    if res.returncode != 0 or not exe.exists():
-        print("exporter benchmark: could not install nvitop-exporter; its column will be empty.", file=sys.stderr)
-        return None
-    return exe
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
-def memory(pid: int) -> tuple[float, float]:
-    values = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(("VmRSS:", "VmHWM:")):
-            key, value = line.split(":", 1)
-            values[key] = int(value.split()[0]) / 1024
-    return values.get("VmRSS", 0.0), values.get("VmHWM", 0.0)
 
 
 def scrape(url: str) -> tuple[float, str]:
@@ -179,19 +150,19 @@ def measure(run_mod: Any, peer: Path | None, seconds: float, warmup: float,
             time.sleep(warmup)
             for lat in scraper.latencies.values():
                 lat.clear()
-            before = {name: cpu_ticks(p.pid) for name, p in procs.items()}
+            before = {name: run_mod.cpu_ticks(p.pid) for name, p in procs.items()}
             t0 = time.monotonic()
             time.sleep(seconds)
             elapsed = time.monotonic() - t0
-            after = {name: cpu_ticks(p.pid) for name, p in procs.items()}
+            after = {name: run_mod.cpu_ticks(p.pid) for name, p in procs.items()}
             scraper.stop.set()
             scraper.join(30)
             for name, proc in procs.items():
-                rss, hwm = memory(proc.pid)
+                rss, hwm = run_mod.memory(proc.pid)
                 lat = scraper.latencies[name] or [float("nan")]
                 body = scraper.last.get(name, "")
                 out[name] = {
-                    "cpu_percent": 100.0 * (after[name] - before[name]) / CLK_TCK / elapsed,
+                    "cpu_percent": 100.0 * (after[name] - before[name]) / run_mod.CLK_TCK / elapsed,
                     "scrape_median_ms": 1000 * statistics.median(lat),
                     "scrape_max_ms": 1000 * max(lat),
                     "scrapes": len(scraper.latencies[name]),
@@ -275,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run gputui's exporter from this source tree alongside (e.g. a worktree of main)")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    peer = None if args.no_nvitop else peer_executable(install=True)
+    peer = None if args.no_nvitop else run_mod.venv_executable(PEER_VENV, PEER_REQUIREMENT, "nvitop-exporter", True)
     results: dict[str, Any] = {
         "time": datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds"),
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, Linux {platform.release()}, "

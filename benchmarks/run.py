@@ -62,18 +62,43 @@ def _ensure_project_python() -> None:
                  "run with the project's venv: .venv/bin/python benchmarks/run.py")
 
 
-def nvitop_executable(install: bool) -> Path | None:
-    """benchmarks/.venv/bin/nvitop, creating that venv with pip on first use."""
-    exe = VENV / "bin" / "nvitop"
+def venv_executable(venv: Path, requirement: str, command: str, install: bool) -> Path | None:
+    """``venv/bin/command``, creating that venv and pip-installing ``requirement`` on first use
+    (a peer tool, kept out of the project's own dependencies)."""
+    exe = venv / "bin" / command
     if exe.exists() or not install:
         return exe if exe.exists() else None
-    print(f"benchmarks: installing {NVITOP_REQUIREMENT} into {VENV} (once) ...", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    res = subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet", NVITOP_REQUIREMENT])
+    print(f"benchmarks: installing {requirement} into {venv} (once) ...", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    res = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", requirement],
+                         check=False)
     if res.returncode != 0 or not exe.exists():
-        print("benchmarks: could not install nvitop; its column will be empty.", file=sys.stderr)
+        print(f"benchmarks: could not install {command}; its column will be empty.", file=sys.stderr)
         return None
     return exe
+
+
+def nvitop_executable(install: bool) -> Path | None:
+    """benchmarks/.venv/bin/nvitop."""
+    return venv_executable(VENV, NVITOP_REQUIREMENT, "nvitop", install)
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime, all threads
+
+
+def memory(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) in MiB."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            key, value = line.split(":", 1)
+            values[key] = int(value.split()[0]) / 1024
+    return values.get("VmRSS", 0.0), values.get("VmHWM", 0.0)
 
 
 def _version(python: Path, dist: str) -> str | None:

@@ -40,7 +40,6 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 CONFIGS = {"8x64": (8, 64), "4x3": (4, 3)}
 SIZE = (200, 50)
 TARGETS = {"idle_ratio": 0.4, "keys_cpu": 10.0, "first_frame_s": 1.0, "rss_mib": 80.0}
@@ -119,21 +118,6 @@ class Tmux:
         (Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}" / self.socket).unlink(missing_ok=True)
 
 
-def cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime, all threads
-
-
-def memory(pid: int) -> tuple[float, float]:
-    """(VmRSS, VmHWM) in MiB."""
-    values = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(("VmRSS:", "VmHWM:")):
-            key, value = line.split(":", 1)
-            values[key] = int(value.split()[0]) / 1024
-    return values.get("VmRSS", 0.0), values.get("VmHWM", 0.0)
-
-
 def wait_for(tmux: Tmux, name: str, predicate, timeout: float) -> float:
     start = time.monotonic()
     while time.monotonic() - start < timeout:
@@ -147,9 +131,9 @@ def wait_for(tmux: Tmux, name: str, predicate, timeout: float) -> float:
 KEY_PERIOD = 0.1
 
 
-def measure_cpu(tmux: Tmux, pids: dict[str, int], seconds: float, press: bool) -> dict[str, float]:
+def measure_cpu(run_mod: Any, tmux: Tmux, pids: dict[str, int], seconds: float, press: bool) -> dict[str, float]:
     """% of one core per process over ``seconds``; with ``press``, a key every KEY_PERIOD to each session."""
-    before = {name: cpu_ticks(pid) for name, pid in pids.items()}
+    before = {name: run_mod.cpu_ticks(pid) for name, pid in pids.items()}
     start = time.monotonic()
     n = 0
     while time.monotonic() - start < seconds:
@@ -160,7 +144,8 @@ def measure_cpu(tmux: Tmux, pids: dict[str, int], seconds: float, press: bool) -
         n += 1
         time.sleep(max(0.0, start + n * (KEY_PERIOD if press else 1.0) - time.monotonic()))
     elapsed = time.monotonic() - start
-    return {name: 100.0 * (cpu_ticks(pid) - before[name]) / CLK_TCK / elapsed for name, pid in pids.items()}
+    ticks = {name: run_mod.cpu_ticks(pid) - before[name] for name, pid in pids.items()}
+    return {name: 100.0 * n / run_mod.CLK_TCK / elapsed for name, n in ticks.items()}
 
 
 def gputui_argv() -> list[str]:
@@ -217,10 +202,10 @@ def bench_config(label: str, gpus: int, nprocs: int, seconds: float, nvitop: Pat
                 wait_for(tmux, "nvitop", lambda s: "MiB" in s and "Processes" in s, 30)
             time.sleep(5)  # past start-up work
             print(f"  {label}: idle CPU over {seconds:.0f} s ...", flush=True)
-            idle = measure_cpu(tmux, pids, seconds, press=False)
-            rss = {name: memory(pid) for name, pid in pids.items()}
+            idle = measure_cpu(run_mod, tmux, pids, seconds, press=False)
+            rss = {name: run_mod.memory(pid) for name, pid in pids.items()}
             print(f"  {label}: CPU with a key every {KEY_PERIOD * 1000:.0f} ms over {seconds:.0f} s ...", flush=True)
-            keys = measure_cpu(tmux, pids, seconds, press=True)
+            keys = measure_cpu(run_mod, tmux, pids, seconds, press=True)
             alive = {name: Path(f"/proc/{pid}").exists() for name, pid in pids.items()}
         finally:
             writer.stop.set()
