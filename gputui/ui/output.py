@@ -429,16 +429,9 @@ class ScreenDiff:
         y = self._y
         x = self._x
         pen = self._pen
+        cells: str | list[str]
         if text.isascii():
-            n = len(text)
-            self._x = x + n
-            if not 0 <= y < self.height:
-                return
-            x0, x1 = max(x, 0), min(x + n, self.width)
-            if x0 >= x1:
-                return
-            self.want_chars[y][x0:x1] = text[x0 - x:x1 - x]
-            self.want_pens[y][x0:x1] = [pen] * (x1 - x0)
+            cells = text  # one cell per character; a str slices into cells like the list does
         else:
             chars: list[str] = []
             for ch in text:
@@ -450,15 +443,16 @@ class ScreenDiff:
                 chars.append(ch)
                 if size == 2:
                     chars.append("")
-            n = len(chars)
-            self._x = x + n
-            if not 0 <= y < self.height:
-                return
-            x0, x1 = max(x, 0), min(x + n, self.width)
-            if x0 >= x1:
-                return
-            self.want_chars[y][x0:x1] = chars[x0 - x:x1 - x]
-            self.want_pens[y][x0:x1] = [pen] * (x1 - x0)
+            cells = chars
+        n = len(cells)
+        self._x = x + n
+        if not 0 <= y < self.height:
+            return
+        x0, x1 = max(x, 0), min(x + n, self.width)
+        if x0 >= x1:
+            return
+        self.want_chars[y][x0:x1] = cells[x0 - x:x1 - x]
+        self.want_pens[y][x0:x1] = [pen] * (x1 - x0)
         span = self._dirty.get(y)
         if span is None:
             self._dirty[y] = [x0, x1]
