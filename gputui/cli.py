@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from gputui import __version__
@@ -317,8 +316,8 @@ def _journal_files_exist() -> bool:
 
 
 def load_context(args: argparse.Namespace) -> Context:
-    path = Path(args.config) if getattr(args, "config", None) else None
-    if path is not None and not path.exists():
+    path: str | None = getattr(args, "config", None) or None
+    if path is not None and not os.path.exists(path):
         raise UsageError(f"Config file {path} does not exist.")
     settings = load_settings(path)
     settings = settings.with_overrides(

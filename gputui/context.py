@@ -11,11 +11,11 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TextIO, cast
 
 from gputui.core.config import Settings, parse_size
 from gputui.core.limits import RANGES, SECONDS_RANGE, flag_type
+from gputui.core.record import field, record, replace
 from gputui.core.safe_text import SafeStream
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def parse_gpu_list(values: list[str] | None) -> list[str]:
 # -- context ------------------------------------------------------------------------
 
 
-@dataclass
+@record(frozen=False)
 class Context:
     """What a subcommand needs: settings, output streams and a way to open the machine."""
 
@@ -192,7 +192,7 @@ class Context:
             snap = replace(snap, gpus=tuple(g for g in all_gpus if poller.gpu_filter(g)))
         return poller, snap, all_gpus
 
-@dataclass
+@record(frozen=False)
 class Polled:
     """An open machine, its poller, the latest snapshot (--gpu applied) and every GPU the first poll saw."""
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import replace
 
 import pytest
 
@@ -24,6 +23,7 @@ from gputui.core.doctor.facts import (
     GpuHealth,
     NvmlFacts,
 )
+from gputui.core.record import replace
 
 
 def _by_name(checks):

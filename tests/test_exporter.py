@@ -10,7 +10,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gputui.core.model import Alert, ContainerRef, Finding, Gpu, Imbalance, Process, Snapshot, Suggestion
+from gputui.core.record import replace
 from gputui.exporter.metrics import ExportOptions, PollStatus, build_families, exe_name
 from gputui.exporter.server import parse_listen
 from tests.exporter_helpers import exporters, start_exporter  # noqa: F401 (fixture)

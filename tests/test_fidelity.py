@@ -12,7 +12,6 @@ import io
 import itertools
 import re
 from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from gputui.core.judges.suspect import activity, suspect
 from gputui.core.judges.text import invisible_phrase
 from gputui.core.machine import Machine, open_machine
 from gputui.core.model import Gpu, GpuReading, Process
+from gputui.core.record import replace
 from gputui.core.render import render_text
 from gputui.ui import format as fmt
 from gputui.ui.app import make_app

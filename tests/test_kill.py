@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -31,6 +30,7 @@ from gputui.core.config import GIB, Settings
 from gputui.core.demo import FROZEN_EPOCH
 from gputui.core.machine import open_machine
 from gputui.core.model import ContainerRef, Finding
+from gputui.core.record import replace
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 
 from gputui.actions.audit import audit_path
 from gputui.core.config import Settings
 from gputui.core.demo import FROZEN_EPOCH
 from gputui.core.machine import open_machine
+from gputui.core.record import replace
 from gputui.ui.app import make_app
 from gputui.ui.screens.kill import KillScreen
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -12,6 +11,7 @@ from gputui.core.config import Settings
 from gputui.core.demo import FROZEN_EPOCH, mig_uuid
 from gputui.core.machine import open_machine
 from gputui.core.model import ContainerRef, Gpu, MigDevice, MigMode, Process, Snapshot
+from gputui.core.record import replace
 from tests.fakenvml.scenario import GiB, MiB, fake_mig_uuid, fake_uuid
 
 CMD = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.1; done"]

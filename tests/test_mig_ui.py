@@ -3,14 +3,13 @@ process table, digit filters, the detail screen's instance list, and the reset-p
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from gputui.core.config import Settings
 from gputui.core.demo import FROZEN_EPOCH, mig_uuid
 from gputui.core.machine import open_machine
 from gputui.core.model import MigMode
+from gputui.core.record import replace
 from gputui.ui.app import make_app
 from gputui.ui.screens.detail import GpuDetailScreen
 from tests.fixtures.showcase import ManualClock, wait_for_polls

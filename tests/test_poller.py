@@ -1,6 +1,6 @@
 """The pipeline every face runs: one poll -> one judged, immutable snapshot."""
 
-import dataclasses
+
 import threading
 import time
 
@@ -10,6 +10,7 @@ from gputui.core.config import Settings
 from gputui.core.demo import FROZEN_EPOCH, DemoMachine
 from gputui.core.machine import open_machine
 from gputui.core.model import ContainerInventory
+from gputui.core.record import FrozenRecordError
 
 
 def test_poll_builds_an_immutable_snapshot_and_grows_history():
@@ -17,7 +18,7 @@ def test_poll_builds_an_immutable_snapshot_and_grows_history():
     machine = open_machine(demo=True, demo_clock=lambda: t[0])
     poller = machine.poller(Settings(), container_wait=2.0)
     snap = poller.poll()
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(FrozenRecordError):
         snap.host = "elsewhere"  # type: ignore[misc]
     assert len(snap.gpus) == 8
     assert {p.pid for p in snap.processes} >= {4101, 4201, 4501}

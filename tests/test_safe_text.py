@@ -186,9 +186,8 @@ def test_markup_in_outside_text_is_shown_literally_in_the_dashboard():
 
 def test_every_numeric_setting_has_a_range():
     """A new numeric config key without a range would be a KeyError at load time, not a sentence."""
-    from dataclasses import fields
-
     from gputui.core.config import Settings
+    from gputui.core.record import fields
 
     numeric = {f.name for f in fields(Settings) if f.type in ("int", "float")}
     assert numeric <= set(RANGES), sorted(numeric - set(RANGES))

@@ -3,12 +3,11 @@ fake driver are in test_stale_fakenvml.py)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from gputui.core.config import GIB, Settings
 from gputui.core.history import History
 from gputui.core.judges.stale import judge_stale
 from gputui.core.model import ContainerRecord
+from gputui.core.record import replace
 from tests.fixtures.synthetic import T0, cid, container, gpu, proc, snapshot
 
 S = Settings()

@@ -10,7 +10,6 @@ import html
 import re
 import threading
 import time
-from dataclasses import replace
 
 import pytest
 
@@ -18,6 +17,7 @@ from gputui.core.config import Settings
 from gputui.core.demo import FROZEN_EPOCH, DemoMachine
 from gputui.core.machine import Machine, open_machine
 from gputui.core.model import Gpu, GpuReading
+from gputui.core.record import replace
 from gputui.ui.app import GpuTuiApp, make_app
 from gputui.ui.screens.containers import ContainersScreen
 from gputui.ui.screens.dashboard import DashboardScreen

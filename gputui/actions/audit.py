@@ -20,7 +20,7 @@ from gputui.core.statefile import append_text
 
 
 def audit_path(demo: bool = False) -> Path:
-    return state_dir() / ("demo-audit.jsonl" if demo else "audit.jsonl")
+    return Path(state_dir()) / ("demo-audit.jsonl" if demo else "audit.jsonl")
 
 
 def _who() -> str:

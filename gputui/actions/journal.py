@@ -32,7 +32,6 @@ import pwd
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from typing import Any
 from gputui.actions.atomic import fsync_dir, write_atomic
 from gputui.actions.locks import is_held
 from gputui.core.config import state_dir, state_home
+from gputui.core.record import field, record
 from gputui.core.statefile import read_regular
 
 JOURNAL_VERSION = 1
@@ -79,14 +79,14 @@ def journal_dir() -> Path:
     system = _usable_system_dir()
     if system is not None:
         return system
-    path = state_dir() / "journal"
+    path = Path(state_dir()) / "journal"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def journal_dirs() -> list[Path]:
     """Every directory a journal may be in: the system-wide one, this user's, and (for root) every user's."""
-    dirs = [system_journal_dir(), state_home() / "journal"]
+    dirs = [system_journal_dir(), Path(state_home()) / "journal"]
     if os.geteuid() == 0:
         # Home directories on disk, not the user database: enumerating LDAP users can take seconds.
         homes = [Path("/root"), *sorted(Path("/home").glob("*"))] if os.path.isdir("/home") else [Path("/root")]
@@ -108,7 +108,7 @@ class JournalError(Exception):
     """A journal cannot be written or read. ``str(exc)`` is one sentence."""
 
 
-@dataclass(frozen=True)
+@record
 class PendingJournal:
     """A journal whose writer is gone: an action was interrupted between two steps."""
 

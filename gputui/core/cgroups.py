@@ -36,9 +36,9 @@ import os
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 
 from gputui.core.model import Runtime
+from gputui.core.record import record, replace
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 #: A pod UID as the kubelet writes it in cgroup names: a UUID with '-' or '_' separators,
@@ -60,7 +60,7 @@ _PREFIXED = (
 _RUNTIMES: dict[str, Runtime] = {"docker": "docker", "podman": "podman"}
 
 
-@dataclass(frozen=True)
+@record
 class CgroupMatch:
     """A container found in a cgroup path.
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
 from gputui.core.limits import RANGES, NumberError, check_number
+from gputui.core.record import fields, record, replace
 from gputui.core.statefile import CONFIG_LIMIT, ensure_state_dir, read_regular
 
 MIN_INTERVAL = 0.25
@@ -29,7 +28,7 @@ class ConfigError(Exception):
 DRIVERS = ("gputui", "textual")
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     interval: float = 1.0
     theme: str = "textual-dark"
@@ -92,18 +91,22 @@ _SECTIONS = {
 _TYPES = {f.name: f.type for f in fields(Settings)}
 
 
-def config_path() -> Path:
+# Paths here are strings, not pathlib.Path: a one-shot would import pathlib (and urllib.parse,
+# ipaddress) for the config file alone, ~2 ms of a start. Callers that build on them wrap them in Path.
+
+
+def config_path() -> str:
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "gputui" / "config.toml"
+    return os.path.join(base, "gputui", "config.toml")
 
 
-def state_home() -> Path:
+def state_home() -> str:
     """``$XDG_STATE_HOME/gputui`` (default ``~/.local/state/gputui``), without creating it."""
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "gputui"
+    return os.path.join(base, "gputui")
 
 
-def state_dir() -> Path:
+def state_dir() -> str:
     """``state_home()``, created on demand (0700) for writers (audit log, alerts log, journals).
 
     Raises :class:`~gputui.core.statefile.StateFileError` (an ``OSError``) when the
@@ -123,10 +126,10 @@ def parse_size(text: str | int | float, name: str = "a size") -> int:
     return int(check_number(name, value, 0, float(1 << 60), "bytes"))
 
 
-def load_settings(path: Path | None = None) -> Settings:
+def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     """Defaults overridden by the config file, if it exists. Raises ConfigError."""
     path = path or config_path()
-    if not path.exists():
+    if not os.path.exists(path):
         return Settings()
     try:
         raw = read_regular(path, limit=CONFIG_LIMIT, follow=True)
@@ -178,7 +181,7 @@ def load_settings(path: Path | None = None) -> Settings:
     return settings
 
 
-def _coerce(path: Path, text: str, key: str, target: str, value: Any) -> Any:
+def _coerce(path: str | os.PathLike[str], text: str, key: str, target: str, value: Any) -> Any:
     kind = _TYPES[target]
     try:
         if target == "idle_holder_memory":
@@ -213,7 +216,7 @@ def _in_range(target: str, value: float, key: str = "the value") -> float:
     return check_number(key, value, low, high)
 
 
-def _where(path: Path, text: str, key: str, problem: str) -> str:
+def _where(path: str | os.PathLike[str], text: str, key: str, problem: str) -> str:
     line = None
     for n, raw in enumerate(text.splitlines(), 1):
         stripped = raw.strip()

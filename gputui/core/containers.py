@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.text import duration, gpus_phrase
 from gputui.core.mig import parse_mig_ref
 from gputui.core.model import Container, ContainerRecord, ContainerRef, Finding, Gpu, Process, match_uuid
+from gputui.core.record import replace
 
 #: A container younger than this (seconds) is not judged for idle grants yet.
 IDLE_GRACE = 60.0

@@ -29,7 +29,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from gputui.core.model import (
@@ -45,6 +44,7 @@ from gputui.core.model import (
     RawProcess,
 )
 from gputui.core.plausible import plausible_reading
+from gputui.core.record import field, record, replace
 
 GIB = 1024**3
 MIB = 1024**2
@@ -68,7 +68,7 @@ def mig_uuid(gpu: int, mig: int) -> str:
     return f"MIG-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-@dataclass(frozen=True)
+@record
 class SimMig:
     """One MIG device of a simulated card in MIG mode."""
 
@@ -79,7 +79,7 @@ class SimMig:
     sm_count: int
 
 
-@dataclass
+@record(frozen=False)
 class SimProcess:
     pid: int
     gpu: int
@@ -102,7 +102,7 @@ class SimProcess:
     mig: int | None = None
 
 
-@dataclass
+@record(frozen=False)
 class SimContainer:
     name: str
     image: str

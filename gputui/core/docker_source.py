@@ -30,12 +30,12 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from gputui.core.grants import HostGpus, env_dict, read_grant
 from gputui.core.model import ContainerInventory, ContainerRecord
+from gputui.core.record import field, record
 from gputui.core.sources import SourceUnavailable
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
@@ -208,7 +208,7 @@ def restart_policy(host_config: Mapping[str, Any]) -> str | None:
 
 # -- the source -------------------------------------------------------------------
 
-@dataclass
+@record(frozen=False)
 class DockerStats:
     """Counters for measuring how much the source asks the daemon (tests and --debug figures)."""
 
@@ -220,7 +220,7 @@ class DockerStats:
     last_inventory_seconds: float = 0.0
 
 
-@dataclass
+@record(frozen=False)
 class _Cached:
     started_at: str
     state: str

@@ -31,10 +31,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gputui.core.model import Gpu, GpuGrant, GrantSource, match_uuid
+from gputui.core.record import field, record
 
 GrantForm = Literal["device_request", "nvidia_runtime_env", "cdi", "devices"]
 #: When several forms are present, the first of these is the grant's ``source``.
@@ -49,7 +49,7 @@ _HOW = {"device_request": "--gpus", "nvidia_runtime_env": "NVIDIA_VISIBLE_DEVICE
         "cdi": "CDI device", "devices": "device node"}
 
 
-@dataclass(frozen=True)
+@record
 class HostGpu:
     """One GPU as a grant can name it: NVML index, UUID, device-node minor number. As a rewrite
     target it can also be a MIG device: ``uuid`` its ``MIG-`` UUID, ``mig`` its index on GPU ``index``."""
@@ -65,7 +65,7 @@ class HostGpu:
         return str(self.index) if self.mig is None else f"{self.index}:{self.mig}"
 
 
-@dataclass(frozen=True)
+@record
 class HostMig:
     """One MIG device as a grant can name it: ``MIG-`` UUID or ``GPU:instance``."""
 
@@ -78,7 +78,7 @@ class HostMig:
         return f"{self.gpu}:{self.index}"
 
 
-@dataclass(frozen=True)
+@record
 class HostGpus:
     """This host's GPUs (and, where known, their MIG devices), for resolving what a grant names.
 
@@ -162,7 +162,7 @@ class HostGpus:
         return None, f"{what} names {ident!r}, which gputui does not recognise as a GPU"
 
 
-@dataclass(frozen=True)
+@record
 class GrantEntry:
     """One thing a grant says, in one form, and what it resolves to on this host."""
 
@@ -177,7 +177,7 @@ class GrantEntry:
     problem: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Grant:
     """Every GPU grant a container has, combined."""
 
@@ -334,7 +334,7 @@ def read_grant(attrs: Mapping[str, Any], host: HostGpus) -> Grant:
 # -- rewriting ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class _Swap:
     moving: frozenset[tuple[str, str]]  # (form, raw) of the entries that move
     whole: frozenset[str]  # forms moved as a whole ("all" or a count)

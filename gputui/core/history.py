@@ -7,18 +7,18 @@ under it.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import deque, namedtuple
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
 from gputui.core.model import Snapshot
+from gputui.core.record import record
 
 #: Kept by default: at 1 s polls, a little over 10 minutes of history.
 DEFAULT_CAPACITY = 720
 
 
-@dataclass(frozen=True)
+@record
 class GpuSample:
     t: float
     utilization: int | None
@@ -30,14 +30,17 @@ class GpuSample:
     n_processes: int
 
 
-class ProcessSample(NamedTuple):
-    """One poll's figures of one process. A named tuple, not a frozen dataclass: a poll makes one per
+if TYPE_CHECKING:
+    class ProcessSample(NamedTuple):
+        t: float
+        gpu_memory: int | None
+        sm_utilization: int | None
+        cpu_percent: float | None
+else:
+    # typing.NamedTuple would compile each (string) annotation at import: ~1 ms of a one-shot's start
+    ProcessSample = namedtuple("ProcessSample", ("t", "gpu_memory", "sm_utilization", "cpu_percent"))
+    ProcessSample.__doc__ = """One poll's figures of one process. A named tuple, not a record: a poll makes one per
     GPU process (thousands on a big machine), and a tuple is built several times faster."""
-
-    t: float
-    gpu_memory: int | None
-    sm_utilization: int | None
-    cpu_percent: float | None
 
 
 #: A process's identity: (GPU index, PID, start time). PIDs get reused; the

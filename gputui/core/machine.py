@@ -7,19 +7,19 @@ actions) receives a :class:`Machine` and runs the same code either way.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gputui.core.config import Settings
 from gputui.core.model import Gpu
 from gputui.core.poller import Poller
+from gputui.core.record import record
 from gputui.core.sources import ContainerSource, GpuSource, ProcessSource
 
 if TYPE_CHECKING:
     from gputui.core.demo import DemoMachine
 
 
-@dataclass
+@record(frozen=False)
 class Machine:
     gpu: GpuSource
     processes: ProcessSource

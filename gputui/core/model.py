@@ -10,9 +10,10 @@ it is never replaced by a made-up number.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
 from typing import Any, Literal
+
+from gputui.core.record import field, fields, is_record, record
 
 ProcessType = Literal["compute", "graphics", "compute+graphics"]
 Runtime = Literal["docker", "podman", "kubernetes", "other"]
@@ -23,7 +24,7 @@ Severity = Literal["warning", "critical"]
 GpuGrant = tuple[str, ...] | Literal["all"]
 
 
-@dataclass(frozen=True)
+@record
 class Finding:
     """One judged fact with a kind (machine-readable) and one explanatory sentence."""
 
@@ -36,7 +37,7 @@ class Finding:
         return {"kind": self.kind, "message": self.message, "provisional": self.provisional}
 
 
-@dataclass(frozen=True)
+@record
 class ContainerRef:
     """The container a process belongs to, as attached to that process."""
 
@@ -74,7 +75,7 @@ class ContainerRef:
         return self.id[:12]
 
 
-@dataclass(frozen=True)
+@record
 class RawProcess:
     """A GPU process as NVML reports it, before enrichment."""
 
@@ -86,7 +87,7 @@ class RawProcess:
     mig_device: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class MigMode:
     """A MIG-capable GPU's mode: current, and pending (what it becomes after a GPU reset)."""
 
@@ -117,7 +118,7 @@ class MemoryFigures:
         return 100.0 * self.memory_used / self.memory_total
 
 
-@dataclass(frozen=True)
+@record
 class MigDevice(MemoryFigures):
     """One MIG device (GPU instance + compute instance) of a GPU in MIG mode."""
 
@@ -148,7 +149,7 @@ class MigDevice(MemoryFigures):
         }
 
 
-@dataclass(frozen=True)
+@record
 class ProcessFacts:
     """What the process source knows about a host PID (psutil, /proc)."""
 
@@ -174,7 +175,7 @@ class ProcessFacts:
     orphaned: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class Process:
     """One process on one GPU: NVML's view joined with the host's."""
 
@@ -228,7 +229,7 @@ class Process:
         }
 
 
-@dataclass(frozen=True)
+@record
 class Gpu(MemoryFigures):
     """One GPU as read in one poll. Every optional field is None when N/A."""
 
@@ -307,7 +308,7 @@ class Gpu(MemoryFigures):
         }
 
 
-@dataclass(frozen=True)
+@record
 class GpuReading:
     """What a GPU source returns for one poll (processes not yet enriched)."""
 
@@ -321,7 +322,7 @@ class GpuReading:
     nvml_version: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class ContainerRecord:
     """A container as the container source knows it: identity plus its grant."""
 
@@ -359,7 +360,7 @@ class ContainerRecord:
         )
 
 
-@dataclass(frozen=True)
+@record
 class ContainerInventory:
     """What a container source returns for one poll."""
 
@@ -368,7 +369,7 @@ class ContainerInventory:
     containers: tuple[ContainerRecord, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class Container:
     """A container in a snapshot: its grant against what it really uses."""
 
@@ -411,7 +412,7 @@ class Container:
         }
 
 
-@dataclass(frozen=True)
+@record
 class Suggestion:
     """One concrete move proposed by the imbalance judge."""
 
@@ -431,7 +432,7 @@ class Suggestion:
         }
 
 
-@dataclass(frozen=True)
+@record
 class Imbalance:
     flagged: bool = False
     kinds: tuple[str, ...] = ()
@@ -450,7 +451,7 @@ class Imbalance:
         }
 
 
-@dataclass(frozen=True)
+@record
 class Alert:
     gpu: int | None
     kind: str
@@ -468,7 +469,7 @@ class Alert:
         }
 
 
-@dataclass(frozen=True)
+@record
 class DockerStatus:
     available: bool
     error: str | None = None
@@ -477,7 +478,7 @@ class DockerStatus:
         return {"available": self.available, "error": self.error}
 
 
-@dataclass(frozen=True)
+@record
 class Snapshot:
     """One poll of the whole machine, judged. Immutable; build a new one per poll."""
 
@@ -538,7 +539,7 @@ def _iso(value: datetime | None) -> str | None:
 
 def describe_fields(obj: Any) -> list[tuple[str, Any]]:
     """(name, value) pairs of a dataclass, for detail views."""
-    if not is_dataclass(obj):
+    if not is_record(obj):
         raise TypeError(f"{obj!r} is not a dataclass")
     return [(f.name, getattr(obj, f.name)) for f in fields(obj)]
 

@@ -46,12 +46,12 @@ import ctypes
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
 from gputui.core.nvml_mig import MigReader
 from gputui.core.plausible import plausible_reading
+from gputui.core.record import record, replace
 from gputui.core.sources import NvmlUnavailable
 
 #: How long slow values (power limit, ECC, persistence mode) are reused.
@@ -189,7 +189,7 @@ class _Device:
         self.raws: dict[tuple[int, str, int | None, int | None], RawProcess] = {}
 
 
-@dataclass(frozen=True)
+@record
 class DeviceHealth:
     """Per-GPU facts for ``gputui doctor``; None where the GPU cannot say."""
 
@@ -208,7 +208,7 @@ class DeviceHealth:
     remapped_rows_failure: bool | None
 
 
-@dataclass(frozen=True)
+@record
 class NvmlLibraryInfo:
     """The NVML library and driver as ``gputui doctor`` reports them."""
 

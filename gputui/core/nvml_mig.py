@@ -24,10 +24,10 @@ version probing, GPU_IS_LOST handling) apply to it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any
 
 from gputui.core.model import MigDevice, MigMode, ProcessType, RawProcess
+from gputui.core.record import record, replace
 
 #: What gputui.core.nvml (which imports this module) hands it: the source and its per-device state.
 #: Typed loosely on purpose: importing nvml here would make the two modules a cycle.
@@ -48,7 +48,7 @@ def profile_of(name: str | None) -> str | None:
     return tail or None
 
 
-@dataclass
+@record(frozen=False)
 class _MigEntry:
     index: int
     child: _Device
@@ -59,7 +59,7 @@ class _MigEntry:
     sm_count: int | None
 
 
-@dataclass
+@record(frozen=False)
 class _MigState:
     entries: list[_MigEntry]
     listed_at: float

@@ -12,10 +12,10 @@ per GPU naming the fields that were dropped.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from gputui.core.model import Gpu, GpuReading, RawProcess
+from gputui.core.record import replace
 
 __all__ = ["JSON_SAFE_INT", "LIMITS", "plausible_reading"]
 

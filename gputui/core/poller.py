@@ -14,9 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import fields, is_dataclass, replace
 from datetime import datetime, timezone
-from typing import TypeVar
 
 from gputui.core import cgroups
 from gputui.core.config import Settings
@@ -37,6 +35,7 @@ from gputui.core.model import (
     RawProcess,
     Snapshot,
 )
+from gputui.core.record import replace
 from gputui.core.sources import ContainerSource, GpuSource, ProcessSource
 
 
@@ -189,7 +188,7 @@ class Poller:
                 self._row(g.index, raw, facts.get(raw.pid), records, inventory.available, rows)
                 for raw in reading.processes.get(g.index, ())
             )
-            built.append(_with(g, processes=procs))
+            built.append(replace(g, processes=procs))
         self._rows = rows
         all_gpus = tuple(built)
 
@@ -210,10 +209,10 @@ class Poller:
         by_id = {c.id: c for c in containers}
         judged_gpus = tuple(self._judge_stale(g, by_id, records) for g in all_gpus)
         self._idle.prune(self.history)
-        snap = _with(snap, gpus=judged_gpus, containers=containers, window=self.history.span)
+        snap = replace(snap, gpus=judged_gpus, containers=containers, window=self.history.span)
         imbalance = self._imbalance.update(self.history, snap)
-        snap = _with(snap, imbalance=imbalance)
-        snap = _with(snap, alerts=self._alerts.update(self.history, snap))
+        snap = replace(snap, imbalance=imbalance)
+        snap = replace(snap, alerts=self._alerts.update(self.history, snap))
         if self.gpu_filter is not None:
             snap = replace(snap, gpus=tuple(g for g in snap.gpus if self.gpu_filter(g)))
         self.polls += 1
@@ -288,35 +287,6 @@ class Poller:
             container=ref,
             mig_device=raw.mig_device,
         )
-
-
-_D = TypeVar("_D")
-#: model classes _with may copy directly: frozen dataclasses whose fields are all __init__ arguments
-#: and that have no __post_init__, so that a copy with new field values is what __init__ would build
-_PLAIN: dict[type, frozenset[str] | None] = {}
-
-
-def _with(obj: _D, **changes: object) -> _D:
-    """``dataclasses.replace`` for the model's plain frozen dataclasses, without its per-field
-    introspection and __init__ call (a poll rebuilds every GPU and the snapshot a few times).
-    Anything else — a class with __post_init__, slots or non-init fields, an unknown field name —
-    goes through ``replace`` itself."""
-    cls = type(obj)
-    names = _PLAIN.get(cls, ...)
-    if names is ...:
-        names = None
-        if is_dataclass(cls) and not hasattr(cls, "__post_init__") and hasattr(obj, "__dict__"):
-            fs = fields(cls)
-            if all(f.init for f in fs) and len(fs) == len(obj.__dict__):
-                names = frozenset(f.name for f in fs)
-        _PLAIN[cls] = names
-    if names is None or not names.issuperset(changes):
-        return replace(obj, **changes)  # type: ignore[type-var]  # _D is a dataclass here
-    new = object.__new__(cls)
-    state = new.__dict__
-    state.update(obj.__dict__)
-    state.update(changes)
-    return new
 
 
 @functools.lru_cache(maxsize=8192)

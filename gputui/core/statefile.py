@@ -23,7 +23,14 @@ import errno
 import fcntl
 import os
 import stat
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import TypeAlias, TypeVar
+
+    #: a path as str or pathlib.Path: these functions use os calls only, so a one-shot need not import pathlib
+    StrPath: TypeAlias = "str | os.PathLike[str]"
+    _P = TypeVar("_P", str, "os.PathLike[str]")
 
 __all__ = ["StateFileError", "append_text", "check_state_dir", "check_state_parent", "ensure_state_dir",
            "open_regular", "read_regular"]
@@ -36,7 +43,7 @@ class StateFileError(OSError):
     """A state file or folder that gputui refuses to use; ``strerror`` says why."""
 
 
-def check_state_dir(path: Path) -> None:
+def check_state_dir(path: StrPath) -> None:
     """Raise :class:`StateFileError` unless ``path`` is a folder owned by this user and writable by nobody else."""
     try:
         st = os.stat(path)
@@ -52,10 +59,10 @@ def check_state_dir(path: Path) -> None:
                              f"(mode {stat.S_IMODE(st.st_mode):o}); run 'chmod go-w {path}'")
 
 
-def check_state_parent(path: Path) -> None:
+def check_state_parent(path: StrPath) -> None:
     """Raise :class:`StateFileError` when another user could swap ``path`` itself: its parent folder must
     belong to this user or root, and be writable by nobody else unless it is sticky (like /tmp)."""
-    parent = path.parent
+    parent = os.path.dirname(os.path.abspath(path))
     try:
         st = os.stat(parent)
     except FileNotFoundError:
@@ -71,12 +78,12 @@ def check_state_parent(path: Path) -> None:
                              f"write to (mode {stat.S_IMODE(st.st_mode):o}); run 'chmod go-w {parent}'")
 
 
-def ensure_state_dir(path: Path) -> Path:
+def ensure_state_dir(path: _P) -> _P:
     """``path`` created (0700, parents as needed) and checked by :func:`check_state_parent` and
     :func:`check_state_dir`."""
     check_state_parent(path)
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.makedirs(path, mode=0o700, exist_ok=True)
     except OSError as exc:
         raise StateFileError(exc.errno or errno.EIO,
                              f"cannot create the state folder {path}: {exc.strerror or exc}") from None
@@ -84,7 +91,7 @@ def ensure_state_dir(path: Path) -> Path:
     return path
 
 
-def open_regular(path: Path, flags: int, mode: int = 0o600, follow: bool = False) -> int:
+def open_regular(path: StrPath, flags: int, mode: int = 0o600, follow: bool = False) -> int:
     """A descriptor for ``path`` opened with ``flags`` (``O_NOFOLLOW`` unless ``follow``),
     guaranteed to be a regular file; blocking mode is restored after the check."""
     extra = os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
@@ -108,7 +115,7 @@ def open_regular(path: Path, flags: int, mode: int = 0o600, follow: bool = False
     return fd
 
 
-def read_regular(path: Path, limit: int = STATE_LIMIT, follow: bool = False) -> bytes:
+def read_regular(path: StrPath, limit: int = STATE_LIMIT, follow: bool = False) -> bytes:
     """The whole content of the regular file ``path``; :class:`StateFileError` if it is larger than ``limit``."""
     fd = open_regular(path, os.O_RDONLY, follow=follow)
     try:
@@ -127,7 +134,7 @@ def read_regular(path: Path, limit: int = STATE_LIMIT, follow: bool = False) -> 
         os.close(fd)
 
 
-def append_text(path: Path, text: str, sync: bool = False) -> None:
+def append_text(path: StrPath, text: str, sync: bool = False) -> None:
     """Append ``text`` (UTF-8) to the regular file ``path``, created 0600 if missing, never through a symlink."""
     fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:

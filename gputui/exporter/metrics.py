@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gputui import __version__
 from gputui.core.model import Container, Gpu, Process, Snapshot
+from gputui.core.record import record
 
 MIB = 1024 * 1024
 DEFAULT_MAX_PROCESSES = 200
@@ -34,7 +34,7 @@ CONTAINER_LABELS = ["container", "image", "compose_project", "compose_service"]
 DCGM_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname", "container"]
 
 
-@dataclass(frozen=True)
+@record
 class ExportOptions:
     """What the operator chose on the command line."""
 
@@ -45,7 +45,7 @@ class ExportOptions:
     docker: bool = True
 
 
-@dataclass(frozen=True)
+@record
 class PollStatus:
     """What the poll thread last saw, published together with the snapshot."""
 

@@ -20,7 +20,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
@@ -30,6 +29,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from gputui.core.poller import Poller
+from gputui.core.record import record
 from gputui.core.safe_text import clean
 from gputui.exporter.exposition import MetricsApp
 from gputui.exporter.metrics import ExportOptions, PollStatus, build_families
@@ -140,7 +140,7 @@ def make_registry() -> tuple[CollectorRegistry, Histogram]:
 # -- HTTP ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class ListenAddress:
     host: str
     port: int

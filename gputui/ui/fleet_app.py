@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
 from textual import work
@@ -34,6 +33,7 @@ from gputui.core.config import Settings
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.fleet.prom import PrometheusError
 from gputui.core.fleet.queries import FleetReader, HostHistory
+from gputui.core.record import replace
 from gputui.ui.fleet_status import FleetAppState, FleetStatus
 
 #: Seconds between checks, while a refresh runs, of whether Prometheus is slow.

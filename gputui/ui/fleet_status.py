@@ -3,16 +3,17 @@ screens (which the app imports)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
 from textual.dom import DOMNode
+
+from gputui.core.record import record
 
 if TYPE_CHECKING:
     from gputui.core.fleet.model import FleetHost, FleetSnapshot
 
 
-@dataclass(frozen=True)
+@record
 class FleetStatus:
     """What the banner says: the last good refresh, the current problem, a refresh running long."""
 

@@ -9,10 +9,10 @@ import os
 import select
 import signal as _signal
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gputui.core.model import ContainerRecord, GpuReading, ProcessFacts
+from gputui.core.record import record
 
 if TYPE_CHECKING:
     from gputui.core.machine import Machine
@@ -65,7 +65,7 @@ class KillBackend(Protocol):
         """Release what the backend opened (Docker client, NVML)."""
 
 
-@dataclass
+@record(frozen=False)
 class _Pinned:
     pid: int
     fd: int | None

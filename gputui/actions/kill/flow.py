@@ -10,7 +10,6 @@ and every sentence exist once, here and in :mod:`gputui.actions.kill.wording`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from gputui.actions.kill.backends import KillBackend, backend_for
@@ -18,6 +17,7 @@ from gputui.actions.kill.execute import audit_refusals, check_audit_writable, ex
 from gputui.actions.kill.model import KillPlan, KillReport, Refusal
 from gputui.actions.kill.plan import plan_kill
 from gputui.actions.kill.wording import declined
+from gputui.core.record import field, record
 
 if TYPE_CHECKING:
     from gputui.core.machine import Machine
@@ -29,7 +29,7 @@ TIMEOUT = 10.0
 DOCKER_TIMEOUT = 10.0
 
 
-@dataclass
+@record(frozen=False)
 class KillRun:
     """How a kill driven by :meth:`KillFlow.run` ended.
 

@@ -6,10 +6,10 @@ Plain frozen data, shared by the planner, the backends, the executor, the flow a
 from __future__ import annotations
 
 import signal as _signal
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gputui.core.model import ContainerRef, Finding
+from gputui.core.record import record
 from gputui.core.safe_text import clean
 from gputui.core.units import fmt_bytes
 
@@ -43,7 +43,7 @@ def signal_name(name: str) -> str:
 # -- data --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class KillTarget:
     """One process the user may kill, as it was when listed."""
 
@@ -87,7 +87,7 @@ class KillTarget:
         }
 
 
-@dataclass(frozen=True)
+@record
 class Refusal:
     pid: int
     reason: str
@@ -95,7 +95,7 @@ class Refusal:
     not_found: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class KillPlan:
     targets: tuple[KillTarget, ...]
     refusals: tuple[Refusal, ...]
@@ -104,7 +104,7 @@ class KillPlan:
     escalate: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class Outcome:
     """What happened to one target."""
 
@@ -121,7 +121,7 @@ class Outcome:
         return self.result in ("exited", "stopped", "gone")
 
 
-@dataclass(frozen=True)
+@record
 class GpuFreed:
     gpu: int
     freed: int
@@ -129,7 +129,7 @@ class GpuFreed:
     used_after: int | None
 
 
-@dataclass(frozen=True)
+@record
 class KillReport:
     outcomes: tuple[Outcome, ...]
     refusals: tuple[Refusal, ...]

@@ -6,10 +6,10 @@ target runs here and gives one sentence.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gputui.core.model import Snapshot
+from gputui.core.record import replace
 
 if TYPE_CHECKING:
     pass

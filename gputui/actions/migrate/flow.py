@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from gputui.actions.migrate.model import (
@@ -23,6 +22,7 @@ from gputui.actions.migrate.model import (
     ProgressFn,
 )
 from gputui.actions.migrate.record import audit_refusal
+from gputui.core.record import record
 
 if TYPE_CHECKING:
     from gputui.core.model import Snapshot
@@ -41,7 +41,7 @@ COMPOSE_REMINDER = "Remember the compose-file change above, or 'docker compose u
 RECOVERABLE = frozenset({"no-fit", "same-gpu", "target-lost", "ambiguous"})
 
 
-@dataclass
+@record(frozen=False)
 class MigrateRun:
     """How a migration driven by :meth:`MigrateFlow.run` ended: ``refused`` (``refusal`` says why),
     ``declined``, or ``done`` (see ``result.ok``)."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from gputui.core.grants import GrantForm
 from gputui.core.model import Snapshot
+from gputui.core.record import field, record
 from gputui.core.safe_text import clean as clean_text
 from gputui.core.units import fmt_bytes
 
@@ -59,7 +59,7 @@ class MigrationUnavailable(Exception):
     """The container engine cannot be reached. One sentence."""
 
 
-@dataclass(frozen=True)
+@record
 class MigrationPlan:
     """Everything the executor needs and everything a person should see before saying yes."""
 
@@ -191,7 +191,7 @@ class MigrationPlan:
 ProgressState = Literal["running", "done", "skipped", "failed", "undoing", "undone", "info"]
 
 
-@dataclass(frozen=True)
+@record
 class Progress:
     """One step's state, posted to the progress callback (the UI shows these as a checklist)."""
 
@@ -210,7 +210,7 @@ class Progress:
 ProgressFn = Callable[[Progress], object]  # what it returns is ignored
 
 
-@dataclass(frozen=True)
+@record
 class MigrationResult:
     ok: bool
     #: "ok", "rolled-back" (failed, original restored), "failed" (failed and not fully restored: see journal),
@@ -236,7 +236,7 @@ class MigrationHooks:
         return None
 
 
-@dataclass
+@record(frozen=False)
 class MigrationRun:
     """Mutable state of one execution (what has been done, so what to undo)."""
 

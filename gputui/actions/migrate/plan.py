@@ -8,7 +8,6 @@ import copy
 import json
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gputui.actions.container_ops import (
@@ -21,6 +20,7 @@ from gputui.actions.migrate.model import BACKUP_INFIX, READ_ONLY, MigrationNotFo
 from gputui.core.grants import Grant, GrantEntry, HostGpu, HostGpus, read_grant, rewrite_grant
 from gputui.core.mig import parse_mig_ref, resolve_mig
 from gputui.core.model import Gpu, MigDevice, Snapshot
+from gputui.core.record import record
 from gputui.core.safe_text import clean as clean_text
 from gputui.core.units import fmt_bytes
 
@@ -292,7 +292,7 @@ def plan_migration(
     )
 
 
-@dataclass(frozen=True)
+@record
 class _Move:
     """What a plan moves, once every refusal has passed: the target card (and MIG device), the grant and
     the entries of it that move, and where they leave from."""
@@ -425,7 +425,7 @@ def observed_peak(snapshot: Snapshot | None, container_id: str, history: Any = N
     return peak or None
 
 
-@dataclass(frozen=True)
+@record
 class TargetOption:
     """One row of the dialog's target chooser."""
 

@@ -18,7 +18,6 @@ why, never a silent omission and never a pass.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from gputui.core.doctor.facts import (
@@ -32,6 +31,7 @@ from gputui.core.doctor.facts import (
 from gputui.core.doctor.mig import check_mig
 from gputui.core.grants import is_nvidia_runtime
 from gputui.core.judges.text import gpus_phrase, plural
+from gputui.core.record import record
 from gputui.core.safe_text import clean
 
 Status = Literal["pass", "warn", "fail", "skip"]
@@ -54,7 +54,7 @@ THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown")
 POWER_REASONS = ("sw_power_cap", "hw_power_brake_slowdown")
 
 
-@dataclass(frozen=True)
+@record
 class Check:
     name: str
     status: Status

@@ -5,12 +5,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from gputui.core.doctor.mig import MigFacts
+from gputui.core.record import field, record
 
 
-@dataclass(frozen=True)
+@record
 class GpuHealth:
     """What doctor needs to know about one GPU. None = the driver does not report it (N/A)."""
 
@@ -35,7 +34,7 @@ class GpuHealth:
     power_limit: float | None = None
 
 
-@dataclass(frozen=True)
+@record
 class NvmlFacts:
     ok: bool
     #: One sentence from the GPU source when NVML could not be used.
@@ -57,7 +56,7 @@ class NvmlFacts:
     demo: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class DeviceNode:
     path: str
     exists: bool
@@ -69,7 +68,7 @@ class DeviceNode:
     group: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class DeviceFacts:
     nodes: tuple[DeviceNode, ...]
     user: str
@@ -80,7 +79,7 @@ class DeviceFacts:
     demo: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class ContainerEnvFacts:
     in_container: bool
     #: Why we think so: "/.dockerenv", "/run/.containerenv", "cgroup", "container env", ...
@@ -92,7 +91,7 @@ class ContainerEnvFacts:
     demo: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class DockerFacts:
     #: False when --no-docker was given: the Docker checks are not run.
     checked: bool = True
@@ -126,14 +125,14 @@ class DockerFacts:
     demo: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class ContainerFinding:
     container: str
     kind: str
     message: str
 
 
-@dataclass(frozen=True)
+@record
 class DoctorFacts:
     nvml: NvmlFacts
     devices: DeviceFacts

@@ -8,12 +8,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from gputui.core.judges.text import gpus_phrase
 from gputui.core.mig import parse_mig_ref
 from gputui.core.model import Container, Gpu, Snapshot, match_uuid
+from gputui.core.record import record
 
 Status = Literal["pass", "warn", "fail", "skip"]
 #: (name, status, message, fix): :mod:`gputui.core.checks` turns these into its Checks (it imports this module).
@@ -32,7 +32,7 @@ def _skip(name: str, message: str) -> Verdict:
     return (name, "skip", message, None)
 
 
-@dataclass(frozen=True)
+@record
 class MigFacts:
     """The GPUs (with MIG mode and devices) and the MIG UUIDs each live container was granted."""
 

@@ -9,12 +9,12 @@ Label values are kept as Prometheus returned them: faces clean them
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Literal
 
 from gputui.core.model import MemoryFigures
+from gputui.core.record import record
 
 Source = Literal["gputui", "dcgm"]
 
@@ -28,7 +28,7 @@ def iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat(timespec="seconds")
 
 
-@dataclass(frozen=True)
+@record
 class FleetProcess:
     """One GPU process as the exporter reports it (never its command line)."""
 
@@ -44,7 +44,7 @@ class FleetProcess:
                 "container": self.container}
 
 
-@dataclass(frozen=True)
+@record
 class FleetGpu(MemoryFigures):
     """One GPU of one host, from the newest samples."""
 
@@ -77,7 +77,7 @@ class FleetGpu(MemoryFigures):
         }
 
 
-@dataclass(frozen=True)
+@record
 class FleetAlert:
     gpu: int | None
     kind: str
@@ -87,13 +87,13 @@ class FleetAlert:
         return {"gpu": self.gpu, "kind": self.kind, "severity": self.severity}
 
 
-@dataclass(frozen=True)
+@record
 class ContainerFinding:
     container: str
     kind: str
 
 
-@dataclass(frozen=True)
+@record
 class FleetHost:
     """One host: an exporter target told apart by its hostname label, else its instance."""
 
@@ -180,7 +180,7 @@ class FleetHost:
         }
 
 
-@dataclass(frozen=True)
+@record
 class FleetSnapshot:
     """One refresh: every host, in a stable order (hostname, then instance)."""
 

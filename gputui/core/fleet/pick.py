@@ -11,11 +11,11 @@ carry the least load wins; ties go to the hostname.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.fleet.queries import FLEET_QUERIES, MIB, FleetReader, build_fleet, label_int, target_key
 from gputui.core.judges.placement import GpuLoad, pick
+from gputui.core.record import record
 from gputui.core.safe_text import clean
 
 FORMATS = ("host-index", "docker", "ssh")
@@ -29,7 +29,7 @@ def windowed_queries(window: float) -> tuple[str, str, str]:
     return (f"avg_over_time({util}{w})", f"avg_over_time({used}{w})", f"max_over_time({used}{w})")
 
 
-@dataclass(frozen=True)
+@record
 class FleetPick:
     host: FleetHost | None
     chosen: tuple[int, ...]

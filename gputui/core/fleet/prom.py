@@ -19,9 +19,9 @@ import http.client
 import json
 import threading
 import urllib.parse
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from gputui.core.record import record
 from gputui.core.safe_text import clean
 
 #: Seconds any one request may take (connect plus answer).
@@ -55,7 +55,7 @@ class Sample(NamedTuple):
     value: float
 
 
-@dataclass(frozen=True)
+@record
 class RangeSeries:
     """One series of a range query: its labels and (time, value) points, oldest first."""
 

@@ -24,7 +24,6 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from gputui.core.fleet.model import (
@@ -37,6 +36,7 @@ from gputui.core.fleet.model import (
     Source,
 )
 from gputui.core.fleet.prom import PromClient, PrometheusError, PrometheusUnreachable, RangeSeries, Sample
+from gputui.core.record import record, replace
 
 MIB = 1024**2
 #: How far back a host that stopped answering is still listed (as down).
@@ -112,7 +112,7 @@ def _finite(value: float) -> bool:
     return math.isfinite(value)
 
 
-@dataclass
+@record(frozen=False)
 class _HostDraft:
     job: str
     instance: str
@@ -121,7 +121,7 @@ class _HostDraft:
     last_seen: float | None = None
 
 
-@dataclass
+@record(frozen=False)
 class _GpuDraft:
     index: int
     uuid: str = ""
@@ -285,7 +285,7 @@ def _processes(samples: Sequence[Sample], problems: _Problems) -> dict[tuple[str
     return out
 
 
-@dataclass
+@record(frozen=False)
 class _State:
     alerts: list[FleetAlert]
     findings: list[ContainerFinding]
@@ -407,7 +407,7 @@ def host_range_queries(host: FleetHost) -> tuple[str, str]:
 HOST_RANGE_QUERIES = 2
 
 
-@dataclass(frozen=True)
+@record
 class HostHistory:
     """Load and memory (percent) per GPU index of one host, oldest first."""
 

@@ -44,10 +44,8 @@ import json
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gputui.core.config import Settings
 from gputui.core.history import History
@@ -56,7 +54,11 @@ from gputui.core.judges.imbalance import contrast, memory_condition, trusted_loa
 from gputui.core.judges.suspect import suspect, suspect_message
 from gputui.core.judges.text import join_and
 from gputui.core.model import THERMAL_OR_POWER, Alert, Gpu, Severity, Snapshot
+from gputui.core.record import record
 from gputui.core.units import fmt_percent, fmt_size, used_percent
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: Plain words for the throttle reasons that alerts call out.
 THROTTLE_WORDS = {
@@ -246,7 +248,7 @@ class AlertJudge:
 EventKind = Literal["raised", "changed", "cleared"]
 
 
-@dataclass(frozen=True)
+@record
 class AlertEvent:
     """An alert appearing, changing severity, or clearing, at a snapshot's time."""
 
@@ -265,9 +267,11 @@ class AlertEvent:
 
 
 def default_log_path() -> Path:
+    from pathlib import Path  # here, not at the top: a one-shot never writes the log
+
     from gputui.core.config import state_dir
 
-    return state_dir() / "alerts.jsonl"
+    return Path(state_dir()) / "alerts.jsonl"
 
 
 class AlertRecorder:

@@ -29,10 +29,10 @@ gets one line, not one per flap.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from gputui.core.record import record
 
 
-@dataclass(frozen=True)
+@record
 class Latch:
     """State of one flag. ``since`` is when the condition that raised it began."""
 

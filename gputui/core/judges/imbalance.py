@@ -47,7 +47,6 @@ checks of ``doctor``).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
 from gputui.core.config import Settings
 from gputui.core.history import History, ProcessSample
@@ -57,11 +56,12 @@ from gputui.core.judges.placement import GpuLoad, gpu_loads, granted_indices, ra
 from gputui.core.judges.suspect import suspect_indices
 from gputui.core.judges.text import duration, gib, gpus_phrase, join_and, over, plural
 from gputui.core.model import Container, Imbalance, Process, Snapshot, Suggestion
+from gputui.core.record import record
 
 KINDS = ("utilization", "memory")
 
 
-@dataclass(frozen=True)
+@record
 class Condition:
     """One kind of imbalance found in a window: the hot GPU against the others."""
 
@@ -215,7 +215,7 @@ def describe(conditions: list[Condition], snapshot: Snapshot, observed: float) -
 # -- the suggestion ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class _Mover:
     label: str
     container: str | None

@@ -13,15 +13,15 @@ cannot use it as one, only its MIG devices.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from gputui.core.judges.placement import RESERVING_STATES
 from gputui.core.judges.text import gib, plural
 from gputui.core.mig import mig_label, resolve_mig
 from gputui.core.model import Gpu, Snapshot
+from gputui.core.record import record
 
 
-@dataclass(frozen=True)
+@record
 class MigLoad:
     """One MIG device over the sample."""
 
@@ -73,7 +73,7 @@ def mig_reservations(snap: Snapshot) -> dict[str, tuple[str, ...]]:
     return {u: tuple(names) for u, names in out.items()}
 
 
-@dataclass(frozen=True)
+@record
 class MigPick:
     chosen: tuple[MigLoad, ...]
     problem: str | None = None

@@ -23,18 +23,18 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from itertools import islice
 
 from gputui.core.history import GpuSample, History
 from gputui.core.judges.text import gib, gpus_phrase, index_ranges, over, plural
 from gputui.core.model import Container, Gpu, Snapshot
+from gputui.core.record import record
 
 #: Container states in which Docker holds the container's granted devices.
 RESERVING_STATES = frozenset({"running", "restarting", "paused"})
 
 
-@dataclass(frozen=True)
+@record
 class GpuLoad:
     """One GPU over a window. ``None`` where the driver does not report a value."""
 
@@ -253,7 +253,7 @@ def reservations(snapshot: Snapshot, gpus: Iterable[Gpu] | None = None) -> dict[
     return {i: tuple(names) for i, names in out.items()}
 
 
-@dataclass(frozen=True)
+@record
 class Pick:
     """The answer of :func:`pick`: chosen GPU indices (best first), or why none qualify."""
 

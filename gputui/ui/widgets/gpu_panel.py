@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from rich.segment import Segment
@@ -36,6 +35,7 @@ from gputui.core.config import Settings
 from gputui.core.history import GpuSample
 from gputui.core.judges.suspect import activity
 from gputui.core.model import THERMAL_OR_POWER, Gpu, Snapshot
+from gputui.core.record import record
 from gputui.ui import format as fmt
 from gputui.ui import keys
 from gputui.ui.widgets import mig_card
@@ -58,7 +58,7 @@ GAP = 1
 SPARK_SAMPLES = 256
 
 
-@dataclass(frozen=True)
+@record
 class GpuView:
     """What one card shows: the GPU plus its recent load as sparkline codes."""
 

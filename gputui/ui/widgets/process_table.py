@@ -19,7 +19,6 @@ caches to stay cheap at 1 Hz.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
@@ -34,6 +33,7 @@ from textual.widget import Widget
 
 from gputui.core.judges.text import invisible_phrase
 from gputui.core.model import Process, Snapshot
+from gputui.core.record import record
 from gputui.ui import format as fmt
 from gputui.ui import keys
 from gputui.ui.widgets.lines import CachedStyles, LineBuilder, SkipIdentityFilter, base_style, component_style
@@ -42,7 +42,7 @@ Key = tuple[int, int]
 Align = Literal["left", "right"]
 
 
-@dataclass(frozen=True)
+@record
 class Column:
     id: str
     title: str

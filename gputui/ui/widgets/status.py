@@ -7,7 +7,6 @@ single strip and refreshes only when what it shows changed (no layout pass).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from rich.console import Console
@@ -18,11 +17,12 @@ from textual.widget import Widget
 
 from gputui.core.judges.text import invisible_phrase
 from gputui.core.model import Imbalance, Process, Snapshot
+from gputui.core.record import record
 from gputui.ui import format as fmt
 from gputui.ui.widgets.lines import CachedStyles, LineBuilder, SkipIdentityFilter, base_style, component_style
 
 
-@dataclass(frozen=True)
+@record
 class PollStatus:
     """How polling is going, as the status line shows it."""
 
