@@ -123,6 +123,34 @@ def test_a_one_shot_imports_neither_argparse_nor_the_journals(tmp_path: Path) ->
     assert res.stderr.strip().splitlines()[-1] == "[]"
 
 
+#: What a one-shot must not import: each is milliseconds of every `snapshot --json` a cron job runs
+#: (the dataclass machinery and inspect/ast behind it, pathlib and urllib.parse behind that) or the
+#: weight of another face (argparse, the UI, Textual, the Docker SDK, the journals).
+ONE_SHOT_NEVER = ("argparse", "dataclasses", "inspect", "ast", "pathlib", "urllib.parse", "typing_extensions",
+                  "textual", "docker", "gputui.ui", "gputui.actions.journal")
+
+
+@pytest.mark.integration
+def test_a_one_shot_on_a_driver_imports_only_what_its_answer_needs(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        fake_nvml.write(scenario([gpu(0, processes=[process(sleeper.pid, used_memory=512 * MiB, sm=50)]), gpu(1)]))
+        # measured against what the interpreter had loaded before gputui (a test venv's site may load pathlib)
+        code = ("import sys; before = set(sys.modules); from gputui.cli import main; "
+                "rc = main(['snapshot', '--json', '--no-docker']); "
+                f"print(sorted(m for m in {ONE_SHOT_NEVER!r} if m in sys.modules and m not in before), "
+                "file=sys.stderr); raise SystemExit(rc)")
+        env = {**fake_nvml.env(), "XDG_STATE_HOME": str(tmp_path), "GPUTUI_JOURNAL_DIR": str(tmp_path / "none"),
+               "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert f'"pid": {sleeper.pid}' in res.stdout  # the answer is there ...
+        assert res.stderr.strip().splitlines()[-1] == "[]"  # ... and nothing it did not need was imported
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_the_journal_check_looks_where_the_journals_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``_journal_files_exist`` lists the same directories as ``journal_dirs``: a journal in any of them
     is seen, and then reported by the one-shot."""

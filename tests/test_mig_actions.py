@@ -44,10 +44,9 @@ def test_imbalance_never_compares_or_targets_the_mig_card():
 
 
 def test_a_full_mig_device_raises_memory_full_while_its_card_is_half_empty():
-    from dataclasses import replace
-
     from gputui.core.history import History
     from gputui.core.judges.alerts import AlertJudge
+    from gputui.core.record import replace
 
     snap = demo_snapshot()
     g5 = snap.gpu(5)

@@ -100,7 +100,7 @@ class MigMode:
 
 class MemoryFigures:
     """Free memory and percent used from ``memory_used``/``memory_total`` (either may be N/A),
-    for every dataclass that has those two fields: a GPU, a MIG device, a fleet host's GPU."""
+    for every record that has those two fields: a GPU, a MIG device, a fleet host's GPU."""
 
     memory_used: int | None
     memory_total: int | None
@@ -538,9 +538,9 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def describe_fields(obj: Any) -> list[tuple[str, Any]]:
-    """(name, value) pairs of a dataclass, for detail views."""
+    """(name, value) pairs of a record, for detail views."""
     if not is_record(obj):
-        raise TypeError(f"{obj!r} is not a dataclass")
+        raise TypeError(f"{obj!r} is not a record")
     return [(f.name, getattr(obj, f.name)) for f in fields(obj)]
 
 

@@ -353,7 +353,7 @@ class GpuTuiApp(App[int]):
             self.request_poll()
 
     def _set_status(self, **changes) -> None:
-        from dataclasses import replace
+        from gputui.core.record import replace
 
         status = replace(self.poll_status, **changes)
         if status != self.poll_status:

@@ -14,7 +14,6 @@ sources, returning Snapshot.to_json()) · ``calls`` (dump the fake's counters no
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import json
 import os
 import sys
@@ -22,8 +21,10 @@ import time
 
 
 def _jsonable(value):
-    if dataclasses.is_dataclass(value):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    from gputui.core.record import fields, is_record
+
+    if is_record(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
