@@ -10,18 +10,18 @@ checkers treat a record as a dataclass (``dataclass_transform``).
 Why not ``dataclasses``: on Python 3.11 importing it imports ``inspect`` (and through it ``ast``,
 ``dis``, ``tokenize``), and each class compiles four to six methods while its module is imported.
 For the 35 classes a ``gputui snapshot --json`` defines, that was ~25 ms of an ~80 ms run, more than
-anything else it imports. A record compiles one function, its ``__init__``, and only when the class
-is first instantiated; equality, hashing and repr are shared functions over an ``attrgetter``.
+anything else it imports. A record compiles ``__init__``, ``__eq__`` and ``__hash__`` from its field
+names too, but each only on its first call: defining a class costs nothing, and a one-shot compiles
+the few methods it uses. ``__repr__`` is shared (repr is never on a hot path).
 
-The generated ``__init__`` stores straight into the instance's ``__dict__`` (a frozen dataclass
-calls ``object.__setattr__`` once a field), so building a record is also cheaper than building the
-dataclass was: a poll builds a few hundred.
+A frozen record's ``__init__`` sets fields with ``object.__setattr__`` bound once (a frozen
+dataclass looks it up for every field), never through ``__dict__``, which would cost every later
+attribute read; a poll builds a few hundred records and reads their fields many times more.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 __all__ = ["FrozenRecordError", "Field", "field", "fields", "is_record", "record", "replace"]
@@ -132,14 +132,15 @@ def _make(cls: Any, frozen: bool) -> Any:
     cls.__record_names__ = frozenset(by_name)
     cls.__record_frozen__ = frozen
     type.__setattr__(cls, "__match_args__", tuple(f.name for f in all_fields))  # what `case Cls(a, b)` matches
-    cls.__init__ = _lazy_init(cls)
+    cls.__init__ = _lazy(cls, "__init__", lambda: _init_source(all_fields, frozen))
+    cls.__record_replace__ = _lazy(cls, "__record_replace__", lambda: _replace_source(all_fields))
     if "__repr__" not in cls.__dict__:
         cls.__repr__ = _repr_of(tuple(f.name for f in all_fields if f.repr))
     if "__eq__" not in cls.__dict__:
-        cls.__eq__ = _eq_of(_key(compared))
+        cls.__eq__ = _lazy(cls, "__eq__", lambda: _eq_source(compared))
     if frozen:
         if "__hash__" not in cls.__dict__ or cls.__dict__["__hash__"] is None:
-            cls.__hash__ = _hash_of(_key(hashed))
+            cls.__hash__ = _lazy(cls, "__hash__", lambda: _hash_source(hashed))
         names = frozenset(by_name)
         cls.__setattr__ = _frozen_setattr(cls, names)
         cls.__delattr__ = _frozen_delattr(cls, names)
@@ -148,35 +149,11 @@ def _make(cls: Any, frozen: bool) -> Any:
     return cls
 
 
-def _key(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
-    """The tuple of an instance's values for ``names`` (attrgetter returns a bare value for one name)."""
-    if len(names) == 1:
-        get = attrgetter(names[0])
-        return lambda obj: (get(obj),)
-    if not names:
-        return lambda obj: ()
-    return attrgetter(*names)
-
-
 def _repr_of(names: tuple[str, ...]) -> Callable[[Any], str]:
     def __repr__(self: Any) -> str:
         inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in names)
         return f"{type(self).__qualname__}({inner})"
     return __repr__
-
-
-def _eq_of(key: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any, Any], Any]:
-    def __eq__(self: Any, other: Any) -> Any:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return key(self) == key(other)
-    return __eq__
-
-
-def _hash_of(key: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], int]:
-    def __hash__(self: Any) -> int:
-        return hash(key(self))
-    return __hash__
 
 
 def _frozen_setattr(cls: type, names: frozenset[str]) -> Callable[[Any, str, Any], None]:
@@ -195,39 +172,65 @@ def _frozen_delattr(cls: type, names: frozenset[str]) -> Callable[[Any, str], No
     return __delattr__
 
 
-def _lazy_init(cls: Any) -> Callable[..., None]:
-    """An ``__init__`` that compiles the real one on the class's first instantiation and hands over to it."""
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        real = _compile_init(cls)
-        cls.__init__ = real  # type.__setattr__: the class itself is never frozen
-        real(self, *args, **kwargs)
-    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
-    return __init__
+def _lazy(cls: Any, name: str, build: Callable[[], tuple[str, dict[str, Any]]]) -> Any:
+    """A method that, on its first call, compiles the real one from ``build()`` (its source and the
+    names that source uses), puts it on the class in its own place and hands over to it. So a record
+    class costs nothing to define, and each method is compiled at most once, when first needed."""
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        source, env = build()
+        namespace: dict[str, Any] = {}
+        exec(source, env, namespace)  # noqa: S102 (source built from the class's own field names)
+        real = namespace[name]
+        real.__qualname__ = f"{cls.__qualname__}.{name}"
+        real.__module__ = cls.__module__
+        setattr(cls, name, real)  # type.__setattr__: the class itself is never frozen
+        return real(self, *args, **kwargs)
+    method.__qualname__ = f"{cls.__qualname__}.{name}"
+    return method
 
 
-def _compile_init(cls: Any) -> Callable[..., None]:
-    fs: tuple[Field, ...] = cls.__record_fields__
-    env: dict[str, Any] = {"_FACTORY": _FACTORY}
-    params, body = ["self"], ["    d = self.__dict__"]
+def _init_source(fs: tuple[Field, ...], frozen: bool) -> tuple[str, dict[str, Any]]:
+    """``__init__``. A frozen record's sets each field with ``object.__setattr__`` (bound once, as a
+    global of the function); a mutable one's assigns plainly. Never through ``self.__dict__``: touching
+    it makes CPython give the instance a real dict instead of its inline values, and every attribute
+    read of that instance afterwards costs three times as much."""
+    env: dict[str, Any] = {"_FACTORY": _FACTORY, "_set": object.__setattr__}
+    params, body = ["self"], []
     for i, f in enumerate(fs):
+        value = f.name
         if f.default_factory is not MISSING:
             env[f"_f{i}"] = f.default_factory
             params.append(f"{f.name}=_FACTORY")
-            body.append(f"    d[{f.name!r}] = _f{i}() if {f.name} is _FACTORY else {f.name}")
-            continue
-        if f.default is not MISSING:
+            value = f"_f{i}() if {f.name} is _FACTORY else {f.name}"
+        elif f.default is not MISSING:
             env[f"_d{i}"] = f.default
             params.append(f"{f.name}=_d{i}")
         else:
             params.append(f.name)
-        body.append(f"    d[{f.name!r}] = {f.name}")
-    source = f"def __init__({', '.join(params)}):\n" + "\n".join(body) + "\n"
-    namespace: dict[str, Any] = {}
-    exec(source, env, namespace)  # noqa: S102 (source built from the class's own field names)
-    init: Callable[..., None] = namespace["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__module__ = cls.__module__
-    return init
+        body.append(f"    _set(self, {f.name!r}, {value})" if frozen else f"    self.{f.name} = {value}")
+    return f"def __init__({', '.join(params)}):\n" + ("\n".join(body) or "    pass") + "\n", env
+
+
+def _replace_source(fs: tuple[Field, ...]) -> tuple[str, dict[str, Any]]:
+    """``__record_replace__(self, changes)``: a new instance with each field from ``changes`` or
+    ``self``, set as ``__init__`` sets it (no ``__init__`` call: no default factory runs)."""
+    body = "".join(f"    _set(new, {f.name!r}, changes[{f.name!r}] if {f.name!r} in changes else self.{f.name})\n"
+                   for f in fs)
+    return ("def __record_replace__(self, changes):\n    new = _new(self.__class__)\n" + body + "    return new\n",
+            {"_set": object.__setattr__, "_new": object.__new__})
+
+
+def _eq_source(names: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
+    mine = "".join(f"self.{n}," for n in names)
+    theirs = "".join(f"other.{n}," for n in names)
+    return ("def __eq__(self, other):\n"
+            "    if other.__class__ is not self.__class__:\n"
+            "        return NotImplemented\n"
+            f"    return ({mine}) == ({theirs})\n"), {}
+
+
+def _hash_source(names: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
+    return f"def __hash__(self):\n    return hash(({''.join(f'self.{n},' for n in names)}))\n", {}
 
 
 # -- the dataclasses functions, for records ----------------------------------------------------
@@ -253,8 +256,8 @@ def replace(obj: _T, /, **changes: Any) -> _T:
     """A copy of ``obj`` with some fields changed (``dataclasses.replace`` for records).
 
     Records have no ``__post_init__`` and every field is an ``__init__`` argument, so the copy is
-    the instance's fields with the changes applied: no ``__init__`` call, no default factory run.
-    Anything else in the instance's ``__dict__`` (a cached property) is not carried over."""
+    the instance's fields with the changes applied: no ``__init__`` call, no default factory run,
+    and nothing else of the instance (a cached property's value) carried over."""
     cls: Any = type(obj)
     try:
         names: frozenset[str] = cls.__record_names__
@@ -262,11 +265,5 @@ def replace(obj: _T, /, **changes: Any) -> _T:
         raise TypeError(f"{obj!r} is not a record") from None
     if not names.issuperset(changes):
         raise TypeError(f"{cls.__qualname__} has no field {sorted(changes.keys() - names)[0]!r}")
-    new: _T = object.__new__(cls)
-    state, old = new.__dict__, obj.__dict__
-    if len(old) == len(names):
-        state.update(old)
-    else:
-        state.update({name: old[name] for name in names})
-    state.update(changes)
+    new: _T = cls.__record_replace__(obj, changes)
     return new
