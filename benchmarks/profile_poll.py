@@ -120,11 +120,14 @@ def worker(args: argparse.Namespace) -> int:
 
     from gputui.core.config import Settings
     from gputui.core.machine import open_machine
+    from gputui.exporter import server as server_module
     from gputui.exporter.exposition import MetricsApp
     from gputui.exporter.metrics import ExportOptions, PollStatus
     from gputui.exporter.server import SnapshotCollector, make_registry
 
     machine = open_machine(docker=False)
+    if hasattr(server_module, "tune_sources"):  # older trees (a --baseline run) read /proc every poll
+        server_module.tune_sources(machine)
     # The poller's clock advances one interval per poll, as in the exporter (1 s): the history then
     # holds what a long-running exporter's holds (a full 60 s imbalance window after 60 polls), however
     # fast the polls run here. /proc CPU percentages keep the real clock.

@@ -249,3 +249,28 @@ def test_mig_devices_have_their_memory_series_and_processes_their_mig_uuid():
     assert by_pid == {"7": "MIG-1", "8": ""}
     assert s["gputui_process_sm_utilization_ratio"][0].labels["mig_uuid"] == ""
     assert "gputui_mig_device_memory_used_bytes" not in _samples(_snap())  # no MIG: no series
+
+
+def test_the_exporter_reads_proc_stat_every_few_seconds_and_the_dashboard_every_poll():
+    """The exporter shows no per-process CPU or RSS: its host process source reuses a living
+    process's /proc/PID/stat figures for PROC_STAT_REFRESH seconds (a pidfd vouches for it on every
+    poll); a source the exporter did not tune (the dashboard's) reads them on every poll."""
+    from gputui.core.machine import Machine, open_machine
+    from gputui.core.processes import HostProcessSource
+    from gputui.exporter.server import PROC_STAT_REFRESH, tune_sources
+
+    dashboard, exporter = HostProcessSource(), HostProcessSource()
+    tune_sources(Machine(gpu=None, processes=exporter, containers=None))  # type: ignore[arg-type]
+    try:
+        assert dashboard.refresh == 0.0
+        probe = HostProcessSource()
+        pidfds = probe.refresh_every(1.0)  # False on kernels without pidfds: then every poll reads
+        probe.close()
+        assert exporter.refresh == (PROC_STAT_REFRESH if pidfds else 0.0)
+        assert PROC_STAT_REFRESH == 5.0
+    finally:
+        dashboard.close()
+        exporter.close()
+    demo = open_machine(demo=True)
+    tune_sources(demo)  # the demo has no /proc to read: nothing to tune, nothing breaks
+    assert demo.processes is demo.demo

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -337,3 +338,119 @@ def test_pinned_stat_descriptors_follow_the_process_and_never_leak():
             c.wait()
         src.close()
     assert open_fds() == before
+
+
+# -- reused stat figures (the exporter) -------------------------------------------------------------
+
+
+def _wait_status(pid: int, status: str) -> None:
+    deadline = time.time() + 5
+    while time.time() < deadline and psutil.Process(pid).status() != status:
+        time.sleep(0.01)
+    assert psutil.Process(pid).status() == status
+
+
+def _refreshing(clock: Clock, seconds: float = 5.0) -> HostProcessSource:
+    source = HostProcessSource(clock=clock)
+    if not source.refresh_every(seconds):
+        pytest.skip("this kernel has no pidfds (Linux < 5.3)")
+    return source
+
+
+def test_reused_figures_wait_for_the_refresh_period_while_every_poll_reads_them_by_default(child) -> None:
+    """A stopped process reads as stopped at once on the dashboard; with figures reused for 5 s
+    (the exporter) it does so at the first read after 5 s."""
+    clock = Clock()
+    p = child("sleep", "60")
+    _wait_status(p.pid, psutil.STATUS_SLEEPING)
+    every_poll, reused = HostProcessSource(clock=clock), _refreshing(clock)
+    try:
+        assert every_poll.facts([p.pid])[p.pid].status == reused.facts([p.pid])[p.pid].status == "sleeping"
+        p.send_signal(signal.SIGSTOP)
+        _wait_status(p.pid, psutil.STATUS_STOPPED)
+        clock.t += 1
+        assert every_poll.facts([p.pid])[p.pid].status == "stopped"
+        assert reused.facts([p.pid])[p.pid].status == "sleeping"
+        clock.t += 4
+        assert reused.facts([p.pid])[p.pid].status == "stopped"
+    finally:
+        p.send_signal(signal.SIGCONT)
+        every_poll.close()
+        reused.close()
+
+
+def test_reused_figures_never_outlive_their_process(child) -> None:
+    """Within the refresh period, an exit is seen on the next poll: a zombie at once as a zombie,
+    a reaped process as vanished."""
+    clock = Clock()
+    p = child("sleep", "60")
+    _wait_status(p.pid, psutil.STATUS_SLEEPING)
+    source = _refreshing(clock)
+    try:
+        assert source.facts([p.pid])[p.pid].status == "sleeping"
+        p.kill()  # not reaped yet: a zombie
+        _wait_status(p.pid, psutil.STATUS_ZOMBIE)
+        clock.t += 1
+        assert source.facts([p.pid])[p.pid].status == "zombie"
+        clock.t += 1
+        assert source.facts([p.pid])[p.pid].status == "zombie"
+        p.wait()
+        clock.t += 1
+        gone = source.facts([p.pid])[p.pid]
+        assert gone.visible is False and gone.invisible_reason == "vanished"
+    finally:
+        source.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="steering the next PID (ns_last_pid) needs root")
+def test_reused_figures_do_not_survive_pid_reuse(child) -> None:
+    """The PID of an exited process handed to a new one within the refresh period: the new
+    process's facts, not the old one's."""
+    clock = Clock()
+    old = child("sleep", "60")
+    source = _refreshing(clock)
+    try:
+        _wait_status(old.pid, psutil.STATUS_SLEEPING)
+        assert source.facts([old.pid])[old.pid].command == "sleep 60"
+        old.kill()
+        old.wait()
+        try:
+            Path("/proc/sys/kernel/ns_last_pid").write_text(str(old.pid - 1))
+        except OSError:
+            pytest.skip("/proc/sys/kernel/ns_last_pid is not writable here")
+        new = child("sleep", "61")
+        if new.pid != old.pid:
+            pytest.skip("another process took the PID first")
+        _wait_status(new.pid, psutil.STATUS_SLEEPING)
+        clock.t += 1
+        again = source.facts([new.pid])[new.pid]
+        assert again.visible and again.command == "sleep 61"
+    finally:
+        source.close()
+
+
+def test_reused_figures_keep_no_descriptor_past_their_process(child) -> None:
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    clock = Clock()
+    source = _refreshing(clock)
+    before = open_fds()
+    procs = [child("sleep", "60") for _ in range(3)]
+    try:
+        pids = [p.pid for p in procs]
+        assert all(f.visible for f in source.facts(pids).values())
+        assert open_fds() == before + 6  # a stat descriptor and a pidfd each
+        procs[0].kill()
+        procs[0].wait()
+        clock.t += 1
+        assert not source.facts(pids)[pids[0]].visible
+        assert open_fds() == before + 4
+    finally:
+        source.close()
+    assert open_fds() == before
+
+
+def test_figures_are_reused_only_where_a_pidfd_can_vouch_for_them(fake_proc: FakeProc) -> None:
+    source = HostProcessSource(proc=str(fake_proc.root))
+    assert source.refresh_every(5.0) is False and source.refresh == 0.0

@@ -84,7 +84,7 @@ def _bind(ctx: Context) -> Any:
 
 def run(ctx: Context) -> int:
     from gputui.exporter.metrics import ExportOptions, PollStatus
-    from gputui.exporter.server import PollLoop, SnapshotCollector, serve_in_thread, stop_server
+    from gputui.exporter.server import PollLoop, SnapshotCollector, serve_in_thread, stop_server, tune_sources
 
     args = ctx.args
     server, registry, histogram, url = _bind(ctx)  # exit 2 before touching the machine
@@ -100,6 +100,7 @@ def run(ctx: Context) -> int:
     serving = False
     try:
         machine = ctx.open_machine()
+        tune_sources(machine)
         poller, snap, _ = ctx.start_polling(machine)
         docker = machine.containers is not None
         options = ExportOptions(hostname=args.hostname, dcgm_names=args.dcgm_names,

@@ -58,8 +58,10 @@ from __future__ import annotations
 
 import os
 import pwd
+import select
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from gputui.core.model import ProcessFacts
 
@@ -92,7 +94,7 @@ class _Static:
 
     __slots__ = ("starttime", "comm", "create_time", "uid", "user", "command", "cgroup", "ns_init", "gpu_fd",
                  "orphan_ppid", "orphaned", "orphan_at", "cpu_ticks", "cpu_at", "cpu_percent", "seen", "rss",
-                 "rss_approx", "rss_at", "last", "stat_fd", "stat_raw", "stat_fields")
+                 "rss_approx", "rss_at", "last", "stat_fd", "stat_raw", "stat_fields", "stat_at", "pidfd", "exited")
 
     def __init__(self, starttime: int, comm: bytes, create_time: float | None, uid: int | None, user: str | None,
                  command: str | None, cgroup: str | None, ns_init: bool) -> None:
@@ -124,6 +126,13 @@ class _Static:
         #: change between polls, so it is parsed once
         self.stat_raw = b""
         self.stat_fields: tuple[bytes, str, int, int, int, int, int, int] | None = None
+        #: when /proc/PID/stat was last read (see HostProcessSource.refresh_every)
+        self.stat_at = float("-inf")
+        #: a pidfd of this very process while its stat figures may be reused; it polls readable
+        #: once the process has exited
+        self.pidfd: int | None = None
+        #: its pidfd said it exited (a zombie, or gone): read on every poll from then on
+        self.exited = False
 
 
 def ns_inode(path: str) -> int | None:
@@ -216,6 +225,11 @@ class HostProcessSource:
         self._fd_budget = _fd_budget()
         self._users: dict[int, str] = {}
         self._last_purge = 0.0
+        #: how long a process's stat figures are reused (0: read every poll; see refresh_every)
+        self._refresh = 0.0
+        #: a select.poll over the pidfds of the processes whose figures are reused, and pidfd -> PID
+        self._watch: Any = None  # select.poll (its type is not public)
+        self._watched: dict[int, int] = {}
         self._linux = os.path.isfile(f"{proc}/self/stat")
         self._ticks = os.sysconf("SC_CLK_TCK") if self._linux else 100
         self._page = os.sysconf("SC_PAGE_SIZE") if self._linux else 4096
@@ -228,11 +242,49 @@ class HostProcessSource:
 
     # -- the protocol -----------------------------------------------------------------
 
+    def refresh_every(self, seconds: float) -> bool:
+        """Reuse each process's /proc/PID/stat figures (CPU %, state, parent, RSS) for up to ``seconds``.
+
+        Identity is still checked on every poll, with one ``poll()`` over a pidfd per process: a
+        process that exits (a zombie, or gone, its PID free for reuse) is read again in that very
+        poll, and on every poll after. What waits for the next read is only what a living process
+        changes: CPU % (then the mean over ``seconds``), state (D, T), parent, RSS and, after an
+        exec(), its command line. For a face that shows none of these per second (the exporter).
+        Returns False where pidfds are not available (Linux < 5.3): then every poll reads every process.
+        """
+        for st in self._static.values():
+            self._unwatch(st)
+        self._refresh = 0.0
+        if seconds <= 0:
+            return True
+        # pidfds name the kernel's processes: only the real /proc's figures can be vouched for by them
+        if not (self._linux and self.host_pids and self._proc == "/proc" and hasattr(os, "pidfd_open")):
+            return False
+        try:
+            fd = os.pidfd_open(os.getpid())
+        except OSError:
+            return False
+        os.close(fd)
+        self._watch = select.poll()
+        self._refresh = seconds
+        return True
+
+    @property
+    def refresh(self) -> float:
+        """Seconds a living process's stat figures are reused (0: read on every poll)."""
+        return self._refresh
+
     def facts(self, pids: Iterable[int]) -> dict[int, ProcessFacts]:
         """Facts for every PID asked for; a PID that cannot be read comes back with visible=False."""
         if not self._linux:
             return self._facts_psutil(pids)
         now = self._clock()
+        if self._watched:
+            for fd, _ in self._watch.poll(0):  # the processes that exited since the last poll
+                st = self._static.get(self._watched.get(fd, -1))
+                if st is not None and st.pidfd == fd:
+                    self._unwatch(st)
+                    st.exited = True
         out: dict[int, ProcessFacts] = {}
         parents: dict[int, bool] = {}
         for pid in pids:
@@ -247,9 +299,13 @@ class HostProcessSource:
         """One process's facts, read in the order the hot path needs (pinned stat fd, then /proc files,
         then the cached static facts). Long on purpose: it runs for every GPU process on every poll and
         is measured by benchmarks/; split into calls it would cost a function call per field."""
+        pinned = self._static.get(pid)
+        if pinned is not None and pinned.pidfd is not None and now - pinned.stat_at < self._refresh \
+                and pinned.last is not None:
+            pinned.seen = now  # alive, and still this process (its pidfd has not polled readable)
+            return pinned.last[1]
         base = f"{self._proc}/{pid}"
         raw = None
-        pinned = self._static.get(pid)
         if pinned is not None and pinned.stat_fd is not None:
             try:
                 raw = os.pread(pinned.stat_fd, 4096, 0)
@@ -310,7 +366,9 @@ class HostProcessSource:
             else:
                 os.close(fd)
                 self._pinned -= 1
-        st.seen = now
+        st.seen = st.stat_at = now
+        if self._refresh and st.pidfd is None and not st.exited and st.stat_fd is not None:
+            self._watch_pid(pid, st)
 
         # RSS from statm, not stat: since Linux 6.2 stat's rss is a per-CPU approximation (off by up
         # to a batch per CPU), statm's is the exact figure psutil, top and ps show. statm is re-read
@@ -365,8 +423,10 @@ class HostProcessSource:
         return fact
 
     def _drop(self, pid: int) -> None:
-        """Forget a process identity and close its pinned descriptor."""
+        """Forget a process identity and close its pinned descriptors."""
         st = self._static.pop(pid, None)
+        if st is not None:
+            self._unwatch(st)
         if st is not None and st.stat_fd is not None:
             try:
                 os.close(st.stat_fd)
@@ -374,6 +434,42 @@ class HostProcessSource:
                 pass
             st.stat_fd = None
             self._pinned -= 1
+
+    def _watch_pid(self, pid: int, st: _Static) -> None:
+        """Take a pidfd of the process ``st`` describes, so that its figures can be reused."""
+        if self._pinned >= self._fd_budget:
+            return
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return
+        try:
+            # The pinned stat descriptor reads only while its own process lives: if it still reads
+            # now, the PID named that process when the pidfd was taken, so the pidfd is its own.
+            os.pread(st.stat_fd, 1, 0)  # type: ignore[arg-type]  # the caller checked stat_fd
+        except OSError:
+            os.close(pidfd)
+            return
+        self._watch.register(pidfd, select.POLLIN)
+        self._watched[pidfd] = pid
+        st.pidfd = pidfd
+        self._pinned += 1
+
+    def _unwatch(self, st: _Static) -> None:
+        fd = st.pidfd
+        if fd is None:
+            return
+        st.pidfd = None
+        self._watched.pop(fd, None)
+        try:
+            self._watch.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        self._pinned -= 1
 
     def close(self) -> None:
         for pid in list(self._static):

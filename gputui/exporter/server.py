@@ -28,7 +28,9 @@ from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, di
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from gputui.core.machine import Machine
 from gputui.core.poller import Poller
+from gputui.core.processes import HostProcessSource
 from gputui.core.record import record
 from gputui.core.safe_text import clean
 from gputui.exporter.exposition import MetricsApp
@@ -36,6 +38,17 @@ from gputui.exporter.metrics import ExportOptions, PollStatus, build_families
 
 #: Buckets of gputui_poll_duration_seconds: a poll of 8 GPUs × 64 processes costs a few ms.
 POLL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: How long the exporter reuses a living process's /proc/PID/stat figures (seconds). It exports no
+#: per-process CPU or RSS; an exit or a reused PID is still seen on the poll it happens.
+PROC_STAT_REFRESH = 5.0
+
+
+def tune_sources(machine: Machine) -> None:
+    """Set the machine's sources up for exporting (the dashboard keeps its per-poll figures): each
+    GPU process's /proc/PID/stat is read every :data:`PROC_STAT_REFRESH` seconds, not every poll,
+    while a pidfd per process checks on every poll that it is still the process it was."""
+    if isinstance(machine.processes, HostProcessSource):
+        machine.processes.refresh_every(PROC_STAT_REFRESH)
 
 
 class ListenError(Exception):
