@@ -83,39 +83,36 @@ class History:
         self._adds += 1
         self._memo = {}
         self._times.append(t)
+        # One pass over the processes, with the per-process work kept to a ring lookup and an append
+        # (this runs for every GPU process on every poll): a new ring and a first-seen time only for
+        # a process seen for the first time, and the sweep for departed ones only when some left.
         seen: set[ProcessKey] = set()
-        for g in snap.gpus:
-            self._gpus.setdefault(g.index, deque(maxlen=self.capacity)).append(
-                GpuSample(
-                    t,
-                    g.utilization_gpu,
-                    g.memory_used,
-                    g.memory_total,
-                    g.temperature,
-                    g.power_draw,
-                    g.lost,
-                    len(g.processes),
-                )
-            )
-            for p in g.processes:
-                key = (p.gpu_index, p.pid, p.create_time)
-                seen.add(key)
-                self._first_seen.setdefault(key, t)
-                self._procs.setdefault(key, deque(maxlen=self.capacity)).append(
-                    ProcessSample(t, p.gpu_memory, p.sm_utilization, p.cpu_percent)
-                )
-        for key in [k for k in self._procs if k not in seen]:
-            del self._procs[key]
-            self._first_seen.pop(key, None)
-            self._proc_kept.pop(key, None)
+        procs, capacity = self._procs, self.capacity
         usage: dict[str, dict[int, int]] = {cid: {} for cid in container_ids}
         for c in snap.containers:
             usage.setdefault(c.id, {})
         for g in snap.gpus:
+            ring = self._gpus.get(g.index)
+            if ring is None:
+                ring = self._gpus[g.index] = deque(maxlen=capacity)
+            ring.append(GpuSample(t, g.utilization_gpu, g.memory_used, g.memory_total, g.temperature,
+                                  g.power_draw, g.lost, len(g.processes)))
             for p in g.processes:
+                key = (p.gpu_index, p.pid, p.create_time)
+                seen.add(key)
+                samples = procs.get(key)
+                if samples is None:
+                    samples = procs[key] = deque(maxlen=capacity)
+                    self._first_seen.setdefault(key, t)
+                samples.append(ProcessSample(t, p.gpu_memory, p.sm_utilization, p.cpu_percent))
                 if p.container is not None:
                     per_gpu = usage.setdefault(p.container.id, {})
                     per_gpu[g.index] = per_gpu.get(g.index, 0) + (p.gpu_memory or 0)
+        if len(seen) != len(procs):  # every key seen is in procs: equal sizes mean nobody left
+            for key in [k for k in procs if k not in seen]:
+                del procs[key]
+                self._first_seen.pop(key, None)
+                self._proc_kept.pop(key, None)
         live = set(usage)
         for cid, per_gpu in usage.items():
             self._containers.setdefault(cid, deque(maxlen=self.capacity)).append((t, per_gpu))

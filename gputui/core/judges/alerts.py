@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from gputui.core.config import Settings
 from gputui.core.history import History
-from gputui.core.judges.hysteresis import Latch, advance, effective_hold
+from gputui.core.judges.hysteresis import IDLE, Latch, advance, effective_hold
 from gputui.core.judges.imbalance import contrast, memory_condition, trusted_loads, utilization_condition
 from gputui.core.judges.suspect import suspect, suspect_message
 from gputui.core.judges.text import join_and
@@ -92,8 +92,8 @@ class AlertJudge:
 
     def _step(self, key: tuple[int | None, str], now: float, strict: bool, relaxed: bool, hold: float) -> Latch:
         """Raise after ``hold`` (0 while the observation is shorter than the hold), clear after the full hold."""
-        latch = advance(self._latches.get(key, Latch()), now, strict, relaxed, hold, self.settings.alert_hold)
-        if latch == Latch():
+        latch = advance(self._latches.get(key, IDLE), now, strict, relaxed, hold, self.settings.alert_hold)
+        if latch is IDLE or latch == IDLE:
             self._latches.pop(key, None)
         else:
             self._latches[key] = latch
@@ -191,7 +191,7 @@ class AlertJudge:
 
         # -- imbalance (already hysteretic: mirror it) ------------------------------------
         imb = snapshot.imbalance
-        latch = advance(self._latches.get((None, "imbalance"), Latch()), now, imb.flagged, imb.flagged, 0.0)
+        latch = advance(self._latches.get((None, "imbalance"), IDLE), now, imb.flagged, imb.flagged, 0.0)
         self._latches[(None, "imbalance")] = latch
         if latch.active and imb.message:
             gpu, message = self._imbalance_summary(history, snapshot)

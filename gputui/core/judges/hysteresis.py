@@ -42,6 +42,11 @@ class Latch:
     since: float | None = None
 
 
+#: The idle latch (no flag, nothing pending), shared: a Latch is immutable, and most latches of
+#: most polls are idle, so ``advance`` hands this one out instead of building one each time.
+IDLE = Latch()
+
+
 def effective_hold(hold: float, span: float) -> float:
     """The time rule applies only once the observation is at least ``hold`` long."""
     return hold if span >= hold else 0.0
@@ -57,7 +62,7 @@ def advance(latch: Latch, now: float, strict: bool, relaxed: bool, hold: float,
     clear_after = hold if clear_hold is None else clear_hold
     if not latch.active:
         if not strict:
-            return Latch()
+            return IDLE
         start = latch.pending_since if latch.pending_since is not None else now
         if now - start >= hold:
             return Latch(active=True, pending_since=None, since=start)
@@ -66,5 +71,5 @@ def advance(latch: Latch, now: float, strict: bool, relaxed: bool, hold: float,
         return Latch(active=True, pending_since=None, since=latch.since)
     start = latch.pending_since if latch.pending_since is not None else now
     if now - start >= clear_after:
-        return Latch()
+        return IDLE
     return Latch(active=True, pending_since=start, since=latch.since)

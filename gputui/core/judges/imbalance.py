@@ -47,9 +47,11 @@ checks of ``doctor``).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
+from itertools import islice
 
 from gputui.core.config import Settings
-from gputui.core.history import History, ProcessSample
+from gputui.core.history import History, ProcessKey, ProcessSample
 from gputui.core.judges.hysteresis import Latch, advance, effective_hold
 from gputui.core.judges.mig_placement import whole_gpus
 from gputui.core.judges.placement import GpuLoad, gpu_loads, granted_indices, rank_key, reservations
@@ -225,12 +227,71 @@ class _Mover:
     started: float | None
 
 
+class _RunningSm:
+    """A process's SM figures of the last window, kept from poll to poll: (number, time, SM %) of the
+    samples that have one, oldest first, numbered as taken in, and their sum."""
+
+    __slots__ = ("window", "last", "seq", "values", "total")
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self.last: ProcessSample | None = None
+        self.seq = 0
+        self.values: deque[tuple[int, float, int]] = deque()
+        self.total = 0
+
+    def take(self, s: ProcessSample) -> None:
+        self.seq += 1
+        self.last = s
+        if s.sm_utilization is not None:
+            self.values.append((self.seq, s.t, s.sm_utilization))
+            self.total += s.sm_utilization
+
+
+def _running_sm(history: History, key: ProcessKey, ring: Sequence[ProcessSample], window: float) -> _RunningSm:
+    """The process's running SM window brought up to its ring's newest sample (the ring is in time
+    order: the caller checked ``history.ordered``)."""
+    kept = history.process_kept(key)
+    run = kept.get("imbalance.sm")
+    newest = ring[-1]
+    if not isinstance(run, _RunningSm) or run.window != window:
+        run = None
+    if run is not None and run.last is newest:
+        pass
+    elif run is not None and run.last is not None and len(ring) >= 2 and ring[-2] is run.last \
+            and newest.t > run.last.t:
+        run.take(newest)
+    else:
+        run = _RunningSm(window)
+        cutoff = newest.t - window
+        start = len(ring)
+        while start > 0 and ring[start - 1].t >= cutoff:
+            start -= 1
+        for s in islice(ring, start, None):
+            run.take(s)
+        kept["imbalance.sm"] = run
+    cutoff = newest.t - window
+    oldest = run.seq - len(ring) + 1  # every sample taken in since the rebuild entered the ring
+    values = run.values
+    while values and (values[0][1] < cutoff or values[0][0] < oldest):
+        run.total -= values.popleft()[2]
+    return run
+
+
 def _sm_mean(history: History, p: Process, window: float) -> float | None:
-    values = [s.sm_utilization for s in history.process((p.gpu_index, p.pid, p.create_time), window)
-              if s.sm_utilization is not None]
-    if not values:
-        return float(p.sm_utilization) if p.sm_utilization is not None else None
-    return sum(values) / len(values)
+    """The process's mean SM % over the window's samples that have one (its newest reading when
+    none has). Kept running from poll to poll while the history's rings are in time order."""
+    key = (p.gpu_index, p.pid, p.create_time)
+    ring = history.process_ring(key)
+    if ring and history.ordered:
+        run = _running_sm(history, key, ring, window)
+        if run.values:
+            return run.total / len(run.values)
+    else:
+        values = [s.sm_utilization for s in history.process(key, window) if s.sm_utilization is not None]
+        if values:
+            return sum(values) / len(values)
+    return float(p.sm_utilization) if p.sm_utilization is not None else None
 
 
 def _computes(history: History, procs: list[Process], window: float) -> bool:

@@ -76,9 +76,11 @@ def gpu_loads(history: History, gpus: Iterable[Gpu], window: float | None) -> di
     Computed once per poll for a given tuple of GPUs and window (the imbalance judge and the
     alerts both ask); each caller gets its own dict."""
     gpus = gpus if isinstance(gpus, tuple) else tuple(gpus)
-    key = ("gpu_loads", window, id(gpus))
+    key = ("gpu_loads", window)
     hit = history.memo.get(key)
-    if isinstance(hit, tuple) and hit[0] is gpus:  # the same tuple, not one that took its id
+    # The same GPU objects (the judges of one poll pass tuples rebuilt from one snapshot's GPUs):
+    # compared by identity, so a GPU object that merely took another's id cannot match.
+    if isinstance(hit, tuple) and len(hit[0]) == len(gpus) and all(a is b for a, b in zip(hit[0], gpus, strict=True)):
         return dict(hit[1])
     out = {g.index: _gpu_load(history, g, window) for g in gpus}
     history.memo[key] = (gpus, out)

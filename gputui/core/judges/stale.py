@@ -334,6 +334,12 @@ def judge_stale(process: Process, history: History, settings: Settings,
                 idle: IdleTracker | None = None) -> tuple[Finding, ...]:
     """Every stale reason that applies to one process (empty when it is fine). ``idle``: the
     poller's :class:`IdleTracker`, when the history is the one it feeds poll after poll."""
+    if (process.visible and not process.orphaned and process.container is None
+            and process.status != "zombie" and process.status != "disk-sleep"):
+        # Most processes: no ghost, zombie, orphan or container finding can apply (each of those
+        # functions answers None for it), only the idle test.
+        idle_holder = idle_finding(process, history, settings, idle)
+        return () if idle_holder is None else (idle_holder,)
     found = [
         ghost_finding(process, history),
         zombie_finding(process),
