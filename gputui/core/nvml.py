@@ -162,7 +162,7 @@ class _Device:
 
     __slots__ = ("index", "handle", "name", "uuid", "pci_bus_id", "minor_number", "clock_sm_max",
                  "clock_memory_max", "static_done", "unsupported", "failures", "last_error", "slow", "util_seen",
-                 "buffers", "raws")
+                 "buffers", "raws", "lists", "merged", "procs")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -187,6 +187,13 @@ class _Device:
         self.buffers: dict[str, Any] = {}
         #: the last poll's RawProcess per (pid, type, memory, SM %): an unchanged one is handed out again
         self.raws: dict[tuple[int, str, int | None, int | None], RawProcess] = {}
+        #: per list (process lists, utilization samples): the bytes the driver filled last and what
+        #: they were read as; the same bytes are the same answer, so it is not read again
+        self.lists: dict[str, tuple[bytes, Any]] = {}
+        #: the compute and graphics lists last merged, and the merge (pid -> [compute?, graphics?, memory])
+        self.merged: tuple[Any, Any, dict[int, list[Any]]] | None = None
+        #: the merge and SM samples the last process tuple was built from, and that tuple
+        self.procs: tuple[dict[int, list[Any]], dict[int, int] | None, tuple[RawProcess, ...]] | None = None
 
 
 @record
@@ -248,6 +255,8 @@ class NvmlSource:
         #: families for which the driver has none of the candidate functions
         self._absent: set[str] = set()
         self._missing: set[str] = set()
+        #: C functions found by name (see ``_fn``); emptied when NVML is shut down
+        self._fns: dict[str, Any] = {}
         self._mig = MigReader(self, _Device, _Lost)
 
     # -- lifecycle ------------------------------------------------------------------
@@ -285,6 +294,7 @@ class NvmlSource:
     def close(self) -> None:
         """Shut NVML down (once). The source cannot be read afterwards."""
         nv, self._nv = self._nv, None
+        self._fns = {}
         if nv is None:
             return
         try:
@@ -489,15 +499,22 @@ class NvmlSource:
         )
 
     def _fn(self, name: str) -> Any:
-        """The C function ``name`` of the loaded library; NVMLError(FUNCTION_NOT_FOUND) if the driver lacks it."""
+        """The C function ``name`` of the loaded library; NVMLError(FUNCTION_NOT_FOUND) if the driver lacks it.
+        Looked up once (nvidia-ml-py's lookup takes its library lock every time)."""
+        fn = self._fns.get(name)
+        if fn is not None:
+            return fn
         nv = self._nv
         getter = getattr(nv, "_nvmlGetFunctionPointer", None)
         if getter is not None:
-            return getter(name)
-        try:
-            return getattr(nv.nvmlLib, name)
-        except AttributeError:
-            raise nv.NVMLError(_FUNCTION_NOT_FOUND) from None
+            fn = getter(name)
+        else:
+            try:
+                fn = getattr(nv.nvmlLib, name)
+            except AttributeError:
+                raise nv.NVMLError(_FUNCTION_NOT_FOUND) from None
+        self._fns[name] = fn
+        return fn
 
     def _variant_call(self, dev: _Device, family: str, candidates: tuple[str, ...],
                       call: Callable[[str], _R]) -> _R | None:
@@ -583,10 +600,12 @@ class NvmlSource:
 
     # -- processes ------------------------------------------------------------------
 
-    def _list(self, dev: _Device, name: str, struct: Any) -> list[tuple[int, int | None]]:
-        """One running-process list through a buffer kept per GPU (one C call when it fits)."""
+    def _list(self, dev: _Device, name: str, struct: Any) -> tuple[tuple[int, int | None], ...]:
+        """One running-process list through a buffer kept per GPU (one C call when it fits). The
+        same bytes as the last call's give the same tuple back, without reading the entries again."""
         fn = self._fn(name)
-        key = f"{name}:{ctypes.sizeof(struct)}"
+        size = ctypes.sizeof(struct)
+        key = f"{name}:{size}"
         buf = dev.buffers.get(key)
         for _ in range(4):
             if buf is None:
@@ -599,33 +618,52 @@ class NvmlSource:
             if ret != _SUCCESS:
                 raise self._nv.NVMLError(ret)
             dev.buffers[key] = buf
+            n = min(count.value, len(buf))
+            raw = ctypes.string_at(buf, n * size)
+            last = dev.lists.get(key)
+            if last is not None and last[0] == raw:
+                cached: tuple[tuple[int, int | None], ...] = last[1]
+                return cached
             out = []
-            for i in range(min(count.value, len(buf))):
-                mem = int(buf[i].usedGpuMemory)
-                out.append((int(buf[i].pid), None if mem == _NOT_AVAILABLE_ULL else mem))
-            return out
+            for i in range(n):
+                entry = buf[i]
+                mem = int(entry.usedGpuMemory)
+                out.append((int(entry.pid), None if mem == _NOT_AVAILABLE_ULL else mem))
+            result = tuple(out)
+            dev.lists[key] = (raw, result)
+            return result
         raise self._nv.NVMLError(_INSUFFICIENT_SIZE)
 
-    def _running(self, dev: _Device, graphics: bool) -> list[tuple[int, int | None]] | None:
+    def _running(self, dev: _Device, graphics: bool) -> tuple[tuple[int, int | None], ...] | None:
         base = "nvmlDeviceGetGraphicsRunningProcesses" if graphics else "nvmlDeviceGetComputeRunningProcesses"
         family = "graphics_processes" if graphics else "compute_processes"
         structs = {f"{base}_v3": _ProcessInfoV2, f"{base}_v2": _ProcessInfoV2, base: _ProcessInfoV1}
         return self._variant_call(dev, family, tuple(structs), lambda name: self._list(dev, name, structs[name]))
 
     def _processes(self, dev: _Device) -> tuple[RawProcess, ...]:
+        """The GPU's processes. Steady state (the same lists and SM samples as the last poll, which
+        ``_list`` and ``_process_utilization`` hand back as the same objects): the last tuple."""
         compute = self._running(dev, graphics=False)
         graphics = self._running(dev, graphics=True)
-        merged: dict[int, list[Any]] = {}  # pid -> [compute?, graphics?, memory]
-        for kind, entries in ((0, compute), (1, graphics)):
-            for pid, mem in entries or ():
-                entry = merged.setdefault(pid, [False, False, None])
-                entry[kind] = True
-                # One process has one memory figure; NVML repeats it in both lists.
-                if mem is not None:
-                    entry[2] = mem if entry[2] is None else max(entry[2], mem)
+        if dev.merged is not None and dev.merged[0] is compute and dev.merged[1] is graphics:
+            merged = dev.merged[2]
+        else:
+            merged = {}  # pid -> [compute?, graphics?, memory]
+            for kind, entries in ((0, compute), (1, graphics)):
+                for pid, mem in entries or ():
+                    entry = merged.setdefault(pid, [False, False, None])
+                    entry[kind] = True
+                    # One process has one memory figure; NVML repeats it in both lists.
+                    if mem is not None:
+                        entry[2] = mem if entry[2] is None else max(entry[2], mem)
+            dev.merged = (compute, graphics, merged)
         if not merged:
+            dev.procs = None
             return ()
         samples = self._process_utilization(dev)
+        last_procs = dev.procs
+        if last_procs is not None and last_procs[0] is merged and last_procs[1] == samples:
+            return last_procs[2]
         out = []
         last = dev.raws
         raws: dict[tuple[int, str, int | None, int | None], RawProcess] = {}
@@ -641,7 +679,9 @@ class NvmlSource:
             raws[key] = raw
             out.append(raw)
         dev.raws = raws
-        return tuple(out)
+        result = tuple(out)
+        dev.procs = (merged, samples, result)
+        return result
 
     def _process_utilization(self, dev: _Device) -> dict[int, int] | None:
         """Newest SM% sample per PID; {} when the driver has no recent samples; None when N/A.
@@ -683,15 +723,23 @@ class NvmlSource:
             self._failed(dev, name, _UNKNOWN, exc)
             return None
         self._succeeded(dev, name)
+        n = min(count.value, len(buf))
+        raw = ctypes.string_at(buf, n * ctypes.sizeof(struct))
+        last = dev.lists.get(name)
+        if last is not None and last[0] == raw:  # the same samples: the same answer, util_seen already past them
+            cached: dict[int, int] = last[1]
+            return cached
         newest: dict[int, tuple[int, int]] = {}
-        for i in range(min(count.value, len(buf))):
+        for i in range(n):
             s = buf[i]
             ts = int(s.timeStamp)
             if s.pid not in newest or ts >= newest[s.pid][0]:
                 newest[int(s.pid)] = (ts, int(s.smUtil))
             if ts > dev.util_seen:
                 dev.util_seen = ts
-        return {pid: min(100, sm) for pid, (_, sm) in newest.items()}
+        result = {pid: min(100, sm) for pid, (_, sm) in newest.items()}
+        dev.lists[name] = (raw, result)
+        return result
 
     # -- errors ---------------------------------------------------------------------
 
