@@ -222,6 +222,26 @@ def test_without_a_movable_container_a_host_process_is_suggested():
     assert "CUDA_VISIBLE_DEVICES=1" in s.reason
 
 
+def test_a_job_that_stopped_computing_is_a_mover_until_its_busy_samples_leave_the_window():
+    """Moving a job that computes nothing lowers nothing: a job counts as computing while its SM mean
+    over the window (60 s) is above zero, so one that went idle is proposed until its last busy
+    sample is older than the window, and not after."""
+    def make(busy_until: float):
+        def gpus(t: float):
+            g0 = [proc(301, 0, 20, sm=0), proc(302, 0, 6, sm=40 if t < busy_until else 0)]
+            return [gpu(0, util=92, procs=g0), gpu(1, util=2, used_gib=1)]
+        return gpus
+
+    feed = Feed()
+    switch = feed.t + 30
+    snaps = feed.run(30, make(switch)) + feed.run(60, make(switch))  # the last at switch + 59 s
+    assert [s.imbalance.suggestion.pid for s in snaps[15:]] == [302] * len(snaps[15:])  # type: ignore[union-attr]
+    last = feed.run(1, make(switch))[-1].imbalance
+    assert last.flagged and last.suggestion is None
+    feed.run(5, make(feed.t + 3))  # busy again for a few polls: a mover again
+    assert feed.run(1, make(0))[-1].imbalance.suggestion.pid == 302  # type: ignore[union-attr]
+
+
 def test_one_job_alone_on_the_hot_gpu_gets_no_suggestion():
     def make(t):
         return [gpu(0, util=97, procs=[proc(401, 0, 40, sm=97, container="big")]), gpu(1, util=1, used_gib=1)], \

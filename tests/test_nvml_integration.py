@@ -374,6 +374,39 @@ def test_values_changed_while_running_are_seen_at_the_next_poll(fake_nvml: FakeN
             {"pid": a.pid, "type": "compute", "gpu_memory": 7 * GiB, "sm_utilization": 88, "mig_device": None}]
 
 
+def test_process_lists_read_unchanged_poll_after_poll_still_show_every_change(fake_nvml: FakeNvml, sleepers) -> None:
+    """The source keeps what it read from each process list and SM sample list while the driver's
+    bytes stay the same: a change in memory, SM, type or membership must still show at once."""
+    a, b = sleepers(), sleepers()
+
+    def procs(**changes: object) -> list[dict]:
+        first = {"used_memory": 2 * GiB, "sm": 10, "type": "compute", **changes}
+        return [process(a.pid, **first), process(b.pid, used_memory=3 * GiB, sm=20)]  # type: ignore[arg-type]
+
+    def rows(reading: dict) -> dict[int, tuple]:
+        return {p["pid"]: (p["type"], p["gpu_memory"], p["sm_utilization"]) for p in reading["processes"]["0"]}
+
+    with fake_nvml.probe() as probe:
+        probe.ask("open")
+        steps = [({}, (a.pid, ("compute", 2 * GiB, 10))),
+                 ({}, (a.pid, ("compute", 2 * GiB, 10))),  # the same bytes again
+                 ({"used_memory": 5 * GiB}, (a.pid, ("compute", 5 * GiB, 10))),
+                 ({"used_memory": 5 * GiB, "sm": 70}, (a.pid, ("compute", 5 * GiB, 70))),
+                 ({"used_memory": 5 * GiB, "sm": 70, "type": "compute+graphics"},
+                  (a.pid, ("compute+graphics", 5 * GiB, 70))),
+                 ({"used_memory": 5 * GiB, "sm": 70, "type": "compute+graphics"},
+                  (a.pid, ("compute+graphics", 5 * GiB, 70)))]
+        for changes, (pid, expected) in steps:
+            fake_nvml.write(scenario([gpu(0, processes=procs(**changes))]))
+            got = rows(probe.ask("read"))
+            assert got[pid] == expected, changes
+            assert got[b.pid] == ("compute", 3 * GiB, 20)
+        fake_nvml.write(scenario([gpu(0, processes=procs()[1:])]))
+        assert set(rows(probe.ask("read"))) == {b.pid}
+        fake_nvml.write(scenario([gpu(0, processes=procs())]))
+        assert set(rows(probe.ask("read"))) == {a.pid, b.pid}
+
+
 def test_a_query_that_keeps_failing_warns_until_it_recovers(fake_nvml: FakeNvml) -> None:
     fake_nvml.write(scenario([gpu(0, errors={"temperature": "unknown", "power_draw": "unknown"}), gpu(1)]))
     with fake_nvml.probe() as probe:

@@ -99,3 +99,24 @@ def test_demo_migration_and_kill_act_on_the_simulation():
     assert any(p.command and "finetune" in p.command for p in after.gpu(6).processes)
     assert 5388 not in {p.pid for p in after.processes}
     poller.close()
+
+
+def test_history_forgets_a_process_that_left_and_starts_afresh_when_it_returns():
+    """A departed process's samples and first sighting go (the ghost and idle judges count from
+    them); one that returns starts a new observation, also when another took its place meanwhile."""
+    from gputui.core.history import History
+    from tests.fixtures.synthetic import T0, gpu, proc, snapshot
+
+    a, b, c = proc(11, 0), proc(12, 0), proc(13, 0)
+    key_a, key_b, key_c = ((0, p.pid, p.create_time) for p in (a, b, c))
+    h = History()
+    h.add(snapshot(T0, [gpu(0, procs=[a, b])]))
+    h.add(snapshot(T0 + 1, [gpu(0, procs=[a, b])]))
+    assert len(h.process(key_b)) == 2 and h.first_seen(key_b) == T0
+    h.add(snapshot(T0 + 2, [gpu(0, procs=[a, c])]))  # as many processes as before, one of them new
+    assert h.process(key_b) == () and h.first_seen(key_b) is None
+    assert len(h.process(key_a)) == 3 and h.first_seen(key_c) == T0 + 2
+    h.add(snapshot(T0 + 3, [gpu(0, procs=[a])]))
+    assert h.process(key_c) == () and h.first_seen(key_c) is None
+    h.add(snapshot(T0 + 4, [gpu(0, procs=[a, b])]))
+    assert len(h.process(key_b)) == 1 and h.first_seen(key_b) == T0 + 4
