@@ -274,3 +274,46 @@ def test_the_exporter_reads_proc_stat_every_few_seconds_and_the_dashboard_every_
     demo = open_machine(demo=True)
     tune_sources(demo)  # the demo has no /proc to read: nothing to tune, nothing breaks
     assert demo.processes is demo.demo
+
+
+def test_silent_clients_never_hold_up_a_scrape_and_scrapes_reuse_their_threads():
+    """Connections are served by kept threads: one after another on the same thread while they come
+    one at a time, on new threads while others are busy (a client that connects and says nothing
+    holds its thread until the handler's timeout, never anyone else's scrape), and the extra threads
+    end once they are done."""
+    import socket
+
+    from prometheus_client import CollectorRegistry
+
+    from gputui.exporter.server import ListenAddress, SnapshotCollector, bind_server, serve_in_thread, stop_server
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(lambda: PollStatus(_snap(_proc(5, 10)), True, 1.0), ExportOptions()))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = bind_server(ListenAddress("127.0.0.1", port), registry)
+    serve_in_thread(server)
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def scrapers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "gputui-exporter-scrape"}
+
+    silent: list[socket.socket] = []
+    try:
+        for _ in range(5):
+            assert b"gputui_process_gpu_memory_bytes" in urllib.request.urlopen(url, timeout=5).read()
+        _wait(lambda: len(scrapers()) == 1)  # five scrapes in a row, one thread
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+        _wait(lambda: len(scrapers()) >= 4)
+        body = urllib.request.urlopen(url, timeout=5).read()  # answered while four threads wait on silence
+        assert b"gputui_process_gpu_memory_bytes" in body
+        for c in silent:
+            c.close()
+        _wait(lambda: len(scrapers()) <= 2)  # the threads beyond the two kept idle end
+        assert b"gputui_gpu_info" in urllib.request.urlopen(url, timeout=5).read()
+    finally:
+        for c in silent:
+            c.close()
+        stop_server(server)
+        server.server_close()

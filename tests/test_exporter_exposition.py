@@ -112,3 +112,34 @@ def test_gzip_name_filter_and_other_methods_behave_as_prometheus_client():
     assert b"gputui_poll_duration_seconds_count 1.0" in _get(app)[2]
     histogram.observe(0.002)
     assert b"gputui_poll_duration_seconds_count 2.0" in _get(app)[2]
+
+
+@pytest.mark.parametrize("accept", [None, OPENMETRICS])
+def test_unchanged_process_rows_reuse_their_families_and_every_change_still_shows(accept: str | None):
+    """The poller hands an unchanged process's row out again; the collector then hands out the
+    process families it built before, and /metrics their bytes: the body stays byte for byte
+    prometheus-client's, and a changed, added or removed row shows in the next scrape."""
+    rows = [_proc(100 + p, mem=1000 + p, sm=p) for p in range(4)]
+    changed = [*rows[:3], _proc(103, mem=9999, sm=3)]
+    polls = [(rows, {}), (rows, {"utilization_gpu": 5}), (changed, {}), (changed, {}), (rows[:2], {}),
+             (rows, {}), (rows, {})]
+    current: list[PollStatus] = []
+    collector = SnapshotCollector(lambda: current[0], ExportOptions(docker=False))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    app = MetricsApp(registry)
+    reference = openmetrics_latest if accept else generate_latest
+
+    def process_family() -> Any:
+        return next(f for f in collector.collect() if f.name == "gputui_process_gpu_memory_bytes")
+
+    seen = []
+    for i, (procs, gpu_kw) in enumerate(polls):
+        current[:] = [PollStatus(_snap(*procs, **gpu_kw), True, 1000.0 + i)]
+        body = _get(app, accept)[2]
+        assert body == reference(registry)
+        seen.append(process_family())
+        pids = {s.labels["pid"]: s.value for s in seen[-1].samples}
+        assert pids == {str(p.pid): p.gpu_memory for p in procs}
+    assert seen[1] is seen[0] and seen[3] is seen[2] and seen[6] is seen[5]  # the same rows: the same family
+    assert seen[2] is not seen[1] and seen[4] is not seen[3] and seen[5] is not seen[4]

@@ -54,15 +54,22 @@ class _Format:
     def __init__(self, encoder: Callable[[Any], bytes]) -> None:
         self.encoder = encoder
         self.trailer = encoder(_Families(()))  # b"" for text, b"# EOF\n" for OpenMetrics
-        #: family name -> (type, documentation, unit, samples, bytes without the trailer)
-        self.kept: dict[str, tuple[str, str, str, list[Sample], bytes]] = {}
+        #: family name -> (type, documentation, unit, samples, bytes without the trailer, the family
+        #: object formatted, its own samples list and that list's length)
+        self.kept: dict[str, tuple[str, str, str, list[Sample], bytes, Any, list[Sample], int]] = {}
 
     def render(self, families: Iterable[Any]) -> bytes:
-        kept: dict[str, tuple[str, str, str, list[Sample], bytes]] = {}
+        kept: dict[str, tuple[str, str, str, list[Sample], bytes, Any, list[Sample], int]] = {}
         parts = []
         cut = len(self.trailer)
         for metric in families:
             old = self.kept.get(metric.name)
+            if old is not None and old[5] is metric and old[6] is metric.samples and old[7] == len(metric.samples):
+                # The very family formatted last time, handed out again by a collector that keeps its
+                # families while their inputs hold (gputui's collector never changes one it handed out).
+                kept.setdefault(metric.name, old)
+                parts.append(old[4])
+                continue
             samples = list(metric.samples)
             if (old is not None and old[0] == metric.type and old[1] == metric.documentation
                     and old[2] == metric.unit and _same(samples, old[3])):
@@ -72,7 +79,8 @@ class _Format:
                 if cut:
                     body = body[:-cut]
             if metric.name not in kept:  # a second family of the same name (not ours) is formatted each time
-                kept[metric.name] = (metric.type, metric.documentation, metric.unit, samples, body)
+                kept[metric.name] = (metric.type, metric.documentation, metric.unit, samples, body, metric,
+                                     metric.samples, len(metric.samples))
             parts.append(body)
         self.kept = kept
         parts.append(self.trailer)

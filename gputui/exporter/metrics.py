@@ -162,7 +162,27 @@ def _container_labels(p: Process) -> list[str]:
     return [_s(c.label), _s(c.image), _s(c.compose_project), _s(c.compose_service)]
 
 
-def _process_families(snap: Snapshot, cap: int) -> list[Metric]:
+def _process_families(snap: Snapshot, cap: int, memo: dict[str, object] | None = None) -> list[Metric]:
+    """The process series. With a ``memo`` (the collector's, kept from scrape to scrape), the same
+    process rows as last time (the poller hands an unchanged process's row out again) give the same
+    families back: they are built from nothing else but the cap and the GPUs' UUIDs."""
+    uuid_of = {g.index: g.uuid for g in snap.gpus}
+    mig_of = {(g.index, m.index): m.uuid for g in snap.gpus for m in g.mig_devices}
+    procs = [p for g in snap.gpus for p in g.processes]
+    key = (cap, uuid_of, mig_of)
+    last = memo.get("processes") if memo is not None else None
+    if isinstance(last, tuple) and last[0] == key and len(last[1]) == len(procs) \
+            and all(a is b for a, b in zip(last[1], procs, strict=True)):
+        families: list[Metric] = last[2]
+        return families
+    families = _build_process_families(list(procs), cap, uuid_of, mig_of)
+    if memo is not None:
+        memo["processes"] = (key, procs, families)
+    return families
+
+
+def _build_process_families(procs: list[Process], cap: int, uuid_of: dict[int, str],
+                            mig_of: dict[tuple[int, int], str]) -> list[Metric]:
     memory = _gauge("gputui_process_gpu_memory_bytes",
                     "GPU memory a process holds, bytes; container labels are empty for host processes.",
                     PROCESS_LABELS)
@@ -170,9 +190,6 @@ def _process_families(snap: Snapshot, cap: int) -> list[Metric]:
                 ["gpu", "uuid", "pid", "mig_uuid"])
     dropped = _gauge("gputui_process_series_dropped",
                      "GPU processes left out of the process series by the cap (smallest GPU memory first).", [])
-    uuid_of = {g.index: g.uuid for g in snap.gpus}
-    mig_of = {(g.index, m.index): m.uuid for g in snap.gpus for m in g.mig_devices}
-    procs = [p for g in snap.gpus for p in g.processes]
     if len(procs) > cap:
         procs.sort(key=lambda p: p.gpu_memory or 0, reverse=True)
     kept = procs[:cap]
@@ -272,8 +289,11 @@ def _dcgm_families(snap: Snapshot, hostname: str) -> list[Metric]:
     return out
 
 
-def build_families(status: PollStatus, options: ExportOptions) -> Iterator[Metric]:
-    """Every family of the contract for the newest poll (the poll histogram is separate)."""
+def build_families(status: PollStatus, options: ExportOptions,
+                   memo: dict[str, object] | None = None) -> Iterator[Metric]:
+    """Every family of the contract for the newest poll (the poll histogram is separate). ``memo``:
+    a dict the caller keeps from call to call, so that families whose inputs are the very same
+    objects as last time are handed out again (never changed after they are built)."""
     snap = status.snapshot
     hostname = options.hostname or (snap.host if snap is not None else os.uname().nodename)
     host = _gauge("gputui_host_info", "The machine and the exporter: 1, with versions as labels.",
@@ -296,7 +316,7 @@ def build_families(status: PollStatus, options: ExportOptions) -> Iterator[Metri
     for g in snap.gpus:
         gpus.add(g)
     yield from gpus.families()
-    yield from _process_families(snap, options.max_processes)
+    yield from _process_families(snap, options.max_processes, memo)
     yield from _container_families(snap.containers, snap.gpus)
     yield from _judgement_families(snap)
     if options.dcgm_names:

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import queue
 import socket
 import ssl
 import sys
@@ -126,13 +127,15 @@ class SnapshotCollector(Collector):
         #: the families of the last status built: a second scraper (an HA pair of Prometheus servers)
         #: within the same poll costs nothing
         self._cache: tuple[PollStatus, list[Metric]] | None = None
+        #: families build_families may hand out again when their inputs did not change
+        self._memo: dict[str, object] = {}
 
     def collect(self) -> Iterable[Metric]:
         status = self._status()
         cache = self._cache
         if cache is not None and cache[0] is status:
             return cache[1]
-        families = list(build_families(status, self.options))
+        families = list(build_families(status, self.options, self._memo))
         self._cache = (status, families)
         return families
 
@@ -183,11 +186,53 @@ class _Handler(WSGIRequestHandler):
         pass  # no access log on stderr per scrape
 
 
+class _Workers:
+    """Daemon threads that serve connections one after another, so that a scrape every few seconds
+    reuses a thread instead of starting one (starting and ending a thread cost a small scrape about
+    as much as its answer). A connection never waits for a busy thread: with none idle, a new one
+    starts, as ``ThreadingMixIn`` would start it; threads beyond :attr:`KEEP` idle ones end."""
+
+    KEEP = 2
+
+    def __init__(self, serve: Callable[[Any, Any], None]) -> None:
+        self._serve = serve
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._queue: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+
+    def submit(self, request: Any, client_address: Any) -> None:
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1  # that idle thread takes this connection (each one queued has its thread)
+        self._queue.put((request, client_address))
+        if start:
+            threading.Thread(target=self._run, name="gputui-exporter-scrape", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            request, client_address = self._queue.get()
+            self._serve(request, client_address)
+            with self._lock:
+                if self._idle >= self.KEEP:
+                    return
+                self._idle += 1
+
+
 def _make_server_class(family: socket.AddressFamily) -> type[WSGIServer]:
     class _Server(ThreadingMixIn, WSGIServer):
         daemon_threads = True
         address_family = family
         allow_reuse_address = True
+        _workers: _Workers | None = None
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            """Serve the connection on a kept worker thread (``process_request_thread`` does the
+            work and the error handling, as with one thread per connection)."""
+            workers = self._workers
+            if workers is None:
+                workers = self._workers = _Workers(self.process_request_thread)
+            workers.submit(request, client_address)
 
         def handle_error(self, request: Any, client_address: Any) -> None:
             pass  # a client that hung up or spoke plain HTTP to the TLS port: its problem, no traceback
