@@ -9,7 +9,9 @@ through psutil objects:
 
 - every poll, ``/proc/PID/stat`` gives state, parent, process group, session,
   CPU ticks and start time, and ``/proc/PID/statm`` the RSS (the same counters
-  psutil uses);
+  psutil uses) — or, for a face that shows none of these per second (the
+  exporter, :meth:`HostProcessSource.refresh_every`), every few seconds, while a
+  pidfd per process tells on every poll whether it is still the same process;
 - once per process identity ``(pid, start time)`` — re-read only if the
   process exec()s something else (its ``comm`` changes) — ``/proc/PID/status``
   (real uid, innermost namespace PID), ``/proc/PID/cmdline`` and
@@ -248,8 +250,9 @@ class HostProcessSource:
         Identity is still checked on every poll, with one ``poll()`` over a pidfd per process: a
         process that exits (a zombie, or gone, its PID free for reuse) is read again in that very
         poll, and on every poll after. What waits for the next read is only what a living process
-        changes: CPU % (then the mean over ``seconds``), state (D, T), parent, RSS and, after an
-        exec(), its command line. For a face that shows none of these per second (the exporter).
+        changes: CPU % (then the mean over ``seconds``), state (D, T), parent, RSS (then re-read from
+        statm only when stat's approximate figure moves) and, after an exec(), its command line. For a
+        face that shows none of these per second (the exporter).
         Returns False where pidfds are not available (Linux < 5.3): then every poll reads every process.
         """
         for st in self._static.values():
@@ -373,7 +376,9 @@ class HostProcessSource:
         # RSS from statm, not stat: since Linux 6.2 stat's rss is a per-CPU approximation (off by up
         # to a batch per CPU), statm's is the exact figure psutil, top and ps show. statm is re-read
         # only when stat's figure moved or RSS_REFRESH passed: an unchanged process costs one file.
-        if st.rss is None or approx_rss != st.rss_approx or now - st.rss_at >= RSS_REFRESH:
+        # With figures reused (refresh_every: a face that shows no RSS), only when stat's figure moved.
+        if st.rss is None or approx_rss != st.rss_approx or (
+                not self._refresh and now - st.rss_at >= RSS_REFRESH):
             try:
                 st.rss = int(_read_small(f"{base}/statm").split()[1]) * self._page
             except (OSError, ValueError, IndexError):
