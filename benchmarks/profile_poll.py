@@ -63,8 +63,9 @@ def _summary(values: list[float]) -> str:
             f"(p10 {values[len(values) // 10]:.3f}, p90 {values[min(len(values) - 1, 9 * len(values) // 10)]:.3f})")
 
 
-def _phases(poller: Any, args: argparse.Namespace) -> dict[str, float]:
-    """CPU per poll of each part of ``Poller.poll()``, by wrapping the parts with timers."""
+def _phases(poller: Any, args: argparse.Namespace) -> dict[str, tuple[float, float]]:
+    """CPU per poll of each part of ``Poller.poll()`` (median, mean), by wrapping the parts with timers.
+    The mean counts the polls that do more than most (the exporter re-reads /proc every few seconds)."""
     import gputui.core.poller as poller_module
 
     spent: dict[str, float] = {}
@@ -111,7 +112,7 @@ def _phases(poller: Any, args: argparse.Namespace) -> dict[str, float]:
                 setattr(obj, attr, originals[name])
             else:
                 delattr(obj, attr)  # back to the class's method
-    return {name: statistics.median(values) for name, values in per_poll.items()}
+    return {name: (statistics.median(values), statistics.fmean(values)) for name, values in per_poll.items()}
 
 
 def worker(args: argparse.Namespace) -> int:
@@ -175,7 +176,7 @@ def worker(args: argparse.Namespace) -> int:
     print(f"{len(snap.gpus)} GPUs, {rows} process rows, {len(snap.alerts)} alerts, imbalance "
           f"{'flagged' if snap.imbalance.flagged else 'not flagged'}; after {args.warmup} polls, "
           f"{args.ticks} ticks {args.pause:g} s apart; CPU time:")
-    print(f"  poll (whole)            {_summary(polls)}")
+    print(f"  poll (whole)            {_summary(polls)}, mean {statistics.fmean(polls):.3f} ms")
     print(f"  - NVML read             {_summary(reads)}")
     print(f"  - /proc facts           {_summary(facts)}")
     rest = statistics.median(polls) - statistics.median(reads) - statistics.median(facts)
@@ -187,9 +188,9 @@ def worker(args: argparse.Namespace) -> int:
     print(f"  scrape, all formatted   {_summary(changed)}  (prometheus-client's generate_latest, no bytes kept)")
 
     phases = _phases(poller, args)
-    print("  phases of a poll (CPU, median per poll; timers wrapped around each part):")
-    for name, value in phases.items():
-        print(f"    {name:26} {value:.3f} ms")
+    print("  phases of a poll (CPU per poll, median and mean; timers wrapped around each part):")
+    for name, (median, mean) in phases.items():
+        print(f"    {name:26} {median:.3f} ms  (mean {mean:.3f})")
 
     if args.profile:
         prof = cProfile.Profile()

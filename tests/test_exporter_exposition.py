@@ -143,3 +143,59 @@ def test_unchanged_process_rows_reuse_their_families_and_every_change_still_show
         assert pids == {str(p.pid): p.gpu_memory for p in procs}
     assert seen[1] is seen[0] and seen[3] is seen[2] and seen[6] is seen[5]  # the same rows: the same family
     assert seen[2] is not seen[1] and seen[4] is not seen[3] and seen[5] is not seen[4]
+
+
+class _SteadySource:
+    """A GPU and process source that hands out the very same objects while nothing changes, as the
+    NVML and /proc sources do for an unchanged GPU and an unchanged process."""
+
+    def __init__(self) -> None:
+        from gputui.core.model import Gpu, ProcessFacts, RawProcess
+
+        self.gpus = (Gpu(index=0, uuid="GPU-0", name="A100", utilization_gpu=30, memory_used=5, memory_total=10),)
+        self.raws = {0: (RawProcess(pid=7, type="compute", gpu_memory=4, sm_utilization=20),)}
+        self.fact = ProcessFacts(pid=7, visible=True, user="alice", command="python train.py", create_time=1.0)
+
+    def read(self) -> Any:
+        from gputui.core.model import GpuReading
+
+        return GpuReading(driver_version="550", cuda_driver_version="12.4", gpus=self.gpus, processes=self.raws)
+
+    def facts(self, pids: Iterable[int]) -> dict[int, Any]:
+        return {pid: self.fact for pid in pids}
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_unchanged_machine_reuses_its_families_and_a_changed_gpu_shows_at_the_next_scrape():
+    """From source to /metrics: the same GPU and process objects give the same snapshot GPU, the
+    same families and the same bytes; a GPU value that changes is in the very next body."""
+    from dataclasses import replace
+
+    from gputui.core.poller import Poller
+
+    source = _SteadySource()
+    ticks = iter(range(100))
+    poller = Poller(source, source, clock=lambda: 1_800_000_000.0 + next(ticks))  # type: ignore[arg-type]
+    current: list[PollStatus] = []
+    collector = SnapshotCollector(lambda: current[0], ExportOptions(docker=False))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    app = MetricsApp(registry)
+
+    def scrape() -> tuple[Any, bytes]:
+        current[:] = [PollStatus(poller.poll(), True, 1.0)]
+        body = _get(app)[2]
+        assert body == generate_latest(registry)
+        return next(f for f in collector.collect() if f.name == "gputui_gpu_utilization_ratio"), body
+
+    first, _ = scrape()
+    gpu_a = current[0].snapshot.gpus[0]  # type: ignore[union-attr]
+    second, _ = scrape()
+    assert current[0].snapshot.gpus[0] is gpu_a  # type: ignore[union-attr]
+    assert second is first
+    source.gpus = (replace(source.gpus[0], utilization_gpu=31),)
+    third, body = scrape()
+    assert third is not second and b'gputui_gpu_utilization_ratio{gpu="0",uuid="GPU-0"} 0.31' in body
+    assert b'gputui_process_gpu_memory_bytes{' in body and b'pid="7"' in body

@@ -407,6 +407,32 @@ def test_process_lists_read_unchanged_poll_after_poll_still_show_every_change(fa
         assert set(rows(probe.ask("read"))) == {a.pid, b.pid}
 
 
+def test_an_impossible_value_stays_na_and_warned_poll_after_poll_until_a_real_one_comes(fake_nvml: FakeNvml,
+                                                                                        sleepers) -> None:
+    """An unchanged reading is not judged again: its verdict (N/A and the warning) must still come
+    with every poll, and the first plausible value must show."""
+    a = sleepers()
+    hostile = scenario([gpu(0, temperature=4294967295, power_draw=50.0, memory_used=10 * GiB,
+                            processes=[process(a.pid, used_memory=-104857600, sm=10)]), gpu(1, temperature=41)])
+    fake_nvml.write(hostile)
+    with fake_nvml.probe() as probe:
+        probe.ask("open")
+        for _ in range(3):
+            reading = probe.ask("read")
+            g0 = reading["gpus"][0]
+            assert g0["temperature"] is None and g0["power_draw"] == 50.0
+            assert reading["processes"]["0"][0]["gpu_memory"] is None
+            assert [e for e in reading["errors"] if "impossible values" in e] == [
+                f"GPU 0: the driver reported impossible values, shown as N/A: temperature (4294967295), "
+                f"GPU memory of PID {a.pid} (18446744073604694016 bytes)."]
+            assert reading["gpus"][1]["temperature"] == 41
+        fake_nvml.write(scenario([gpu(0, temperature=55, power_draw=50.0, memory_used=10 * GiB,
+                                      processes=[process(a.pid, used_memory=GiB, sm=10)]), gpu(1, temperature=41)]))
+        reading = probe.ask("read")
+        assert reading["gpus"][0]["temperature"] == 55 and reading["processes"]["0"][0]["gpu_memory"] == GiB
+        assert not [e for e in reading["errors"] if "impossible values" in e]
+
+
 def test_a_query_that_keeps_failing_warns_until_it_recovers(fake_nvml: FakeNvml) -> None:
     fake_nvml.write(scenario([gpu(0, errors={"temperature": "unknown", "power_draw": "unknown"}), gpu(1)]))
     with fake_nvml.probe() as probe:

@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 
 from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
 from gputui.core.nvml_mig import MigReader
-from gputui.core.plausible import plausible_reading
+from gputui.core.plausible import PlausibleMemo, plausible_reading
 from gputui.core.record import record, replace
 from gputui.core.sources import NvmlUnavailable
 
@@ -123,6 +123,14 @@ class _UtilizationSample(ctypes.Structure):
                 ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
 
 
+#: compute (False) and graphics (True) process lists: the family, and each function's struct, newest first
+_RUNNING = {
+    graphics: (f"{kind}_processes", {f"{base}_v3": _ProcessInfoV2, f"{base}_v2": _ProcessInfoV2, base: _ProcessInfoV1})
+    for graphics, kind, base in ((False, "compute", "nvmlDeviceGetComputeRunningProcesses"),
+                                 (True, "graphics", "nvmlDeviceGetGraphicsRunningProcesses"))
+}
+
+
 class _Lost(Exception):
     """A GPU answered GPU_IS_LOST; stop asking it anything this poll."""
 
@@ -162,7 +170,7 @@ class _Device:
 
     __slots__ = ("index", "handle", "name", "uuid", "pci_bus_id", "minor_number", "clock_sm_max",
                  "clock_memory_max", "static_done", "unsupported", "failures", "last_error", "slow", "util_seen",
-                 "buffers", "raws", "lists", "merged", "procs")
+                 "buffers", "raws", "lists", "merged", "procs", "gpu")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -194,6 +202,8 @@ class _Device:
         self.merged: tuple[Any, Any, dict[int, list[Any]]] | None = None
         #: the merge and SM samples the last process tuple was built from, and that tuple
         self.procs: tuple[dict[int, list[Any]], dict[int, int] | None, tuple[RawProcess, ...]] | None = None
+        #: everything the last Gpu was built from, and that Gpu: the same readings give the same object
+        self.gpu: tuple[tuple[Any, ...], Gpu] | None = None
 
 
 @record
@@ -257,6 +267,8 @@ class NvmlSource:
         self._missing: set[str] = set()
         #: C functions found by name (see ``_fn``); emptied when NVML is shut down
         self._fns: dict[str, Any] = {}
+        #: the plausibility verdict of each GPU's last reading (an unchanged reading is not judged again)
+        self._plausible: PlausibleMemo = {}
         self._mig = MigReader(self, _Device, _Lost)
 
     # -- lifecycle ------------------------------------------------------------------
@@ -332,7 +344,7 @@ class NvmlSource:
                 processes=processes,
                 errors=self._error_sentences(),
                 nvml_version=self.nvml_version,
-            ))
+            ), self._plausible)
 
     def _read_device(self, dev: _Device, now: float) -> tuple[Gpu, tuple[RawProcess, ...]]:
         nv = self._nv
@@ -362,6 +374,12 @@ class NvmlSource:
                                  lambda d: self._q(d, "persistence_mode", nv.nvmlDeviceGetPersistenceMode, d.handle))
         procs = self._processes(dev)
         mig_mode, mig_devices, procs = self._mig.read(dev, now, procs)
+        # Every input of the Gpu below: when none changed since the last poll, the last Gpu is it.
+        key = (dev.uuid, dev.name, dev.pci_bus_id, dev.minor_number, dev.clock_sm_max, dev.clock_memory_max,
+               None if util is None else (util.gpu, util.memory), mem, temperature, power, power_limit, fan,
+               clock_sm, clock_mem, pstate, reasons, ecc, persistence, mig_mode, mig_devices)
+        if dev.gpu is not None and dev.gpu[0] == key:
+            return dev.gpu[1], procs
         gpu = Gpu(
             index=dev.index,
             uuid=dev.uuid or "",
@@ -388,6 +406,7 @@ class NvmlSource:
             mig_mode=mig_mode,
             mig_devices=mig_devices,
         )
+        dev.gpu = (key, gpu)
         return gpu, procs
 
     def _lost_gpu(self, dev: _Device) -> Gpu:
@@ -409,7 +428,8 @@ class NvmlSource:
         except Exception as exc:  # ctypes/binding trouble (seen with mismatched drivers): N/A, never a crash
             self._failed(dev, name, _UNKNOWN, exc)
             return None
-        self._succeeded(dev, name)
+        if dev.failures:  # _succeeded, inline: this runs for every query of every poll
+            dev.failures.pop(name, None)
         return value
 
     def _failed(self, dev: _Device, name: str, code: int, exc: BaseException) -> None:
@@ -635,9 +655,7 @@ class NvmlSource:
         raise self._nv.NVMLError(_INSUFFICIENT_SIZE)
 
     def _running(self, dev: _Device, graphics: bool) -> tuple[tuple[int, int | None], ...] | None:
-        base = "nvmlDeviceGetGraphicsRunningProcesses" if graphics else "nvmlDeviceGetComputeRunningProcesses"
-        family = "graphics_processes" if graphics else "compute_processes"
-        structs = {f"{base}_v3": _ProcessInfoV2, f"{base}_v2": _ProcessInfoV2, base: _ProcessInfoV1}
+        family, structs = _RUNNING[graphics]
         return self._variant_call(dev, family, tuple(structs), lambda name: self._list(dev, name, structs[name]))
 
     def _processes(self, dev: _Device) -> tuple[RawProcess, ...]:

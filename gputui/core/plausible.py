@@ -17,7 +17,7 @@ from typing import Any
 from gputui.core.model import Gpu, GpuReading, RawProcess
 from gputui.core.record import replace
 
-__all__ = ["JSON_SAFE_INT", "LIMITS", "plausible_reading"]
+__all__ = ["JSON_SAFE_INT", "LIMITS", "PlausibleMemo", "plausible_reading"]
 
 #: The largest integer every JSON consumer reads exactly (IEEE double).
 JSON_SAFE_INT = 2**53
@@ -82,20 +82,35 @@ def _plausible_processes(procs: tuple[RawProcess, ...], total: int | None) -> tu
     return tuple(out), dropped
 
 
-def plausible_reading(reading: GpuReading) -> GpuReading:
-    """``reading`` with every impossible value N/A and one warning per GPU that had any."""
+#: per GPU index: the Gpu and process tuple last judged, and what they were judged to be
+PlausibleMemo = dict[int, tuple[Gpu, tuple[RawProcess, ...] | None, Gpu, tuple[RawProcess, ...] | None, list[str]]]
+
+
+def plausible_reading(reading: GpuReading, memo: PlausibleMemo | None = None) -> GpuReading:
+    """``reading`` with every impossible value N/A and one warning per GPU that had any. ``memo``: a
+    dict the caller keeps from reading to reading; a GPU whose Gpu and process tuple are the very
+    objects judged last time is not judged again (both are immutable)."""
     gpus: list[Gpu] = []
     processes = dict(reading.processes)
     warnings: list[str] = []
     changed = False
     for gpu in reading.gpus:
-        fixed, dropped = plausible_gpu(gpu)
         procs = processes.get(gpu.index)
-        if procs:
-            fixed_procs, more = _plausible_processes(procs, fixed.memory_total)
-            if more:
-                processes[gpu.index] = fixed_procs
+        hit = memo.get(gpu.index) if memo is not None else None
+        if hit is not None and hit[0] is gpu and hit[1] is procs:
+            fixed, fixed_procs, dropped = hit[2], hit[3], list(hit[4])
+        else:
+            fixed, dropped = plausible_gpu(gpu)
+            fixed_procs = procs
+            if procs:
+                fixed_procs, more = _plausible_processes(procs, fixed.memory_total)
+                if not more:
+                    fixed_procs = procs
                 dropped += more
+            if memo is not None:
+                memo[gpu.index] = (gpu, procs, fixed, fixed_procs, list(dropped))
+        if fixed_procs is not procs and fixed_procs is not None:
+            processes[gpu.index] = fixed_procs
         if dropped:
             changed = True
             warnings.append(f"GPU {gpu.index}: the driver reported impossible values, shown as N/A: "

@@ -148,6 +148,8 @@ class Poller:
         #: (gpu, pid) -> what the last poll built its row from, and the row: an unchanged process
         #: (same NVML figures, same facts object, same container) keeps its frozen row
         self._rows: dict[tuple[int, int], tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]] = {}
+        #: index -> the source's Gpu, the rows and the Gpu built from them last poll
+        self._gpus: dict[int, tuple[Gpu, tuple[Process, ...], Gpu]] = {}
 
     def close(self) -> None:
         if self.watcher is not None:
@@ -183,13 +185,23 @@ class Poller:
 
         built: list[Gpu] = []
         rows: dict[tuple[int, int], tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]] = {}
+        gpus_built: dict[int, tuple[Gpu, tuple[Process, ...], Gpu]] = {}
         for g in gpus:
             procs = tuple(
                 self._row(g.index, raw, facts.get(raw.pid), records, inventory.available, rows)
                 for raw in reading.processes.get(g.index, ())
             )
-            built.append(replace(g, processes=procs))
+            # The source's same Gpu with the same rows (an unchanged GPU): the GPU built last time.
+            last = self._gpus.get(g.index)
+            if last is not None and last[0] is g and len(last[1]) == len(procs) \
+                    and all(a is b for a, b in zip(last[1], procs, strict=True)):
+                with_procs = last[2]
+            else:
+                with_procs = replace(g, processes=procs)
+            gpus_built[g.index] = (g, procs, with_procs)
+            built.append(with_procs)
         self._rows = rows
+        self._gpus = gpus_built
         all_gpus = tuple(built)
 
         stamp = datetime.fromtimestamp(now, tz=timezone.utc).astimezone()

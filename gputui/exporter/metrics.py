@@ -155,6 +155,23 @@ class _Gpus:
                 self.stale_memory, self.mig_used, self.mig_total]
 
 
+def _gpu_families(gpus: tuple[Gpu, ...], memo: dict[str, object] | None) -> list[Metric]:
+    """The per-GPU families; the same GPU objects as last time (the poller hands an unchanged GPU
+    out again) give the same families back."""
+    last = memo.get("gpus") if memo is not None else None
+    if isinstance(last, tuple) and len(last[0]) == len(gpus) \
+            and all(a is b for a, b in zip(last[0], gpus, strict=True)):
+        kept: list[Metric] = last[1]
+        return kept
+    built = _Gpus()
+    for g in gpus:
+        built.add(g)
+    families = built.families()
+    if memo is not None:
+        memo["gpus"] = (gpus, families)
+    return families
+
+
 def _container_labels(p: Process) -> list[str]:
     c = p.container
     if c is None:
@@ -312,10 +329,7 @@ def build_families(status: PollStatus, options: ExportOptions,
         yield last
     if snap is None:
         return
-    gpus = _Gpus()
-    for g in snap.gpus:
-        gpus.add(g)
-    yield from gpus.families()
+    yield from _gpu_families(snap.gpus, memo)
     yield from _process_families(snap, options.max_processes, memo)
     yield from _container_families(snap.containers, snap.gpus)
     yield from _judgement_families(snap)
