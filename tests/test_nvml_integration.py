@@ -336,6 +336,29 @@ def test_each_thing_is_read_once_per_poll_and_static_facts_once(fake_nvml: FakeN
     assert steady / (polls * gpus) == 11
 
 
+@pytest.mark.parametrize("dcgm", [False, True])
+def test_the_exporter_asks_nvml_only_for_what_it_exports(fake_nvml: FakeNvml, dcgm: bool) -> None:
+    """No exported series carries the P-state, and only --dcgm-names the memory clock: the exporter's
+    source does not ask for them (they read as N/A), and asks everything else as before."""
+    gpus, polls = 2, 3
+    fake_nvml.write(scenario([gpu(i, pstate=2, clock_memory=1593, processes=[process(os.getpid(), sm=1)])
+                              for i in range(gpus)]))
+    with fake_nvml.probe() as probe:
+        probe.ask("open")
+        assert probe.ask("tune dcgm" if dcgm else "tune")["ok"]
+        for _ in range(polls):
+            g = probe.ask("read")["gpus"][0]
+        probe.ask("calls")
+        calls = fake_nvml.calls()
+    assert g["pstate"] is None and g["clock_memory"] == (1593 if dcgm else None)
+    assert g["clock_sm"] is not None and g["temperature"] is not None and g["power_draw"] is not None
+    assert calls.get("nvmlDeviceGetPerformanceState", 0) == 0
+    assert calls["nvmlDeviceGetClockInfo"] == (2 if dcgm else 1) * polls * gpus
+    for name in PER_POLL:
+        if name != "nvmlDeviceGetPerformanceState":
+            assert calls.get(name) == polls * gpus, name
+
+
 def test_an_idle_gpu_does_not_ask_for_process_utilization(fake_nvml: FakeNvml) -> None:
     fake_nvml.write(scenario([gpu(0), gpu(1, processes=[process(os.getpid())])]))
     with fake_nvml.probe() as probe:

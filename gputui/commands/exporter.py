@@ -100,7 +100,7 @@ def run(ctx: Context) -> int:
     serving = False
     try:
         machine = ctx.open_machine()
-        tune_sources(machine)
+        tune_sources(machine, dcgm_names=args.dcgm_names)
         poller, snap, _ = ctx.start_polling(machine)
         docker = machine.containers is not None
         options = ExportOptions(hostname=args.hostname, dcgm_names=args.dcgm_names,

@@ -45,7 +45,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
@@ -60,6 +60,8 @@ SLOW_TTL = 5.0
 FAIL_THRESHOLD = 2
 #: Process-utilization samples older than this (seconds) are not asked for.
 UTIL_WINDOW = 1.0
+#: Per-poll fields a face may choose not to read (NvmlSource.leave_unread): no judge reads them.
+OPTIONAL_FIELDS = frozenset({"pstate", "clock_memory"})
 
 #: What a ``_variant_call`` probe returns.
 _R = TypeVar("_R")
@@ -269,6 +271,8 @@ class NvmlSource:
         self._fns: dict[str, Any] = {}
         #: the plausibility verdict of each GPU's last reading (an unchanged reading is not judged again)
         self._plausible: PlausibleMemo = {}
+        #: per-poll fields not asked for (see leave_unread)
+        self._unread: frozenset[str] = frozenset()
         self._mig = MigReader(self, _Device, _Lost)
 
     # -- lifecycle ------------------------------------------------------------------
@@ -318,6 +322,17 @@ class NvmlSource:
     def device_count(self) -> int:
         return len(self._devices)
 
+    def leave_unread(self, fields: Iterable[str]) -> None:
+        """Stop asking the driver for these per-poll fields; they read as N/A (None), as from a
+        driver that cannot say. Only :data:`OPTIONAL_FIELDS` may be left unread: fields no judge
+        reads, for a face that does not show them (the exporter, which exports neither P-state nor,
+        without ``--dcgm-names``, the memory clock)."""
+        unread = frozenset(fields)
+        if not unread <= OPTIONAL_FIELDS:
+            extra = sorted(unread - OPTIONAL_FIELDS)
+            raise ValueError(f"only {sorted(OPTIONAL_FIELDS)} can be left unread, not {extra}")
+        self._unread = unread
+
     # -- reading --------------------------------------------------------------------
 
     def read(self) -> GpuReading:
@@ -364,8 +379,10 @@ class NvmlSource:
         power = self._q(dev, "power_draw", nv.nvmlDeviceGetPowerUsage, h)
         fan = self._q(dev, "fan_speed", nv.nvmlDeviceGetFanSpeed, h)
         clock_sm = self._q(dev, "clock_sm", nv.nvmlDeviceGetClockInfo, h, _CLOCK_SM)
-        clock_mem = self._q(dev, "clock_memory", nv.nvmlDeviceGetClockInfo, h, _CLOCK_MEM)
-        pstate = self._q(dev, "pstate", nv.nvmlDeviceGetPerformanceState, h)
+        unread = self._unread
+        clock_mem = None if "clock_memory" in unread else self._q(dev, "clock_memory", nv.nvmlDeviceGetClockInfo, h,
+                                                                  _CLOCK_MEM)
+        pstate = None if "pstate" in unread else self._q(dev, "pstate", nv.nvmlDeviceGetPerformanceState, h)
         reasons = self._throttle(dev)
         power_limit = self._slow(dev, "power_limit", now, self._power_limit)
         ecc = self._slow(dev, "ecc_errors", now, lambda d: self._q(

@@ -30,6 +30,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from gputui.core.machine import Machine
+from gputui.core.nvml import NvmlSource
 from gputui.core.poller import Poller
 from gputui.core.processes import HostProcessSource
 from gputui.core.record import record
@@ -44,12 +45,16 @@ POLL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.
 PROC_STAT_REFRESH = 5.0
 
 
-def tune_sources(machine: Machine) -> None:
+def tune_sources(machine: Machine, dcgm_names: bool = False) -> None:
     """Set the machine's sources up for exporting (the dashboard keeps its per-poll figures): each
     GPU process's /proc/PID/stat is read every :data:`PROC_STAT_REFRESH` seconds, not every poll,
-    while a pidfd per process checks on every poll that it is still the process it was."""
+    while a pidfd per process checks on every poll that it is still the process it was; and NVML is
+    not asked for what no exported series carries (the P-state; the memory clock, which only
+    ``--dcgm-names`` exports)."""
     if isinstance(machine.processes, HostProcessSource):
         machine.processes.refresh_every(PROC_STAT_REFRESH)
+    if isinstance(machine.gpu, NvmlSource):
+        machine.gpu.leave_unread({"pstate"} if dcgm_names else {"pstate", "clock_memory"})
 
 
 class ListenError(Exception):

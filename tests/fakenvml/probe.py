@@ -7,7 +7,8 @@ long-running dashboard sees — while nvidia-ml-py and the fake driver are real.
 
 Commands: ``open`` · ``read`` · ``info`` (nvml_library_info of the open source) ·
 ``facts PID...`` (HostProcessSource) · ``poll`` (a whole Poller.poll() with both
-sources, returning Snapshot.to_json()) · ``calls`` (dump the fake's counters now)
+sources, returning Snapshot.to_json()) · ``tune [dcgm]`` (the exporter's tuning of both
+sources) · ``calls`` (dump the fake's counters now)
 · ``reset_calls`` · ``close``. Errors come back as ``{"error": type, "message": str}``.
 """
 
@@ -67,6 +68,12 @@ def main() -> int:
                 lib = ctypes.CDLL("libnvidia-ml.so.1")
                 (lib.fakeNvmlDumpCalls if cmd == "calls" else lib.fakeNvmlResetCalls)()
                 answer = {"ok": True}
+            elif cmd == "tune":  # what `gputui exporter` does to its sources (args: "dcgm" for --dcgm-names)
+                from gputui.core.machine import Machine
+                from gputui.exporter.server import tune_sources
+
+                tune_sources(Machine(gpu=source, processes=processes, containers=None), dcgm_names="dcgm" in args)
+                answer = {"ok": True, "refresh": processes.refresh}
             elif cmd == "close":
                 source.close()
                 answer = {"ok": True}
