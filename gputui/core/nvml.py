@@ -765,13 +765,15 @@ class NvmlSource:
             cached: dict[int, int] = last[1]
             return cached
         newest: dict[int, tuple[int, int]] = {}
-        for i in range(n):
-            s = buf[i]
-            ts = int(s.timeStamp)
-            if s.pid not in newest or ts >= newest[s.pid][0]:
-                newest[int(s.pid)] = (ts, int(s.smUtil))
-            if ts > dev.util_seen:
-                dev.util_seen = ts
+        seen = dev.util_seen
+        for s in buf[:n]:  # integer fields read as Python ints; each read once
+            pid, ts = s.pid, s.timeStamp
+            prev = newest.get(pid)
+            if prev is None or ts >= prev[0]:
+                newest[pid] = (ts, s.smUtil)
+            if ts > seen:
+                seen = ts
+        dev.util_seen = seen
         result = {pid: min(100, sm) for pid, (_, sm) in newest.items()}
         dev.lists[name] = (raw, result)
         return result
