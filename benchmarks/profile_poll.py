@@ -2,11 +2,13 @@
 
 Against the fake NVIDIA driver (tests/fakenvml) with real ``sleep`` processes spread
 over the GPUs (8 x 64 unless ``--config`` says otherwise), it runs the exporter's
-pipeline — ``open_machine(docker=False)``, ``Poller.poll()`` once per tick, then the
+pipeline — ``open_machine(docker=False)`` with the exporter's ``tune_sources`` (/proc
+stat figures re-read every 5 s, no P-state), ``Poller.poll()`` once per tick, then the
 exporter's collector and exposition as one scrape would — and prints:
 
-- CPU per poll (``time.process_time``, median of ``--ticks`` polls after a warm-up),
-  split into the NVML read, the /proc facts, and history + judges (the rest);
+- CPU per poll (``time.process_time``, median of ``--ticks`` polls after a warm-up, and the
+  mean, which counts the polls that re-read /proc), split into the NVML read, the /proc
+  facts, and history + judges (the rest), then per part of the poll;
 - CPU per scrape of a fresh snapshot (families + exposition, as `/metrics` serves it, each family's bytes
   kept while it does not change), of the same snapshot again, and with every family formatted afresh;
 - with ``--profile``, the top functions of a cProfile of the ticks by own time and by
