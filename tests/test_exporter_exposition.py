@@ -171,9 +171,8 @@ class _SteadySource:
 def test_an_unchanged_machine_reuses_its_families_and_a_changed_gpu_shows_at_the_next_scrape():
     """From source to /metrics: the same GPU and process objects give the same snapshot GPU, the
     same families and the same bytes; a GPU value that changes is in the very next body."""
-    from gputui.core.record import replace
-
     from gputui.core.poller import Poller
+    from gputui.core.record import replace
 
     source = _SteadySource()
     ticks = iter(range(100))
