@@ -54,6 +54,10 @@ So a container's init (parent: containerd-shim or conmon, a subreaper that is
 *not* a reaper in this sense) is not orphaned; a process exec'd into a container
 is not either; ``nohup train.py &`` after its shell exited is; a DataLoader worker
 whose training process died is.
+
+Over 600 lines on purpose: one cache of per-identity state (pinned stat descriptors, pidfds,
+parsed lines, CPU baselines) that every step of a read touches, kept in one class so that a
+descriptor can never outlive the identity it belongs to.
 """
 
 from __future__ import annotations
