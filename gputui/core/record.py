@@ -64,10 +64,6 @@ class Field:
         self.compare = compare
         self.hash = hash
 
-    @property
-    def init(self) -> bool:  # every field is an __init__ argument (as dataclasses' Field.init says)
-        return True
-
     def __repr__(self) -> str:
         return f"Field(name={self.name!r}, type={self.type!r}, default={self.default!r})"
 
@@ -129,8 +125,7 @@ def _make(cls: Any, frozen: bool) -> Any:
     compared = tuple(f.name for f in all_fields if f.compare)
     hashed = tuple(f.name for f in all_fields if (f.compare if f.hash is None else f.hash))
     cls.__record_fields__ = all_fields
-    cls.__record_names__ = frozenset(by_name)
-    cls.__record_frozen__ = frozen
+    cls.__record_names__ = names = frozenset(by_name)
     type.__setattr__(cls, "__match_args__", tuple(f.name for f in all_fields))  # what `case Cls(a, b)` matches
     cls.__init__ = _lazy(cls, "__init__", lambda: _init_source(all_fields, frozen))
     cls.__record_replace__ = _lazy(cls, "__record_replace__", lambda: _replace_source(all_fields))
@@ -141,9 +136,7 @@ def _make(cls: Any, frozen: bool) -> Any:
     if frozen:
         if "__hash__" not in cls.__dict__ or cls.__dict__["__hash__"] is None:
             cls.__hash__ = _lazy(cls, "__hash__", lambda: _hash_source(hashed))
-        names = frozenset(by_name)
-        cls.__setattr__ = _frozen_setattr(cls, names)
-        cls.__delattr__ = _frozen_delattr(cls, names)
+        cls.__setattr__, cls.__delattr__ = _frozen(cls, names)
     elif "__hash__" not in cls.__dict__:
         cls.__hash__ = None  # mutable and compared by value: unhashable, as a dataclass is
     return cls
@@ -156,20 +149,20 @@ def _repr_of(names: tuple[str, ...]) -> Callable[[Any], str]:
     return __repr__
 
 
-def _frozen_setattr(cls: type, names: frozenset[str]) -> Callable[[Any, str, Any], None]:
+def _frozen(cls: type, names: frozenset[str]) -> tuple[Callable[[Any, str, Any], None], Callable[[Any, str], None]]:
+    """``__setattr__`` and ``__delattr__`` refusing the fields (and, on the record class itself, any name)."""
+    def refuse(self: Any, name: str, verb: str) -> None:
+        if type(self) is cls or name in names:
+            raise FrozenRecordError(f"cannot {verb} field {name!r} of a frozen {cls.__qualname__}")
+
     def __setattr__(self: Any, name: str, value: Any) -> None:
-        if type(self) is cls or name in names:
-            raise FrozenRecordError(f"cannot assign to field {name!r} of a frozen {cls.__qualname__}")
+        refuse(self, name, "assign to")
         object.__setattr__(self, name, value)
-    return __setattr__
 
-
-def _frozen_delattr(cls: type, names: frozenset[str]) -> Callable[[Any, str], None]:
     def __delattr__(self: Any, name: str) -> None:
-        if type(self) is cls or name in names:
-            raise FrozenRecordError(f"cannot delete field {name!r} of a frozen {cls.__qualname__}")
+        refuse(self, name, "delete")
         object.__delattr__(self, name)
-    return __delattr__
+    return __setattr__, __delattr__
 
 
 def _lazy(cls: Any, name: str, build: Callable[[], tuple[str, dict[str, Any]]]) -> Any:
