@@ -37,8 +37,8 @@ PROFILES = BENCH / "profiles"
 
 #: Parts of the program, by the first matching frame of a stack (innermost frames are last).
 PARTS = [
-    ("poll: NVML source", "gputui/core/nvml.py"),
-    ("poll: /proc facts", "gputui/core/processes.py"),
+    ("poll: NVML source", "gputui/core/sources/nvml.py"),
+    ("poll: /proc facts", "gputui/core/sources/processes.py"),
     ("poll: judges", "gputui/core/judges/"),
     ("poll: history, containers, model", "gputui/core/"),
     ("output layer (ScreenDiff)", "gputui/ui/output.py"),

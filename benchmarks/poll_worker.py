@@ -43,9 +43,9 @@ def main() -> int:
     ap.add_argument("--pause", type=float, default=0.1, help="seconds between ticks (CPU%% needs >= 0.1)")
     args = ap.parse_args()
 
-    from gputui.core.nvml import NvmlSource
     from gputui.core.poller import Poller
-    from gputui.core.processes import HostProcessSource
+    from gputui.core.sources.nvml import NvmlSource
+    from gputui.core.sources.processes import HostProcessSource
 
     t0 = time.perf_counter()
     nvml = NvmlSource()

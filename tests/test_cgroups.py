@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.core.cgroups import CgroupMatch, PodDirectory, name_pod, parse_cgroup, parse_path
+from gputui.core.sources.cgroups import CgroupMatch, PodDirectory, name_pod, parse_cgroup, parse_path
 
 DATA = Path(__file__).parent / "data" / "cgroup"
 

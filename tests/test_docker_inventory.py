@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.core.docker_source import DockerSource
+from gputui.core.sources.docker_source import DockerSource
 
 pytestmark = pytest.mark.docker
 

@@ -19,8 +19,8 @@ import pytest
 
 from gputui.core.config import Settings
 from gputui.core.demo import DemoMachine
-from gputui.core.docker_source import DockerSource
 from gputui.core.poller import Poller
+from gputui.core.sources.docker_source import DockerSource
 from tests.fakenvml.scenario import GiB, fake_uuid, gpu, process, scenario
 
 pytestmark = [pytest.mark.docker, pytest.mark.integration]

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from gputui.core.docker_source import (
+from gputui.core.grants import HostGpus, read_grant
+from gputui.core.sources import SourceUnavailable
+from gputui.core.sources.docker_source import (
     DockerSource,
     describe_error,
     docker_client,
     parse_docker_time,
     restart_policy,
 )
-from gputui.core.grants import HostGpus, read_grant
-from gputui.core.sources import SourceUnavailable
 from tests.conftest import require
 
 REPO = Path(__file__).resolve().parent.parent
@@ -128,7 +128,7 @@ def test_missing_socket_is_one_sentence(tmp_path):
 
 
 def test_docker_not_installed(tmp_path, monkeypatch):
-    from gputui.core import docker_source
+    from gputui.core.sources import docker_source
 
     # A machine without Docker: no default socket, no docker binaries on PATH, no DOCKER_HOST.
     monkeypatch.setattr(docker_source, "DEFAULT_SOCKET", str(tmp_path / "docker.sock"))
@@ -211,7 +211,7 @@ def test_permission_denied_names_the_socket_and_the_fix(tmp_path):
     os.chown(path, 65534, 65534)
     os.chmod(path, 0o600)
     os.chmod(tmp_path, 0o755)
-    code = ("from gputui.core.docker_source import DockerSource;"
+    code = ("from gputui.core.sources.docker_source import DockerSource;"
             "inv = DockerSource(timeout=2).inventory((), {}); print(inv.available, inv.error, sep='|')")
     try:
         # Root minus DAC override obeys file modes, like a user outside the docker group.
@@ -227,7 +227,7 @@ def test_permission_denied_names_the_socket_and_the_fix(tmp_path):
 
 def test_without_the_docker_package(tmp_path):
     code = ("import sys; sys.modules['docker'] = None\n"
-            "from gputui.core.docker_source import DockerSource\n"
+            "from gputui.core.sources.docker_source import DockerSource\n"
             "inv = DockerSource(timeout=1).inventory((), {}); print(inv.available, inv.error, sep='|')")
     sock = tmp_path / "d.sock"
     sock.touch()
@@ -237,7 +237,7 @@ def test_without_the_docker_package(tmp_path):
 
 
 def test_importing_the_source_does_not_import_docker():
-    code = "import sys, gputui.core.docker_source; print('docker' in sys.modules)"
+    code = "import sys, gputui.core.sources.docker_source; print('docker' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env=env_for(None, PYTHONPATH=str(REPO)))
     assert out.stdout.strip() == "False", out.stderr

@@ -256,7 +256,7 @@ def test_the_exporter_reads_proc_stat_every_few_seconds_and_the_dashboard_every_
     process's /proc/PID/stat figures for PROC_STAT_REFRESH seconds (a pidfd vouches for it on every
     poll); a source the exporter did not tune (the dashboard's) reads them on every poll."""
     from gputui.core.machine import Machine, open_machine
-    from gputui.core.processes import HostProcessSource
+    from gputui.core.sources.processes import HostProcessSource
     from gputui.exporter.server import PROC_STAT_REFRESH, tune_sources
 
     dashboard, exporter = HostProcessSource(), HostProcessSource()

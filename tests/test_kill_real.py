@@ -25,7 +25,7 @@ import pytest
 from gputui.actions.kill import HostBackend, KillPlan, KillTarget, execute_kill
 from gputui.core.machine import Machine
 from gputui.core.model import Snapshot
-from gputui.core.processes import HostProcessSource
+from gputui.core.sources.processes import HostProcessSource
 from tests.conftest import require
 from tests.fakenvml.scenario import FakeNvml, GiB, gpu, process, scenario
 from tests.fixtures.unprivileged import readable_pythonpath

@@ -41,7 +41,7 @@ import pytest
 
 from gputui.actions.journal import pending_journals, system_journal_dir
 from gputui.actions.migrate import BACKUP_INFIX, DockerMigrationEngine
-from gputui.core.docker_source import DockerSource, parse_docker_time
+from gputui.core.sources.docker_source import DockerSource, parse_docker_time
 from tests.fakenvml.scenario import gpu, scenario
 from tests.fixtures.dockerd import LABEL
 from tests.fixtures.unprivileged import readable_pythonpath

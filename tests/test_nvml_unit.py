@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from gputui.core import nvml
+from gputui.core.sources import nvml
 from tests.fakenvml.scenario import GiB, exported_functions, fake_uuid, gpu, process, render, scenario
 
 
@@ -37,7 +37,7 @@ def test_cuda_version_as_nvidia_smi_prints_it() -> None:
 
 
 def test_importing_the_nvml_module_does_not_load_pynvml() -> None:
-    code = ("import sys, gputui.core.nvml, gputui.core.processes; "
+    code = ("import sys, gputui.core.sources.nvml, gputui.core.sources.processes; "
             "print('pynvml' in sys.modules, 'psutil' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gputui.core.processes import INIT_PID_NS_INODE, HostProcessSource, proc_shows_host_pids
+from gputui.core.sources.processes import INIT_PID_NS_INODE, HostProcessSource, proc_shows_host_pids
 
 TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -311,7 +311,7 @@ def test_pinned_stat_descriptors_follow_the_process_and_never_leak():
     process that exited reads as vanished rather than as stale numbers."""
     import subprocess as sp
 
-    from gputui.core.processes import HostProcessSource
+    from gputui.core.sources.processes import HostProcessSource
 
     def open_fds():
         return len(os.listdir("/proc/self/fd"))

@@ -2,7 +2,7 @@
 
 The field's first root cause of "everything lands on GPU 0" is containers asking
 for GPUs independently and blindly. This judge puts each container's grant (from
-:mod:`gputui.core.docker_source`) next to the GPUs its processes run on (from the
+:mod:`gputui.core.sources.docker_source`) next to the GPUs its processes run on (from the
 cgroup attribution in the poller) and names what is wrong, one sentence each:
 
 ``unpinned``

@@ -13,7 +13,7 @@ def clause(problem: BaseException | str) -> str:
     """A failure as a clause without a trailing period, for "Could not X: <clause>.".
 
     Docker's own explanation when the error carries one; a failure of the Docker connection
-    (docker-py, requests, urllib3) as :func:`gputui.core.docker_source.describe_error` says it;
+    (docker-py, requests, urllib3) as :func:`gputui.core.sources.docker_source.describe_error` says it;
     otherwise the exception's text, or its type's name when it has none. Whitespace collapses.
     """
     if isinstance(problem, str):
@@ -21,7 +21,7 @@ def clause(problem: BaseException | str) -> str:
     else:
         text = getattr(problem, "explanation", None)
         if not text and type(problem).__module__.split(".")[0] in _DOCKER_MODULES:
-            from gputui.core.docker_source import describe_error
+            from gputui.core.sources.docker_source import describe_error
 
             text = describe_error(problem)
         text = text or str(problem) or type(problem).__name__

@@ -56,14 +56,14 @@ def open_machine(demo: bool = False, docker: bool = True, demo_clock: Callable[[
 
         sim = DemoMachine(clock=demo_clock)
         return Machine(gpu=sim, processes=sim, containers=sim if docker else None, demo=sim)
-    from gputui.core.nvml import NvmlSource
-    from gputui.core.processes import HostProcessSource
+    from gputui.core.sources.nvml import NvmlSource
+    from gputui.core.sources.processes import HostProcessSource
 
     gpu = NvmlSource()
     gpu.open()  # raises NvmlUnavailable with one sentence
     containers = None
     if docker:
-        from gputui.core.docker_source import DockerSource
+        from gputui.core.sources.docker_source import DockerSource
 
         timeout = settings.docker_timeout if settings is not None else 5.0
         containers = DockerSource(timeout=timeout)

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from gputui.core import cgroups
 from gputui.core.config import Settings
 from gputui.core.containers import build_containers
 from gputui.core.history import History
@@ -36,7 +35,7 @@ from gputui.core.model import (
     Snapshot,
 )
 from gputui.core.record import replace
-from gputui.core.sources import ContainerSource, GpuSource, ProcessSource
+from gputui.core.sources import ContainerSource, GpuSource, ProcessSource, cgroups
 
 
 class ContainerWatcher:

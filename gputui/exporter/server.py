@@ -30,11 +30,11 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from gputui.core.machine import Machine
-from gputui.core.nvml import NvmlSource
 from gputui.core.poller import Poller
-from gputui.core.processes import HostProcessSource
 from gputui.core.record import record
 from gputui.core.safe_text import clean
+from gputui.core.sources.nvml import NvmlSource
+from gputui.core.sources.processes import HostProcessSource
 from gputui.exporter.exposition import MetricsApp
 from gputui.exporter.metrics import ExportOptions, PollStatus, build_families
 

@@ -34,8 +34,8 @@ def _jsonable(value):
 
 
 def main() -> int:
-    from gputui.core.nvml import NvmlSource
-    from gputui.core.processes import HostProcessSource
+    from gputui.core.sources.nvml import NvmlSource
+    from gputui.core.sources.processes import HostProcessSource
 
     # GPUTUI_PROBE_SLOW_TTL=0: cached values (power limit, MIG layout, ...) are read at every poll.
     ttl = os.environ.get("GPUTUI_PROBE_SLOW_TTL")

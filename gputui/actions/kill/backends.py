@@ -82,7 +82,7 @@ class HostBackend:
     simulated = False
 
     def __init__(self, machine: Machine, docker_timeout: float = 10.0) -> None:
-        from gputui.core.processes import HostProcessSource
+        from gputui.core.sources.processes import HostProcessSource
 
         self.machine = machine
         self.euid = os.geteuid()
@@ -228,7 +228,7 @@ class HostBackend:
 
     def _docker(self) -> Any:
         if self._client is None:
-            from gputui.core.docker_source import docker_client
+            from gputui.core.sources.docker_source import docker_client
 
             # The one client factory, so kill acts on the daemon the container view reads.
             self._client = docker_client(timeout=self._docker_timeout)

@@ -217,7 +217,7 @@ def _pid_of(pinned: Any) -> int:
 
 
 def _docker_error(exc: Exception) -> str:
-    from gputui.core.docker_source import describe_error
+    from gputui.core.sources.docker_source import describe_error
 
     return clause(describe_error(exc))
 

@@ -88,7 +88,7 @@ def docker_client(timeout: float = 5.0) -> Any:
     container's StopTimeout), so the HTTP timeout is generous. Raises
     MigrationUnavailable with one sentence when the daemon cannot be reached.
     """
-    from gputui.core.docker_source import docker_client as connect
+    from gputui.core.sources.docker_source import docker_client as connect
 
     try:
         return connect(timeout=max(timeout, 60.0), ping=True)

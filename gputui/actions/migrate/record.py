@@ -66,6 +66,6 @@ def audit_refusal(container: str, target: str | int | None, reason: str, demo: b
 
 def unreachable(exc: BaseException) -> str:
     """A failure talking to the daemon as one sentence (never Python's exception text)."""
-    from gputui.core.docker_source import describe_error
+    from gputui.core.sources.docker_source import describe_error
 
     return sentence(describe_error(exc))

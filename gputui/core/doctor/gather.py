@@ -75,7 +75,7 @@ def gather(session: Session, *, docker_on: bool, docker_timeout: float, demo: bo
 
 def init_error_kind(sentence: str) -> str:
     """Which of the NVML source's init sentences this is (it names the NVML return code's meaning)."""
-    from gputui.core.nvml import init_error_sentence
+    from gputui.core.sources.nvml import init_error_sentence
 
     for kind, code in (("library-not-found", 12), ("driver-not-loaded", 9), ("no-permission", 4),
                        ("mismatch", 18)):

@@ -5,7 +5,7 @@ Each probe reads one part of the machine and returns a frozen facts object from
 problem on the machine (that is what they report); paths are parameters so the
 tests can point them at a prepared tree.
 
-NVML is reached only through the GPU source (:mod:`gputui.core.nvml`), as
+NVML is reached only through the GPU source (:mod:`gputui.core.sources.nvml`), as
 everywhere else in gputui.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from gputui.core.doctor.facts import ContainerEnvFacts, ContainerFinding, DeviceFacts, DeviceNode, DockerFacts
 from gputui.core.model import Snapshot
-from gputui.core.processes import INIT_PID_NS_INODE, ns_inode
+from gputui.core.sources.processes import INIT_PID_NS_INODE, ns_inode
 
 #: Inode number of the initial (host) cgroup namespace, fixed by the kernel (PROC_CGROUP_INIT_INO);
 #: the PID namespace's is processes.INIT_PID_NS_INODE.
@@ -260,8 +260,8 @@ def _cdi_specs(dirs: tuple[str, ...]) -> tuple[str, ...]:
 def probe_docker(timeout: float = 5.0, environ: Mapping[str, str] | None = None, proc: str = "/proc",
                  cdi_dirs: tuple[str, ...] = CDI_DIRS) -> DockerFacts:
     """The socket, the daemon and its NVIDIA set-up, as this user can see them."""
-    from gputui.core.docker_source import describe_error, docker_client, docker_host, socket_path
     from gputui.core.sources import SourceUnavailable
+    from gputui.core.sources.docker_source import describe_error, docker_client, docker_host, socket_path
 
     env = dict(os.environ if environ is None else environ)
     host = docker_host(env)

@@ -1,4 +1,4 @@
-"""MIG (Multi-Instance GPU) reading for :class:`~gputui.core.nvml.NvmlSource`.
+"""MIG (Multi-Instance GPU) reading for :class:`~gputui.core.sources.nvml.NvmlSource`.
 
 An A100/H100/H200 in MIG mode is split into up to seven MIG devices, each with
 its own ``MIG-`` UUID, memory and processes. The card itself then answers
@@ -29,7 +29,7 @@ from typing import Any
 from gputui.core.model import MigDevice, MigMode, ProcessType, RawProcess
 from gputui.core.record import record, replace
 
-#: What gputui.core.nvml (which imports this module) hands it: the source and its per-device state.
+#: What gputui.core.sources.nvml (which imports this module) hands it: the source and its per-device state.
 #: Typed loosely on purpose: importing nvml here would make the two modules a cycle.
 _Source = Any
 _Device = Any

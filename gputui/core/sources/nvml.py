@@ -49,10 +49,10 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
-from gputui.core.nvml_mig import MigReader
 from gputui.core.plausible import PlausibleMemo, plausible_reading
 from gputui.core.record import record, replace
 from gputui.core.sources import NvmlUnavailable
+from gputui.core.sources.nvml_mig import MigReader
 
 #: How long slow values (power limit, ECC, persistence mode) are reused.
 SLOW_TTL = 5.0
