@@ -284,32 +284,39 @@ def cmd_fleet_screen(ctx: Context) -> int:
 
 def report_pending_journals(ctx: Context) -> None:
     """Say once, at start, that an interrupted migration needs ``--recover``
-    (the dashboard shows it in its status line; ``gputui migrate`` handles it itself)."""
+    (the dashboard shows it in its status line; ``gputui migrate`` handles it itself): a few lines at most,
+    however many journals there are."""
     if not _journal_files_exist():
         return  # the usual case: no journal module (and its imports) for a one-shot
-    from gputui.actions.journal import pending_journals
+    from gputui.actions.journal import scan_journals
 
-    for journal in pending_journals():
+    scan = scan_journals()
+    for journal in scan.pending[:JOURNAL_LINES]:
         print(clean(f"gputui: {journal.describe()}"), file=ctx.stderr)
+    more = len(scan.pending) - JOURNAL_LINES + scan.unread
+    if more > 0:
+        print(f"gputui: {more} more interrupted or untrusted journals; run 'gputui migrate --recover' to see them.",
+              file=ctx.stderr)
+
+
+#: Journal lines a command prints at start before "N more".
+JOURNAL_LINES = 3
 
 
 def _journal_files_exist() -> bool:
-    """Whether any directory :func:`gputui.actions.journal.journal_dirs` searches holds a ``*.json``
-    file, with a few directory listings (tests/test_cli_fast.py keeps the two lists the same)."""
+    """Whether any folder :func:`gputui.actions.journal.journal_dirs` searches holds a ``*.json``
+    file, with a few directory listings (tests/test_cli_fast.py keeps the two lists the same): the
+    system-wide folder, and a non-root user's own (root never reads home folders)."""
     from gputui.core.config import state_home
 
-    dirs = [os.environ.get("GPUTUI_JOURNAL_DIR") or "/var/lib/gputui/journal", os.path.join(state_home(), "journal")]
-    if os.geteuid() == 0:
-        homes = ["/root"]
-        try:
-            homes += [os.path.join("/home", name) for name in os.listdir("/home")]
-        except OSError:
-            pass
-        dirs += [os.path.join(home, ".local", "state", "gputui", "journal") for home in homes]
+    dirs = [os.environ.get("GPUTUI_JOURNAL_DIR") or "/var/lib/gputui/journal"]
+    if os.geteuid() != 0:
+        dirs.append(os.path.join(state_home(), "journal"))
     for directory in dirs:
         try:
-            if any(name.endswith(".json") for name in os.listdir(directory)):
-                return True
+            with os.scandir(directory) as entries:
+                if any(e.name.endswith(".json") for e in entries):
+                    return True
         except OSError:
             continue
     return False

@@ -48,7 +48,8 @@ def test_a_second_lock_on_the_same_container_is_refused_naming_the_holder(isolat
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(LockHeld) as info:
             ContainerLock.acquire("migrate", ["trainer"], "trainer")  # the name alone is enough
-        assert str(info.value) == (f"trainer is being migrated by pid {holder.pid} (gputui, user root); wait for it "
+        exe = os.path.basename(os.path.realpath(sys.executable))  # named by its executable, never its argv
+        assert str(info.value) == (f"trainer is being migrated by pid {holder.pid} ({exe}, user root); wait for it "
                                    f"to finish (or run 'gputui migrate --recover' if it was interrupted).")
     finally:
         holder.stdin.close()

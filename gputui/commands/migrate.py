@@ -19,7 +19,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from gputui.actions.journal import JournalError, journal_dirs, pending_journals, system_journal_dir
+from gputui.actions.journal import (
+    JournalError,
+    PendingJournal,
+    discard,
+    journal_dirs,
+    pending_journals,
+    scan_journals,
+    system_journal_dir,
+)
 from gputui.actions.migrate import (
     BACKUP_INFIX,
     READ_ONLY,
@@ -34,6 +42,7 @@ from gputui.actions.migrate import (
     leftover_backups,
 )
 from gputui.actions.migrate.flow import COMPOSE_REMINDER, DEMO_NOTICE, NOTHING_CHANGED, MigrateFlow
+from gputui.actions.migrate.record import unreachable
 from gputui.commands.prompt import ask, interactive
 from gputui.context import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, UsageError, seconds_arg
 from gputui.core.safe_text import clean
@@ -64,7 +73,8 @@ def add_parser(sub, common):
     p.add_argument("--force", action="store_true",
                    help="move even if the target GPU lacks the free memory the container has used")
     p.add_argument("--recover", action="store_true",
-                   help="finish or undo a migration that was interrupted (from its journal)")
+                   help="finish or undo the migrations that were interrupted on this Docker daemon (from their "
+                        "journals); with CONTAINER, only that container's")
     p.add_argument("--discard", action="store_true",
                    help="with --recover: forget the interrupted migrations it cannot finish (their journals are "
                         "moved aside; no container is touched)")
@@ -74,8 +84,9 @@ def add_parser(sub, common):
 def run(ctx) -> int:
     args = ctx.args
     if args.recover:
-        if args.container or args.to:
-            raise UsageError("--recover takes no container or --to; it acts on interrupted migrations.")
+        if args.to:
+            raise UsageError("--recover takes no --to; it finishes or undoes interrupted migrations (of "
+                             "CONTAINER only, if given).")
         return _recover(ctx)
     if args.discard:
         raise UsageError("--discard goes with --recover.")
@@ -89,14 +100,17 @@ def run(ctx) -> int:
         print(clean(f"gputui: {READ_ONLY}"), file=err)
         return EXIT_NO
     if not ctx.demo:
-        for pending in pending_journals("migrate"):
-            who = (pending.data.get("container") or {})
-            if args.container in (who.get("name"), who.get("id")) or \
-                    (len(args.container) >= 4 and str(who.get("id", "")).startswith(args.container)):
+        pending = pending_journals("migrate")
+        for journal in pending:  # only a journal gputui may act on holds a container back
+            if journal.trusted and _names(journal, args.container):
                 print(clean(f"gputui: {args.container} has an interrupted migration; run 'gputui migrate "
-                            "--recover' first."), file=err)
+                            f"--recover {args.container}' first."), file=err)
                 return EXIT_NO
-            print(clean(f"gputui: warning: {pending.describe()}"), file=err)
+        for journal in pending[:3]:
+            print(clean(f"gputui: warning: {journal.describe()}"), file=err)
+        if len(pending) > 3:
+            print(f"gputui: warning: {len(pending) - 3} more interrupted migrations; see 'gputui migrate --recover'.",
+                  file=err)
 
     with ctx.polling(docker=True, apply_gpu=False) as polled:
         engine = None
@@ -104,6 +118,8 @@ def run(ctx) -> int:
             engine = engine_for(polled.machine, ctx.settings.with_overrides(read_only=False)
                                 if args.dry_run else ctx.settings)
             flow = MigrateFlow(engine, polled.snapshot, verify_timeout=args.timeout)
+            if _sudo() and not flow.demo:
+                _say_daemon(engine, err)
             if args.dry_run:
                 return _dry_run(flow, args, ctx.settings.read_only, out, err)
             return _migrate(flow, args, out, err)
@@ -169,7 +185,7 @@ def _confirm(plan: MigrationPlan, demo: bool, yes: bool, out: TextIO) -> bool:
 def _progress(out: TextIO) -> Callable[[Progress], None]:
     def show(p: Progress) -> None:
         # Steps that wait (a slow stop, verification) say so while they wait.
-        if p.state in ("done", "skipped", "failed", "undoing") or \
+        if p.state in ("done", "skipped", "failed", "undoing", "info") or \
                 (p.state == "running" and p.step in ("stop", "verify")):
             print(clean(p.line()), file=out)
             out.flush()
@@ -195,30 +211,60 @@ def _sigterm_interrupts() -> Iterator[None]:
 
 
 def _recover(ctx) -> int:
+    """--recover [CONTAINER]: finish or undo the interrupted migrations of the daemon gputui talks to."""
     out, err = ctx.stdout, ctx.stderr
     args = ctx.args
     if ctx.demo:
         print("The demo keeps no journals: there is nothing to recover.", file=out)
         return EXIT_OK
-    pending = pending_journals("migrate")
-    for p in pending:
-        print(clean(p.describe()), file=out)
+    scan = scan_journals("migrate")
+    pending = [p for p in scan.pending if not args.container or _names(p, args.container)]
+    if args.container and not pending:
+        print(clean(f"No interrupted migration of {args.container} to recover."), file=out)
+        return EXIT_OK
     if ctx.settings.read_only:
+        for p in pending:
+            print(clean(p.describe()), file=out)
         print(clean(f"gputui: {READ_ONLY}"), file=err)
         return EXIT_NO
     try:
         client = docker_client(ctx.settings.docker_timeout)
     except MigrationUnavailable as exc:
+        for p in pending:
+            print(clean(p.describe()), file=out)
         print(clean(f"gputui: {exc}"), file=err)
         return EXIT_UNAVAILABLE
     from gputui.actions.migrate import DockerMigrationEngine
 
     engine = DockerMigrationEngine(client)
     try:
-        if not pending:
-            print("No interrupted migration to recover.", file=out)
-            _report_backups(client, out)
-            return EXIT_OK
+        try:
+            daemon = engine.daemon()
+        except Exception as exc:
+            print(clean(f"gputui: {unreachable(exc)}"), file=err)
+            return EXIT_UNAVAILABLE
+        if pending or _sudo():
+            print(clean(f"Docker daemon: {daemon['endpoint']} (ID {daemon['id']}){_sudo_note()}."), file=out)
+        mine, others, skipped = _sort(engine, pending)
+        for p in skipped:
+            print(clean(f"Skipped: {p.describe()}"), file=out)
+        for endpoint, group in others.items():
+            n = len(group)
+            print(clean(f"{n} interrupted migration{'s' if n > 1 else ''} ({', '.join(_name(p) for p in group)}) "
+                        f"belong{'s' if n == 1 else ''} to another Docker daemon (ID {group[0].daemon.get('id')}, "
+                        f"{endpoint}); run with DOCKER_HOST={endpoint}."), file=out)
+        if scan.unread:
+            print(f"{scan.unread} more journals were not read this time; run --recover again after these.", file=out)
+        if not mine:
+            print("No interrupted migration to recover" + (" on this Docker daemon." if scan.pending else "."),
+                  file=out)
+            _report_backups(client, out, scan.pending)
+            return EXIT_NO if skipped or others else EXIT_OK
+        for p in mine:
+            print(clean(p.describe()), file=out)
+            name, cid = p.container
+            print(clean(f"  journal {p.path} (owner {p.owner or '?'}); it changes container {name} ({cid[:12]})"),
+                  file=out)
         if not args.yes:
             if not interactive():
                 raise UsageError("Refusing to recover without confirmation: stdin is not a terminal; add --yes.")
@@ -227,13 +273,13 @@ def _recover(ctx) -> int:
             if ask(f"{question}? [y/N] ", out) not in ("y", "yes"):
                 print("Nothing was changed.", file=out)
                 return EXIT_NO
-        failed = False
+        failed = bool(skipped or others)
 
         def progress(p: Progress) -> None:
             print(clean(f"  {p.message}"), file=out)
             out.flush()
 
-        for p in pending:
+        for p in mine:
             busy = False
             try:
                 result = engine.recover(p, progress=progress)
@@ -248,28 +294,72 @@ def _recover(ctx) -> int:
                 print(clean(_discard(p)), file=out)
             else:
                 failed = True
-        _report_backups(client, out)
+        _report_backups(client, out, pending_journals("migrate"))
         return EXIT_NO if failed else EXIT_OK
     finally:
         engine.close()
 
 
-def _discard(p: Any) -> str:
-    """Move a journal that cannot be finished aside (kept for the record, no longer pending)."""
-    aside = p.path.parent / "discarded"
+def _names(p: PendingJournal, container: str) -> bool:
+    """Does ``--recover CONTAINER`` mean this journal's container (its name, id, or an id prefix of 4+)?"""
+    name, cid = p.container
+    return container in (name, cid) or (len(container) >= 4 and cid.startswith(container))
+
+
+def _name(p: PendingJournal) -> str:
+    return p.container[0] or p.path.name
+
+
+def _sudo() -> bool:
+    import os
+
+    return bool(os.environ.get("SUDO_USER"))
+
+
+def _sudo_note() -> str:
+    return "; sudo does not pass DOCKER_HOST on: set it after sudo for another daemon" if _sudo() else ""
+
+
+def _say_daemon(engine: Any, err: TextIO) -> None:
+    """Under sudo (which drops DOCKER_HOST), say which daemon the migration acts on."""
     try:
-        aside.mkdir(mode=0o700, exist_ok=True)
-        p.path.rename(aside / p.path.name)
-    except OSError as exc:
-        return f"Could not discard the journal {p.path}: {exc.strerror or exc}."
+        daemon = engine.daemon()
+    except Exception:
+        return
+    print(clean(f"gputui: acting on the Docker daemon at {daemon['endpoint']} (ID {daemon['id']})"
+                f"{_sudo_note()}."), file=err)
+
+
+def _sort(engine: Any, pending: list[PendingJournal]) -> tuple[list[PendingJournal], dict[str, list[PendingJournal]],
+                                                                 list[PendingJournal]]:
+    """Journals to act on here, those of other daemons (by endpoint), and those not to act on at all."""
+    mine: list[PendingJournal] = []
+    others: dict[str, list[PendingJournal]] = {}
+    skipped: list[PendingJournal] = []
+    for p in pending:
+        if not p.trusted:
+            skipped.append(p)
+        elif engine.belongs_here(p) is False:
+            others.setdefault(p.daemon.get("endpoint") or "an unknown endpoint", []).append(p)
+        else:
+            mine.append(p)
+    return mine, others, skipped
+
+
+def _discard(p: PendingJournal) -> str:
+    """Move a journal that cannot be finished aside (kept for the record, no longer pending)."""
+    try:
+        moved = discard(p)
+    except JournalError as exc:
+        return str(exc)
     backup = (p.data or {}).get("backup_name")
     keep = (f" Container {backup}, if it still exists, may be the only copy of the original: keep it."
             if backup else "")
-    return f"Discarded the journal {p.path.name} (moved to {aside}); no container was touched.{keep}"
+    return f"Discarded the journal {p.path.name} (moved to {moved.parent}); no container was touched.{keep}"
 
 
-def _report_backups(client: Any, out) -> None:
-    journaled = {str((p.data or {}).get("backup_name")) for p in pending_journals("migrate")}
+def _report_backups(client: Any, out, pending: list[PendingJournal]) -> None:
+    journaled = {str((p.data or {}).get("backup_name")) for p in pending}
     for name in leftover_backups(client):
         if name in journaled:
             continue

@@ -20,6 +20,7 @@ from gputui.actions.journal import Journal, PendingJournal, pending_journals
 from gputui.actions.locks import ContainerLock, LockHeld
 from gputui.actions.migrate.body import name_of, policy_text
 from gputui.actions.migrate.model import (
+    BACKUP_INFIX,
     READ_ONLY,
     STEP_TEXT,
     STEPS,
@@ -56,12 +57,28 @@ class DockerMigrationEngine:
         self.read_only = read_only
         self.poll_interval = poll_interval
         self._sleep = sleep
+        self._daemon: dict[str, str] | None = None
 
     def close(self) -> None:
         try:
             self.client.close()
         except Exception:
             pass
+
+    def daemon(self) -> dict[str, str]:
+        """The daemon this engine acts on: ``docker info``'s ID and the endpoint (recorded in each journal)."""
+        if self._daemon is None:
+            from gputui.core.sources.docker_source import docker_host
+
+            info = self.api.info()
+            base = str(getattr(self.api, "base_url", "") or "")
+            sock = getattr(getattr(self.api, "_custom_adapter", None), "socket_path", None)
+            if isinstance(sock, str) and sock:
+                endpoint = f"unix://{sock}"
+            else:
+                endpoint = docker_host() if base.startswith("http+docker://") or not base else base
+            self._daemon = {"id": str(info.get("ID") or "")[:200], "endpoint": endpoint[:500]}
+        return dict(self._daemon)
 
     # -- planning ----------------------------------------------------------------
     def inspect(self, container: str) -> dict[str, Any]:
@@ -128,6 +145,8 @@ class DockerMigrationEngine:
         except OSError as exc:
             return self._refused(plan, f"Cannot take the migration lock for {plan.container_name}: "
                                        f"{exc.strerror or exc}.", progress)
+        for note in lock.notes:
+            notify(progress, "journal", "info", note)
         try:
             refusal = self._changed_since(plan)
             if refusal:
@@ -144,8 +163,8 @@ class DockerMigrationEngine:
     def _changed_since(self, plan: MigrationPlan) -> str | None:
         """Why the plan no longer fits (checked under the lock: another migration may have just run)."""
         name = plan.container_name
-        for pending in pending_journals("migrate"):
-            if {plan.container_id, name} & set(pending.lock_keys):
+        for pending in pending_journals("migrate"):  # only a journal root trusts may hold a container back
+            if pending.trusted and {plan.container_id, name} & set(pending.lock_keys):
                 return f"{name} has an interrupted migration; run 'gputui migrate --recover' first."
         now = self._safe_inspect(name)
         if now is None or now.get("Id") != plan.container_id:
@@ -160,7 +179,7 @@ class DockerMigrationEngine:
         notify(progress, step, "running", STEP_TEXT[step])
         try:
             self.hooks.before(step, run)
-            journal = Journal.create("migrate", plan.container_name, _journal_data(plan))
+            journal = Journal.create("migrate", plan.container_name, {**_journal_data(plan), "daemon": self.daemon()})
             journal.update(step="journal")
         except (Exception, KeyboardInterrupt) as exc:
             message = f"Migration of {plan.container_name} did not start: could not {STEP_TEXT[step]} ({clause(exc)})."
@@ -366,6 +385,14 @@ class DockerMigrationEngine:
             self._sleep(0.1)
 
     # -- recovery ----------------------------------------------------------------
+    def belongs_here(self, pending: PendingJournal) -> bool | None:
+        """Was the journal's migration on this engine's daemon? None when the journal does not say (older
+        journals): then the containers it names must be found here (see :meth:`_recover`)."""
+        theirs = pending.daemon.get("id")
+        if not theirs:
+            return None
+        return theirs == self.daemon().get("id")
+
     def recover(self, pending: PendingJournal, progress: ProgressFn | None = None) -> MigrationResult:
         """Finish or undo an interrupted migration, judged from what Docker shows now (under its lock).
 
@@ -374,27 +401,60 @@ class DockerMigrationEngine:
         name, restart policy and running state back (recreating it from the journal,
         networks and static addresses included, if it is gone). The journal is kept
         until the original verifiably runs.
+
+        Only a journal this process may trust is acted on (:attr:`PendingJournal.trusted`), only on the
+        daemon it was written on, and a container is removed only when Docker shows it to be the journal's
+        own copy or backup (named so, made from the journal's image and labels): a journal cannot name a
+        container for gputui to remove.
         """
+        where = str(pending.path)
+        if not pending.trusted:
+            return MigrationResult(False, "skipped", pending.describe(), journal=where)
+        try:
+            here = self.belongs_here(pending)
+        except Exception as exc:
+            return MigrationResult(False, "failed", unreachable(exc), journal=where)
+        if here is False:
+            d = pending.daemon
+            return MigrationResult(False, "other-daemon",
+                                   f"The interrupted migration of {pending.container[0] or '?'} belongs to another "
+                                   f"Docker daemon (ID {d.get('id')}, {d.get('endpoint') or 'endpoint unknown'}); "
+                                   f"run with DOCKER_HOST={d.get('endpoint') or '...'}.", journal=where)
         try:
             lock = ContainerLock.acquire("migrate", pending.lock_keys, str(pending.lock_keys[-1:] or "?"))
         except LockHeld as exc:
-            return MigrationResult(False, "busy", str(exc), journal=str(pending.path))
+            return MigrationResult(False, "busy", str(exc), journal=where)
         except OSError as exc:
             return MigrationResult(False, "failed", f"Cannot take the migration lock: {exc.strerror or exc}.",
-                                   journal=str(pending.path))
+                                   journal=where)
+        for note in lock.notes:
+            notify(progress, "journal", "info", note)
         try:
-            return self._recover(Journal.take(pending), pending, progress)
+            return self._recover(Journal.take(pending), pending, progress, here)
         finally:
             lock.release()
 
-    def _recover(self, journal: Journal, pending: PendingJournal, progress: ProgressFn | None) -> MigrationResult:
+    def _recover(self, journal: Journal, pending: PendingJournal, progress: ProgressFn | None,
+                 here: bool | None = True) -> MigrationResult:
         d = journal.data
-        name = (d.get("container") or {}).get("name") or "?"
-        orig_id = (d.get("container") or {}).get("id") or ""
+        name = str((d.get("container") or {}).get("name") or "?")
+        orig_id = str((d.get("container") or {}).get("id") or "")
         summary = d.get("summary") or name
         try:
-            old = self._safe_inspect(orig_id) if orig_id else None
-            new = self._find_new(d, name, orig_id)
+            backup = str(d.get("backup_name") or "")
+            if not orig_id or not backup.startswith(name + BACKUP_INFIX):
+                raise RuntimeError("the journal does not name the container and its backup")
+            old = self._safe_inspect(orig_id)
+            if old is not None and old.get("Id") != orig_id:
+                old = None  # an id prefix that now fits another container: not the original
+            if old is not None and name_of(old) not in (name, backup):
+                raise RuntimeError(f"container {orig_id[:12]} is named {name_of(old)}, neither {name} nor the "
+                                   f"backup name {backup}; nothing was changed")
+            if here is None and old is None and self._safe_inspect(backup) is None:
+                raise RuntimeError("the journal does not say which Docker daemon it belongs to, and this daemon "
+                                   f"has neither {name}'s original ({orig_id[:12]}) nor its backup; run with the "
+                                   "DOCKER_HOST of the daemon it was migrated on")
+            new = self._find_new(d, name, orig_id, old)
             new_running = bool(new and (new.get("State") or {}).get("Running"))
             if d.get("verified") and new is not None and (new_running or not d.get("was_running", True)):
                 if old is not None:
@@ -409,7 +469,7 @@ class DockerMigrationEngine:
                 notify(progress, "create", "undoing", "remove the new container")
                 self.api.remove_container(new["Id"], v=False, force=True)
             if old is None:
-                orig_id = self._recreate(d, name, progress)
+                orig_id = self._recreate(journal, name, progress)
             else:
                 if name_of(old) != name:
                     notify(progress, "rename", "undoing", f"rename {name_of(old)} back to {name}")
@@ -437,32 +497,83 @@ class DockerMigrationEngine:
         audit_migration("undone", None, container=name, container_id=orig_id, recovered=True)
         return MigrationResult(True, "undone", message, journal=str(pending.path))
 
-    def _find_new(self, d: dict[str, Any], name: str, orig_id: str) -> dict[str, Any] | None:
-        """The copy the interrupted run created, if any."""
+    def _find_new(self, d: dict[str, Any], name: str, orig_id: str,
+                  old: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The copy the interrupted run created, if any: a container Docker shows to be the journal's successor
+        (under the container's name, from the journal body's image, with the original's labels, made after
+        the original). A journal naming any other container gets it neither finished nor removed."""
         if d.get("new_id"):
-            return self._safe_inspect(d["new_id"])
+            new = self._safe_inspect(str(d["new_id"]))
+            if new is None:
+                return None
+            if not _is_successor(new, d, name, orig_id, old):
+                raise RuntimeError(f"the journal names container {str(d['new_id'])[:12]} ({name_of(new)}) as the "
+                                   f"new copy of {name}, but Docker shows it is not; nothing was changed")
+            return new
         if d.get("step") != "rename":
             return None
         # Created, but the process died before journaling its id: the container under the
         # name is ours only if it is the body we posted (same image and labels).
         holder = self._safe_inspect(name)
-        body = d.get("body") or {}
-        cfg = (holder or {}).get("Config") or {}
-        if holder is not None and holder.get("Id") != orig_id and cfg.get("Image") == body.get("Image") and \
-                (cfg.get("Labels") or {}) == (body.get("Labels") or {}):
+        if holder is not None and _is_successor(holder, d, name, orig_id, old):
             return holder
         return None
 
-    def _recreate(self, d: dict[str, Any], name: str, progress: ProgressFn | None) -> str:
-        """The original is gone (its backup was removed): create it again from the journal."""
+    def _recreate(self, journal: Journal, name: str, progress: ProgressFn | None) -> str:
+        """The original is gone (its backup was removed): create it again from the journal. The copy's id is
+        journaled as soon as Docker returns it (and when a recover began), so a later --recover takes a copy
+        this one left half-made (e.g. a network was pruned) as its own instead of finding the name taken."""
+        d = journal.data
         holder = self._safe_inspect(name)
         if holder is not None:
-            raise RuntimeError(f"the original container is gone and the name {name} is taken by container "
-                               f"{holder.get('Id', '')[:12]}; rename or remove that one and run --recover again")
-        notify(progress, "create", "undoing", f"recreate {name} from the journal")
-        created = self.api.create_container_from_config(copy.deepcopy(d.get("original_body") or {}), name)
-        connect_networks(self.api, created["Id"], d.get("connect") or [])
-        return str(created["Id"])
+            if not _own_copy(holder, d):
+                raise RuntimeError(f"the original container is gone and the name {name} is taken by container "
+                                   f"{holder.get('Id', '')[:12]}; rename or remove that one and run --recover "
+                                   "again")
+            notify(progress, "create", "undoing", f"take over the copy of {name} an earlier --recover made")
+            cid = str(holder["Id"])
+        else:
+            journal.update(recover_started=_docker_now())
+            notify(progress, "create", "undoing", f"recreate {name} from the journal")
+            cid = str(self.api.create_container_from_config(copy.deepcopy(d.get("original_body") or {}), name)["Id"])
+            journal.update(recreated_id=cid)
+        joined = set(((self._safe_inspect(cid) or {}).get("NetworkSettings") or {}).get("Networks") or {})
+        connect_networks(self.api, cid, [c for c in d.get("connect") or [] if c and c[0] not in joined])
+        return cid
+
+
+def _docker_now() -> str:
+    """Now, in the form of Docker's ``Created`` (UTC, comparable as text)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 1))
+
+
+def _own_copy(holder: dict[str, Any], d: dict[str, Any]) -> bool:
+    """Is ``holder`` the copy an earlier --recover of this journal created?"""
+    if d.get("recreated_id") and holder.get("Id") == d["recreated_id"]:
+        return True
+    started = str(d.get("recover_started") or "")
+    body = d.get("original_body") or {}
+    cfg = holder.get("Config") or {}
+    return bool(started) and str(holder.get("Created") or "") >= started and cfg.get("Image") == body.get("Image") \
+        and (cfg.get("Labels") or {}) == (body.get("Labels") or {}) and cfg.get("Env") == body.get("Env")
+
+
+def _is_successor(new: dict[str, Any], d: dict[str, Any], name: str, orig_id: str,
+                  old: dict[str, Any] | None) -> bool:
+    """Does Docker show ``new`` to be the copy the journal's migration created?"""
+    body = d.get("body") or {}
+    cfg = new.get("Config") or {}
+    labels = cfg.get("Labels") or {}
+    if new.get("Id") == orig_id or name_of(new) != name or cfg.get("Image") != body.get("Image"):
+        return False
+    if any(labels.get(k) != v for k, v in (body.get("Labels") or {}).items()):
+        return False
+    if old is not None:
+        theirs = (old.get("Config") or {}).get("Labels") or {}
+        if any(labels.get(k) != v for k, v in theirs.items()) or str(new.get("Created") or "") < \
+                str(old.get("Created") or ""):
+            return False
+    return True
 
 
 def _journal_data(plan: MigrationPlan) -> dict[str, Any]:
