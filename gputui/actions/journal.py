@@ -166,9 +166,11 @@ class PendingJournal:
 
     @property
     def daemon(self) -> dict[str, str]:
-        """The Docker daemon the action acted on: ``{"id": ..., "endpoint": ...}`` (empty if not recorded)."""
+        """The Docker daemon the action acted on: ``{"id": ..., "root": ..., "endpoint": ...}`` (``docker info``'s
+        ID and DockerRootDir, the address; empty if not recorded)."""
         got = self.data.get("daemon")
-        return {k: str(v) for k, v in got.items() if k in ("id", "endpoint") and v} if isinstance(got, dict) else {}
+        return {k: str(v)[:500] for k, v in got.items() if k in ("id", "root", "endpoint") and v} \
+            if isinstance(got, dict) else {}
 
     @property
     def lock_keys(self) -> list[str]:

@@ -291,7 +291,9 @@ def _recover(ctx) -> int:
                 continue
             print(clean(f"gputui: {message}"), file=err)
             if args.discard and not busy and p.path.exists():
-                print(clean(_discard(p)), file=out)
+                done, said = _discard(p)
+                print(clean(said), file=out if done else err)
+                failed = failed or not done
             else:
                 failed = True
         _report_backups(client, out, pending_journals("migrate"))
@@ -346,16 +348,16 @@ def _sort(engine: Any, pending: list[PendingJournal]) -> tuple[list[PendingJourn
     return mine, others, skipped
 
 
-def _discard(p: PendingJournal) -> str:
+def _discard(p: PendingJournal) -> tuple[bool, str]:
     """Move a journal that cannot be finished aside (kept for the record, no longer pending)."""
     try:
         moved = discard(p)
     except JournalError as exc:
-        return str(exc)
+        return False, f"gputui: {exc}"
     backup = (p.data or {}).get("backup_name")
     keep = (f" Container {backup}, if it still exists, may be the only copy of the original: keep it."
             if backup else "")
-    return f"Discarded the journal {p.path.name} (moved to {moved.parent}); no container was touched.{keep}"
+    return True, f"Discarded the journal {p.path.name} (moved to {moved.parent}); no container was touched.{keep}"
 
 
 def _report_backups(client: Any, out, pending: list[PendingJournal]) -> None:

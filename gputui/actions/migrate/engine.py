@@ -66,7 +66,8 @@ class DockerMigrationEngine:
             pass
 
     def daemon(self) -> dict[str, str]:
-        """The daemon this engine acts on: ``docker info``'s ID and the endpoint (recorded in each journal)."""
+        """The daemon this engine acts on: ``docker info``'s ID and data root, and the endpoint (recorded in
+        each journal)."""
         if self._daemon is None:
             from gputui.core.sources.docker_source import docker_host
 
@@ -77,7 +78,10 @@ class DockerMigrationEngine:
                 endpoint = f"unix://{sock}"
             else:
                 endpoint = docker_host() if base.startswith("http+docker://") or not base else base
-            self._daemon = {"id": str(info.get("ID") or "")[:200], "endpoint": endpoint[:500]}
+            # Docker before 23 derives the ID from /etc/docker/key.json, which two daemons of one host share:
+            # the data root tells them apart.
+            self._daemon = {"id": str(info.get("ID") or "")[:200], "root": str(info.get("DockerRootDir") or "")[:500],
+                            "endpoint": endpoint[:500]}
         return dict(self._daemon)
 
     # -- planning ----------------------------------------------------------------
@@ -388,10 +392,11 @@ class DockerMigrationEngine:
     def belongs_here(self, pending: PendingJournal) -> bool | None:
         """Was the journal's migration on this engine's daemon? None when the journal does not say (older
         journals): then the containers it names must be found here (see :meth:`_recover`)."""
-        theirs = pending.daemon.get("id")
-        if not theirs:
+        theirs = pending.daemon
+        if not theirs.get("id"):
             return None
-        return theirs == self.daemon().get("id")
+        ours = self.daemon()
+        return all(theirs.get(k) == ours.get(k) for k in ("id", "root") if theirs.get(k))
 
     def recover(self, pending: PendingJournal, progress: ProgressFn | None = None) -> MigrationResult:
         """Finish or undo an interrupted migration, judged from what Docker shows now (under its lock).
