@@ -147,6 +147,30 @@ def test_a_journal_folder_root_does_not_own_is_not_used(docker_cleanup, tmp_path
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize("shape", ["verified-original", "unverified-copy"])
+def test_a_journal_naming_a_container_that_is_not_its_copy_or_backup_gets_nothing_removed(docker_cleanup, shape):
+    """Even a journal root trusts cannot name a container for --recover to remove: Docker must show it to be
+    the migration's copy (under the name, from the journal's image and labels) or its backup."""
+    d = docker_cleanup
+    victim = d.run("gtjr-v2", command=CMD)
+    if shape == "verified-original":  # "finish" would remove the original: the victim
+        data = evil_journal(d, "gtjr-v2", container={"id": victim.id, "name": "gtjr-v2"}, new_id=victim.id,
+                            verified=True)
+    else:  # "undo" would remove the copy: the victim
+        data = evil_journal(d, "gtjr-x", new_id=victim.id)
+    folder = system_journal_dir()
+    folder.mkdir(parents=True)
+    journal = folder / "migrate-20260101T000000-gtjr-v2-aaaaaa.json"
+    journal.write_text(json.dumps(data))
+    journal.chmod(0o600)
+    r = gputui(env_for(d), "migrate", "--recover", "--yes")
+    assert "Traceback" not in r.stderr and r.returncode != 0
+    now = d.client.api.inspect_container("gtjr-v2")
+    assert now["Id"] == victim.id and now["State"]["Running"]
+    assert names(d) == {"gtjr-v2"} and journal.exists()
+
+
+@pytest.mark.docker
 @pytest.mark.parametrize("where", ["home", "journal-dir"])
 def test_discard_never_moves_a_journal_through_a_symlinked_discarded_folder(docker_cleanup, where):
     d = docker_cleanup
