@@ -179,7 +179,10 @@ class GpuTuiApp(App[int]):
         from gputui.actions.journal import pending_journals
 
         try:
-            sentences = tuple(p.describe() for p in pending_journals("migrate"))
+            found = pending_journals("migrate")
+            sentences = tuple(p.describe() for p in found[:3])  # a folder of junk is one line, not thousands
+            if len(found) > 3:
+                sentences += (f"{len(found) - 3} more interrupted migrations; run 'gputui migrate --recover'.",)
         except Exception as exc:  # an unreadable state directory: one sentence, no traceback
             text = clause(exc)
             sentences = (f"Could not look for interrupted migrations: {text}.",)
