@@ -147,6 +147,22 @@ def test_a_journal_folder_root_does_not_own_is_not_used(docker_cleanup, tmp_path
 
 
 @pytest.mark.docker
+def test_a_journal_another_user_owns_in_the_system_folder_is_listed_and_skipped(docker_cleanup):
+    d = docker_cleanup
+    folder = system_journal_dir()
+    folder.mkdir(parents=True)
+    with local_user("gtjr6") as pw:
+        journal = folder / "migrate-20260101T000000-gtjr-rootpwn3-aaaaaa.json"
+        journal.write_text(json.dumps(evil_journal(d, "gtjr-rootpwn3")))
+        os.chown(journal, pw.pw_uid, pw.pw_gid)  # what a docker-group user's own migration leaves there
+        journal.chmod(0o600)
+        r = gputui(env_for(d), "migrate", "--recover", "--yes")
+        assert "Traceback" not in r.stderr and r.returncode != 0
+        assert "gtjr-rootpwn3" not in names(d) and mounts_host_root(d) == []
+        assert journal.exists() and str(journal) in r.stdout  # listed (one sentence), not acted on
+
+
+@pytest.mark.docker
 @pytest.mark.parametrize("shape", ["verified-original", "unverified-copy"])
 def test_a_journal_naming_a_container_that_is_not_its_copy_or_backup_gets_nothing_removed(docker_cleanup, shape):
     """Even a journal root trusts cannot name a container for --recover to remove: Docker must show it to be
@@ -342,8 +358,9 @@ def test_recover_acts_only_on_the_daemon_the_migration_was_on(docker_cleanup, do
         before_b = {x.name: x.status for x in b.client.containers.list(all=True)}
         journal = next(system_journal_dir().glob("*.json"))
         # sudo drops DOCKER_HOST: root's --recover talks to daemon A
-        wrong = gputui(env_for(a), "migrate", "--recover", "--yes")
+        wrong = gputui(env_for(a, SUDO_USER="gtjr"), "migrate", "--recover", "--yes")
         assert "Traceback" not in wrong.stderr
+        assert a.host in wrong.stdout  # a sudo'ed run says which daemon it uses
         assert "gtjr-two" not in names(a)  # nothing recreated on the wrong daemon
         assert {x.name: x.status for x in b.client.containers.list(all=True)} == before_b
         assert journal.exists()  # and the journal was not called done
