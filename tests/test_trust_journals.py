@@ -290,6 +290,7 @@ def test_a_lock_another_user_holds_does_not_make_root_refuse(docker_cleanup, fak
             j.finish()
             r = gputui(env, "migrate", "gtjr-held", "--to", "1", "--yes", "--timeout", "0.3")
             assert r.returncode == 0, r.stdout + r.stderr
+            assert str(locks / "migrate-gtjr-held.lock") in r.stdout  # root says which lock it ignored
             moved = d.client.api.inspect_container("gtjr-held")
             assert moved["Id"] != c.id
             assert moved["HostConfig"]["DeviceRequests"][0]["DeviceIDs"] != \

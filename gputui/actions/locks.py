@@ -83,11 +83,11 @@ def _untrusted(st: os.stat_result) -> str | None:
     if os.geteuid() != 0:
         return None
     if not stat.S_ISREG(st.st_mode):
-        return "it is not a regular file"
+        return "is not a regular file"
     if st.st_uid != 0 and st.st_gid != docker_gid():
-        return f"it belongs to {user_name(st.st_uid)}, outside the docker group"
+        return f"belongs to {user_name(st.st_uid)}, outside the docker group"
     if st.st_mode & 0o007:
-        return f"other users may open it (mode {stat.S_IMODE(st.st_mode):o})"
+        return f"other users may open (mode {stat.S_IMODE(st.st_mode):o})"
     return None
 
 
@@ -117,15 +117,15 @@ def _open(dfd: int, name: str, path: Path, notes: list[str]) -> int:
                 now = os.stat(name, dir_fd=dfd, follow_symlinks=False)
                 if (now.st_ino, now.st_dev) == (st.st_ino, st.st_dev):
                     os.unlink(name, dir_fd=dfd)
-                    by = f", held by {held}" if held else ""
-                    notes.append(f"Ignored the lock file {path} ({why}{by}): gputui does not trust it and "
-                                 "replaced it.")
+                    by = f" (held by {held})" if held else ""
+                    notes.append(f"Ignored the lock file {path}, which {why}{by}: gputui does not trust it "
+                                 "and made a new one.")
             except FileNotFoundError:
                 pass
             continue
         if fd == -2:
             os.unlink(name, dir_fd=dfd)
-            notes.append(f"Ignored the lock file {path} (a symbolic link): gputui replaced it.")
+            notes.append(f"Ignored the lock file {path}, which is a symbolic link: gputui made a new one.")
         try:
             fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o660, dir_fd=dfd)
         except FileExistsError:
