@@ -220,15 +220,15 @@ def test_reserve_refuses_bad_input_with_one_sentence(fake_nvml, rules_dir):
 
 
 class Guard:
-    def __init__(self, fake, rules: Path, sock: Path) -> None:
-        self.fake, self.rules, self.sock = fake, rules, sock
+    def __init__(self, fake, rules: Path, sock: Path, extra: tuple[str, ...] = ()) -> None:
+        self.fake, self.rules, self.sock, self.extra = fake, rules, sock, extra
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
         env = self.fake.env()
         env.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
         self.proc = subprocess.Popen([sys.executable, "-m", "gputui", "guard", "--listen", f"unix://{self.sock}",
-                                      "--rules", str(self.rules), "--no-docker", "--interval", "0.5"],
+                                      "--rules", str(self.rules), "--no-docker", "--interval", "0.5", *self.extra],
                                      env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
@@ -337,3 +337,62 @@ def test_the_guard_survives_malformed_requests_and_a_restart(guarded):
     assert _docker(d, "ps").returncode == 0
     stats = guard.ask("GET", "/gputui/stats", b"")
     assert stats is not None and stats["decisions"] >= 1 and stats["p99_ms"] is not None
+
+
+def test_users_reserve_for_themselves_only_through_the_guard_when_the_rules_allow(fake_nvml, rules_dir, users,
+                                                                                   tmp_path):
+    from tests.fixtures.unprivileged import readable_pythonpath
+
+    fake_nvml.write(scenario([gpu(i) for i in range(3)]))
+    rules = write_rules(rules_dir, "[reservations]\nself_service = true\n")
+    import tempfile
+
+    open_dir = Path(tempfile.mkdtemp(prefix="gtrs", dir="/tmp"))  # a folder every user may pass through
+    os.chmod(open_dir, 0o755)
+    service = open_dir / "reserve.sock"
+    guard = Guard(fake_nvml, rules, Path(f"/tmp/gts{os.getpid()}.sock"), extra=("--self-service", f"unix://{service}"))
+    guard.start()
+    try:
+        def reserve_as(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+            pw = users[name]
+            env = {"PATH": os.environ["PATH"], "PYTHONPATH": readable_pythonpath(), "HOME": "/",
+                   "GPUTUI_RULES": str(rules)}
+            return subprocess.run(["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups",
+                                   sys.executable, "-m", "gputui", "reserve", *args, "--guard", f"unix://{service}"],
+                                  capture_output=True, text=True, env=env, timeout=60, cwd="/")
+
+        mine = reserve_as("gtrl1", "2", "--for", "gtrl1", "--hours", "1")
+        assert mine.returncode == 0, mine.stderr
+        assert "token:" in mine.stdout
+        other = reserve_as("gtrl1", "1", "--for", "gtrl2", "--hours", "1")
+        assert other.returncode == 2 and "only for yourself" in other.stderr
+        taken = reserve_as("gtrl2", "2", "--for", "gtrl2", "--hours", "1")
+        assert taken.returncode == 1 and "already reserved for gtrl1" in taken.stderr
+        doc = snapshot(fake_nvml, rules)
+        assert [(r["gpu"], r["for"]) for r in doc["reservations"]] == [(2, "gtrl1")]
+    finally:
+        guard.stop()
+    write_rules(rules_dir, "")  # self-service off: the guard opens no socket for users
+    guard = Guard(fake_nvml, rules, Path(f"/tmp/gts{os.getpid()}.sock"), extra=("--self-service", f"unix://{service}"))
+    guard.start()
+    try:
+        assert not service.exists()
+    finally:
+        guard.stop()
+        shutil.rmtree(open_dir, ignore_errors=True)
+
+
+def test_doctor_says_whether_the_guard_answers(guarded):
+    d, guard, _ = guarded
+
+    def checks() -> dict[str, dict]:
+        out = guard.fake.run_gputui("doctor", "--json", "--rules", str(guard.rules), env_extra={"DOCKER_HOST": d.host,
+                                    "GPUTUI_RULES": str(guard.rules)})
+        return {c["name"]: c for c in json.loads(out.stdout)["checks"]}
+
+    up = checks()
+    assert up["guard"]["status"] == "pass" and "gputui-test" in up["guard"]["message"]
+    assert up["house-rules"]["status"] == "pass" and "allow_all_gpus = false" in up["house-rules"]["message"]
+    guard.stop()
+    down = checks()
+    assert down["guard"]["status"] == "fail" and "gputui-guard" in down["guard"]["fix"]

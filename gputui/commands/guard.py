@@ -40,6 +40,8 @@ REQUEST_LIMIT = 4 << 20
 IDLE_TIMEOUT = 30.0
 #: at most this many connections are served at once (dockerd keeps a few)
 MAX_CONNECTIONS = 64
+#: the socket any local user may reach to reserve GPUs for themselves (apart from dockerd's)
+SELF_SERVICE_SOCKET = "/run/gputui/reserve.sock"
 
 
 def add_parser(sub, common):
@@ -51,6 +53,9 @@ def add_parser(sub, common):
                    help="the plugin socket (default unix:///run/docker/plugins/gputui.sock)")
     p.add_argument("--interval", type=interval_arg, default=2.0, metavar="SECONDS",
                    help="how often the GPUs and the rules are read (default 2)")
+    p.add_argument("--self-service", default=SELF_SERVICE_SOCKET, metavar="unix:///PATH",
+                   help="where users reserve GPUs for themselves when the rules allow it "
+                        f"([reservations] self_service = true; default unix://{SELF_SERVICE_SOCKET})")
 
 
 class GuardState:
@@ -154,6 +159,79 @@ def _handler(state: GuardState, audit: Any) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def _self_service_handler(state: GuardState, rules_path: str | None) -> type[BaseHTTPRequestHandler]:
+    """``POST /reserve`` from a local user: who asks is the kernel's word (``SO_PEERCRED``), never the body's."""
+    import pwd
+    import struct
+
+    from gputui.actions.reservations import add_reservation
+    from gputui.core.rules import MAX_RESERVATION_S, RulesError
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        timeout = 10.0
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (BaseHTTPRequestHandler's name)
+            pass
+
+        def _reply(self, code: int, doc: dict[str, Any]) -> None:
+            data = json.dumps(doc).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:
+            self.close_connection = True
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if self.path != "/reserve" or not 0 < length <= 4096:
+                self._reply(400, {"error": "gputui guard takes POST /reserve with a small JSON body."})
+                return
+            creds = self.connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _pid, uid, _gid = struct.unpack("3i", creds)
+            try:
+                user = pwd.getpwuid(uid).pw_name
+            except KeyError:
+                self._reply(403, {"error": f"uid {uid} has no user name."})
+                return
+            _, rules, _ = state.view
+            if not rules.limits.self_service:
+                self._reply(403, {"error": "the house rules do not allow self-service reservations "
+                                           "([reservations] self_service = true)."})
+                return
+            try:
+                req = json.loads(self.rfile.read(length))
+                gpus = [int(i) for i in req["gpus"]][:64]
+                until = float(req["until"])
+                note = str(req.get("note", ""))[:200]
+            except (ValueError, KeyError, TypeError, RecursionError):
+                self._reply(400, {"error": "the request is not a reservation gputui understands."})
+                return
+            host = state.view[0]
+            chosen = [g for g in host.gpus if g.index in set(gpus) and g.mig is None]
+            if len(chosen) != len(set(gpus)) or not chosen:
+                self._reply(400, {"error": f"there is no GPU {sorted(set(gpus) - {g.index for g in chosen})} here."})
+                return
+            now = time.time()
+            if not now < until <= now + MAX_RESERVATION_S:
+                self._reply(400, {"error": "a reservation must end in the future and within a year."})
+                return
+            try:
+                res, token = add_reservation(rules_path, tuple(g.uuid for g in chosen), tuple(g.index for g in chosen),
+                                             user, until, note, created_by=user, now=now)
+            except RulesError as exc:
+                self._reply(409, {"error": str(exc)})
+                return
+            self._reply(200, {"id": res.id, "token": token, "for": user, "gpus": list(res.indices),
+                              "uuids": list(res.uuids), "until": res.until})
+
+    return Handler
+
+
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     block_on_close = False
@@ -249,7 +327,14 @@ def run(ctx) -> int:
             if rules.error:
                 print(f"gputui guard: {rules.error}", file=ctx.stderr, flush=True)
         server = _Server(path, _handler(state, audit))
-        os.chmod(path, 0o660)
+        os.chmod(path, 0o600)  # dockerd's, and root's: the decisions' socket is nobody else's to fill
+        service: _Server | None = None
+        if state.view[1].limits.self_service:
+            spath = _socket_path(args.self_service)
+            _prepare(spath)
+            service = _Server(spath, _self_service_handler(state, ctx.settings.rules_path))
+            os.chmod(spath, 0o666)  # any local user; who they are comes from SO_PEERCRED
+            threading.Thread(target=service.serve_forever, name="gputui-guard-self-service", daemon=True).start()
         threading.Thread(target=poll, name="gputui-guard-poll", daemon=True).start()
         print(f"gputui guard: answering Docker's authorization requests on unix://{path}", file=ctx.stderr,
               flush=True)
@@ -262,10 +347,16 @@ def run(ctx) -> int:
             pass
         finally:
             server.server_close()
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+            for srv in (server, service):
+                if srv is None:
+                    continue
+                if srv is service:
+                    srv.shutdown()
+                    srv.server_close()
+                try:
+                    os.unlink(srv.server_address)  # type: ignore[arg-type]  # a unix server's address is its path
+                except OSError:
+                    pass
     finally:
         stop.set()
         poller.close()

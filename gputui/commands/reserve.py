@@ -36,6 +36,9 @@ def add_parser(sub, common):
     p.add_argument("--list", action="store_true", help="list the live reservations")
     p.add_argument("--json", action="store_true", help="with --list: one JSON document")
     p.add_argument("--release", metavar="ID", help="release a reservation")
+    p.add_argument("--guard", default=None, metavar="unix:///PATH",
+                   help="the guard's self-service socket, for users reserving for themselves "
+                        "(default unix:///run/gputui/reserve.sock)")
 
 
 def parse_until(text: str, now: float) -> float:
@@ -111,7 +114,7 @@ def _reserve(ctx, rules_path: str | None) -> int:
     from gputui.core.judges.placement import format_pick
     from gputui.core.judges.rules import invoking_user
     from gputui.core.model import resolve_gpu
-    from gputui.core.rules import check_name, describe_until, load_house_rules
+    from gputui.core.rules import check_name, describe_until
 
     args = ctx.args
     wanted = parse_gpu_list(args.gpus)
@@ -133,15 +136,10 @@ def _reserve(ctx, rules_path: str | None) -> int:
     else:
         raise UsageError("Say until when: --until TIME or --hours H.")
     me = invoking_user()
-    if os.geteuid() != 0:
-        rules = load_house_rules(rules_path)
-        if not rules.limits.self_service:
-            raise UsageError("Only root may reserve GPUs here: the house rules do not allow self-service "
-                             "([reservations] self_service = true).")
+    if os.geteuid() != 0:  # the root-run guard decides, from the rules it reads and who the kernel says asks
         if holder != me:
             raise UsageError(f"You may reserve GPUs only for yourself ({me}), not for {holder}.")
-        raise UsageError("Self-service reservations are written by root: ask root to run "
-                         f"sudo gputui reserve {' '.join(args.gpus)} --for {me} ...")
+        return _self_service(ctx, wanted, until, args.note or "", now)
     with ctx.polling(docker=False, apply_gpu=False) as polled:
         gpus = polled.all_gpus
     chosen = []
@@ -161,4 +159,48 @@ def _reserve(ctx, rules_path: str | None) -> int:
     grant = format_pick(res.indices, {g.index: g.uuid for g in chosen}, "docker")
     print(f"Start containers on it with: docker run --label gputui.reservation={token} {grant} ...",
           file=ctx.stdout)
+    return EXIT_OK
+
+
+def _self_service(ctx, wanted: list[str], until: float, note: str, now: float) -> int:
+    """A user's own reservation, made by the root-run guard (which learns who asks from the kernel)."""
+    import http.client
+    import socket
+
+    from gputui.commands.guard import SELF_SERVICE_SOCKET
+    from gputui.core.rules import describe_until
+
+    if not all(w.isdigit() for w in wanted):
+        raise UsageError("Self-service reservations name GPUs by index, e.g. gputui reserve 3 --for me --hours 8.")
+    target = ctx.args.guard or f"unix://{SELF_SERVICE_SOCKET}"
+    if not target.startswith("unix:///"):
+        raise UsageError("--guard must be unix:///PATH.")
+    path = target[len("unix://"):]
+
+    class _Conn(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(10)
+            self.sock.connect(path)
+
+    body = json.dumps({"gpus": [int(w) for w in wanted], "until": until, "note": note})
+    conn = _Conn("gputui-guard", timeout=10)
+    try:
+        conn.request("POST", "/reserve", body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        doc = json.loads(resp.read(65536) or b"{}")
+    except (OSError, ValueError) as exc:
+        print(f"gputui: cannot reach the guard at {path} ({exc.__class__.__name__}): only root reserves GPUs "
+              "here, unless the house rules allow self-service ([reservations] self_service = true) and "
+              "gputui guard runs.", file=ctx.stderr)
+        return EXIT_NO
+    finally:
+        conn.close()
+    if resp.status != 200:
+        print(f"gputui: {doc.get('error', 'the guard refused the reservation')}", file=ctx.stderr)
+        return EXIT_NO
+    gpus_text = ",".join(str(i) for i in doc["gpus"])
+    print(f"Reserved GPU {gpus_text} for {doc['for']} until {describe_until(float(doc['until']), now)}: "
+          f"reservation {doc['id']}.", file=ctx.stdout)
+    print(f"token: {doc['token']}", file=ctx.stdout)
     return EXIT_OK
