@@ -396,3 +396,30 @@ def test_doctor_says_whether_the_guard_answers(guarded):
     guard.stop()
     down = checks()
     assert down["guard"]["status"] == "fail" and "gputui-guard" in down["guard"]["fix"]
+
+
+@pytest.mark.tmux
+def test_the_dashboard_shows_reservations_and_broken_rules(fake_nvml, rules_dir, as_user, tmp_path):
+    import shlex
+
+    from tests.test_tmux_dashboard import GPUTUI, Tmux
+
+    require(shutil.which("tmux") is not None and GPUTUI.exists(), "tmux and the installed gputui are needed")
+    b = as_user("gtrl2")
+    fake_nvml.write(scenario([gpu(0, processes=[process(b, used_memory=4 * GiB)]), gpu(1), gpu(2)]))
+    rules = write_rules(rules_dir, "")
+    made = fake_nvml.run_gputui("reserve", "0", "--for", "gtrl1", "--hours", "2", "--rules", str(rules))
+    assert made.returncode == 0, made.stderr
+    env = fake_nvml.env()
+    keep = {k: env[k] for k in ("LD_LIBRARY_PATH", "GPUTUI_FAKE_NVML_SCENARIO", "XDG_CONFIG_HOME", "XDG_STATE_HOME",
+                                "HOME", "PATH") if k in env}
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in keep.items())
+    tmux = Tmux()
+    try:
+        tmux.run("new-session", "-d", "-s", "dash", "-x", "200", "-y", "50",
+                 f"env {assignments} TERM=tmux-256color {shlex.quote(str(GPUTUI))} --no-docker --interval 1 "
+                 f"--rules {shlex.quote(str(rules))}")
+        screen = tmux.wait_for(lambda s: "reserved for gtrl1" in s, 30, "the broken reservation")
+        assert "gtrl2" in screen
+    finally:
+        tmux.kill()

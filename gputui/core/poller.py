@@ -31,6 +31,7 @@ from gputui.core.model import (
     ContainerRecord,
     ContainerRef,
     DockerStatus,
+    Finding,
     Gpu,
     Process,
     ProcessFacts,
@@ -252,8 +253,17 @@ class Poller:
         alerts = snap.alerts + tuple(Alert(gpu=v.gpu, kind=f"rule_{v.rule}", severity="warning", message=v.message,
                                            since=v.since) for v in violations)
         warnings = snap.warnings + ((rules.error,) if rules.error else ())
+        containers = snap.containers
+        if any(v.container for v in violations):  # the containers view lists a container's broken rules
+            named: dict[str, list[Finding]] = {}
+            for v in violations:
+                for name in (v.container or "").split(","):
+                    if name:
+                        named.setdefault(name, []).append(Finding(f"rule_{v.rule}", v.message))
+            containers = tuple(replace(c, findings=c.findings + tuple(named[c.name])) if c.name in named else c
+                               for c in containers)
         return replace(snap, rule_violations=violations, reservations=views, rules_error=rules.error,
-                       alerts=alerts, warnings=warnings)
+                       alerts=alerts, warnings=warnings, containers=containers)
 
     def _judge_stale(self, g: Gpu, by_id: dict[str, Container], records: dict[str, ContainerRecord]) -> Gpu:
         """The GPU with its processes' stale findings; most processes have none, so
