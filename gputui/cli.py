@@ -85,6 +85,8 @@ def _common(p: argparse.ArgumentParser, top: bool) -> None:
     p.add_argument("--no-docker", action="store_true", default=d if not top else False,
                    help="do not ask Docker about containers")
     p.add_argument("--config", metavar="PATH", default=d, help=f"config file (default {config_path()})")
+    p.add_argument("--rules", metavar="PATH", default=d,
+                   help="house rules file (default $GPUTUI_RULES, else /etc/gputui/rules.toml)")
 
 
 #: Subcommands implemented in gputui.commands, with their one-line help. Their modules
@@ -96,6 +98,8 @@ SUBCOMMANDS = {
     "doctor": "walk the troubleshooting checklist",
     "exporter": "serve Prometheus metrics on /metrics",
     "fleet": "every server's GPUs, owners and containers, from Prometheus",
+    "reserve": "reserve GPUs for a user or group until a time",
+    "guard": "enforce the house rules where containers start (Docker authorization plugin)",
 }
 
 
@@ -171,7 +175,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 #: value is read: None for a flag, "append" for --gpu, else the same converter argparse is given).
 _FAST_COMMON: dict[str, tuple[str, Any]] = {
     "--demo": ("demo", None), "--read-only": ("read_only", None), "--no-docker": ("no_docker", None),
-    "--gpu": ("gpu", "append"), "--config": ("config", str),
+    "--gpu": ("gpu", "append"), "--config": ("config", str), "--rules": ("rules", str),
 }
 _FAST_TOP: dict[str, tuple[str, Any]] = {
     **_FAST_COMMON, "--once": ("once", None), "--slow-link": ("slow_link", None), "--bell": ("bell", None),
@@ -185,7 +189,7 @@ _FAST_SNAPSHOT: dict[str, tuple[str, Any]] = {
 }
 #: What argparse leaves in the namespace when an option is not given (top level, then snapshot's).
 _TOP_DEFAULTS: dict[str, Any] = {
-    "demo": False, "gpu": None, "read_only": False, "no_docker": False, "config": None, "once": False,
+    "demo": False, "gpu": None, "read_only": False, "no_docker": False, "config": None, "rules": None, "once": False,
     "interval": None, "theme": None, "slow_link": None, "bell": None, "window": None, "temp_warning": None,
     "temp_critical": None, "prometheus": None, "command": None,
 }
@@ -337,6 +341,7 @@ def load_context(args: argparse.Namespace) -> Context:
         read_only=True if getattr(args, "read_only", False) else None,
         driver=_driver_from_env(),
         slow_link=getattr(args, "slow_link", None),
+        rules_path=getattr(args, "rules", None),
     )
     return Context(args=args, settings=settings)
 

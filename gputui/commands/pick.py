@@ -34,6 +34,7 @@ from gputui.context import EXIT_NO, EXIT_OK, EXIT_USAGE, UsageError, count_arg, 
 from gputui.core.fleet.pick import FORMATS as FLEET_FORMATS
 from gputui.core.judges.mig_placement import format_mig_pick, mig_loads, mig_reservations, pick_mig, whole_gpus
 from gputui.core.judges.placement import FORMATS, format_pick, gpu_loads, pick, reservations
+from gputui.core.judges.rules import house_holds, invoking_user
 
 
 def add_parser(sub, common):
@@ -99,8 +100,9 @@ def run(ctx) -> int:
         return EXIT_OK
     whole, split = whole_gpus(snap.gpus)
     loads = gpu_loads(history, whole, None)
+    held, mine = house_holds(snap.reservations, invoking_user())
     result = pick(loads, reservations(snap, all_gpus), count=args.count, min_free=args.min_free,
-                  max_util=args.max_util, observed=history.span)
+                  max_util=args.max_util, observed=history.span, held=held, prefer=mine)
     if not result.ok:
         note = ""
         if split:

@@ -69,6 +69,9 @@ class Settings:
     memory_hysteresis: float = 5.0
     #: the Prometheus server `gputui fleet` reads (None: give --prometheus)
     prometheus_url: str | None = None
+    #: the house rules file (``--rules``; never from the config file): None is GPUTUI_RULES, else
+    #: /etc/gputui/rules.toml
+    rules_path: str | None = None
 
     def with_overrides(self, **overrides: Any) -> Settings:
         clean = {k: v for k, v in overrides.items() if v is not None}

@@ -36,6 +36,10 @@ class Machine:
             kwargs["clock"] = self.demo.clock
         if self.demo is not None:
             kwargs["host"] = self.demo.host
+        else:
+            from gputui.core.sources.house_rules import HouseRulesSource
+
+            kwargs["house_rules"] = HouseRulesSource(settings.rules_path)
         return Poller(self.gpu, self.processes, self.containers, settings=settings, gpu_filter=gpu_filter,
                       container_wait=container_wait, **kwargs)
 

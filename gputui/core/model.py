@@ -470,6 +470,38 @@ class Alert:
 
 
 @record
+class RuleViolation:
+    """One house rule broken now (see :mod:`gputui.core.rules`): what, by whom, where, and the fix."""
+
+    rule: str
+    user: str | None
+    gpu: int | None
+    container: str | None
+    since: datetime
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "user": self.user, "gpu": self.gpu, "container": self.container,
+                "since": _iso(self.since), "message": self.message}
+
+
+@record
+class ReservationView:
+    """A live GPU reservation as the faces show it (never its token)."""
+
+    id: str
+    gpu: int
+    uuid: str
+    holder: str
+    until: datetime
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "gpu": self.gpu, "uuid": self.uuid, "for": self.holder,
+                "until": _iso(self.until), "note": self.note}
+
+
+@record
 class DockerStatus:
     available: bool
     error: str | None = None
@@ -496,6 +528,11 @@ class Snapshot:
     nvml_version: str | None = None
     #: How many seconds of history the judges looked at.
     window: float = 0.0
+    #: House rules broken now, and the live reservations (empty without a rules folder).
+    rule_violations: tuple[RuleViolation, ...] = ()
+    reservations: tuple[ReservationView, ...] = ()
+    #: One sentence when the rules or reservations file was refused.
+    rules_error: str | None = None
 
     def gpu(self, index: int) -> Gpu | None:
         for g in self.gpus:
@@ -530,6 +567,9 @@ class Snapshot:
             "alerts": [a.to_json() for a in self.alerts],
             "warnings": list(self.warnings),
             "window": self.window,
+            "rule_violations": [v.to_json() for v in self.rule_violations],
+            "reservations": [r.to_json() for r in self.reservations],
+            "rules_error": self.rules_error,
         }
 
 

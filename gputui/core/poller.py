@@ -15,19 +15,23 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from gputui.core.config import Settings
 from gputui.core.containers import build_containers
 from gputui.core.history import History
 from gputui.core.judges.alerts import AlertJudge
 from gputui.core.judges.imbalance import ImbalanceJudge
+from gputui.core.judges.rules import RuleJudge
 from gputui.core.judges.stale import IdleTracker, judge_stale
 from gputui.core.model import (
+    Alert,
     Container,
     ContainerInventory,
     ContainerRecord,
     ContainerRef,
     DockerStatus,
+    Finding,
     Gpu,
     Process,
     ProcessFacts,
@@ -36,6 +40,9 @@ from gputui.core.model import (
 )
 from gputui.core.record import replace
 from gputui.core.sources import ContainerSource, GpuSource, ProcessSource, cgroups
+
+if TYPE_CHECKING:
+    from gputui.core.sources.house_rules import HouseRulesSource
 
 
 class ContainerWatcher:
@@ -122,6 +129,7 @@ class Poller:
         host: str | None = None,
         gpu_filter: Callable[[Gpu], bool] | None = None,
         container_wait: float = 0.0,
+        house_rules: HouseRulesSource | None = None,
     ) -> None:
         self.gpu_source = gpu_source
         self.process_source = process_source
@@ -141,6 +149,9 @@ class Poller:
         self._imbalance = ImbalanceJudge(self.settings)
         self._alerts = AlertJudge(self.settings)
         self._idle = IdleTracker()
+        #: the house rules folder (None: no rules are judged)
+        self.house_rules = house_rules
+        self._rules = RuleJudge()
         self.polls = 0
         #: start time -> aware datetime; a process's start never changes, so convert it once
         self._started_cache: dict[float, datetime] = {}
@@ -224,10 +235,35 @@ class Poller:
         imbalance = self._imbalance.update(self.history, snap)
         snap = replace(snap, imbalance=imbalance)
         snap = replace(snap, alerts=self._alerts.update(self.history, snap))
+        if self.house_rules is not None:
+            snap = self._judge_rules(snap, now)
         if self.gpu_filter is not None:
             snap = replace(snap, gpus=tuple(g for g in snap.gpus if self.gpu_filter(g)))
         self.polls += 1
         return snap
+
+    def _judge_rules(self, snap: Snapshot, now: float) -> Snapshot:
+        """The house rules judged on this poll: violations (also raised as alerts, so every face that
+        shows alerts shows them), live reservations and the rules file's problem, if any."""
+        assert self.house_rules is not None
+        rules = self.house_rules.read(now)
+        if not rules.present:
+            return snap
+        violations, views = self._rules.update(rules, snap.gpus, snap.containers, now)
+        alerts = snap.alerts + tuple(Alert(gpu=v.gpu, kind=f"rule_{v.rule}", severity="warning", message=v.message,
+                                           since=v.since) for v in violations)
+        warnings = snap.warnings + ((rules.error,) if rules.error else ())
+        containers = snap.containers
+        if any(v.container for v in violations):  # the containers view lists a container's broken rules
+            named: dict[str, list[Finding]] = {}
+            for v in violations:
+                for name in (v.container or "").split(","):
+                    if name:
+                        named.setdefault(name, []).append(Finding(f"rule_{v.rule}", v.message))
+            containers = tuple(replace(c, findings=c.findings + tuple(named[c.name])) if c.name in named else c
+                               for c in containers)
+        return replace(snap, rule_violations=violations, reservations=views, rules_error=rules.error,
+                       alerts=alerts, warnings=warnings, containers=containers)
 
     def _judge_stale(self, g: Gpu, by_id: dict[str, Container], records: dict[str, ContainerRecord]) -> Gpu:
         """The GPU with its processes' stale findings; most processes have none, so

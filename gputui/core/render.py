@@ -144,6 +144,9 @@ def render_text(snap: Snapshot, now: float | None = None) -> str:
     for a in snap.alerts:
         where = f"GPU {a.gpu}: " if a.gpu is not None else ""
         notes.append(f"{a.severity.upper()}: {where}{a.message}")
+    for r in snap.reservations:
+        notes.append(f"reserved: GPU {r.gpu} for {r.holder} until {r.until.strftime('%a %Y-%m-%d %H:%M')} "
+                     f"(reservation {r.id}){': ' + r.note if r.note else ''}")
     for c in snap.containers:
         for f in c.findings:
             notes.append(f"container {c.name} [{f.kind}]: {f.message}")

@@ -266,6 +266,23 @@ def _judgement_families(snap: Snapshot) -> list[Metric]:
     return [flagged, suggestion, alert]
 
 
+def _rule_families(snap: Snapshot) -> list[Metric]:
+    """The house rules: 1 per violation now, 1 per reserved GPU (only where a rules folder has either)."""
+    broken = _gauge("gputui_rule_violation", "1 per house rule broken now (gputui.core.rules).",
+                    ["rule", "user", "gpu", "container"])
+    seen: set[tuple[str, str, str, str]] = set()
+    for v in snap.rule_violations:
+        key = (v.rule, _s(v.user), _s(v.gpu), _s(v.container))
+        if key not in seen:
+            seen.add(key)
+            broken.add_metric(list(key), 1)
+    reserved = _gauge("gputui_reservation", "1 per reserved GPU; until is the end, ISO 8601.",
+                      ["gpu", "uuid", "user", "until"])
+    for r in snap.reservations:
+        reserved.add_metric([str(r.gpu), r.uuid, r.holder, r.until.isoformat(timespec="seconds")], 1)
+    return [broken, reserved]
+
+
 def _dcgm_container(g: Gpu, snap: Snapshot) -> str:
     """The one container to name on a GPU's dcgm series: the one holding most memory on it,
     else the only container granted it; empty when none or ambiguous."""
@@ -333,5 +350,7 @@ def build_families(status: PollStatus, options: ExportOptions,
     yield from _process_families(snap, options.max_processes, memo)
     yield from _container_families(snap.containers, snap.gpus)
     yield from _judgement_families(snap)
+    if snap.rule_violations or snap.reservations:
+        yield from _rule_families(snap)
     if options.dcgm_names:
         yield from _dcgm_families(snap, hostname)

@@ -27,6 +27,7 @@ from gputui.core.doctor.facts import (
     DockerFacts,
     DoctorFacts,
     NvmlFacts,
+    RulesFacts,
 )
 from gputui.core.doctor.mig import check_mig
 from gputui.core.grants import is_nvidia_runtime
@@ -41,7 +42,7 @@ ALL_CHECKS = (
     "nvml", "nvml-functions", "gpu-models", "gpu-drivers", "persistence-mode", "device-nodes", "container",
     "cgroup-namespace", "docker-socket", "docker-daemon", "nvidia-runtime", "docker-gpus", "containers-unpinned",
     "containers-env", "mig-devices", "mig-mode-change", "mig-grants", "gpu-lost", "ecc-errors", "memory-repair",
-    "throttling",
+    "throttling", "house-rules", "guard",
 )
 #: Judged by :func:`gputui.core.doctor.mig.check_mig`.
 MIG_CHECKS = ("mig-devices", "mig-mode-change", "mig-grants")
@@ -524,7 +525,40 @@ def judge(facts: DoctorFacts) -> list[Check]:
         checks += [Check(*v) for v in check_mig(facts.mig, containers_checked=facts.container_findings is not None,
                                                 containers_error=facts.containers_error)]
         checks += check_health(facts.nvml)
+    checks += check_rules(facts.rules)
     return complete(checks, facts)
+
+
+def check_rules(r: RulesFacts) -> list[Check]:
+    """The house rules file, and whether the Docker authorization plugin that enforces them answers."""
+    if r.error:
+        rules = _fail("house-rules", r.error, "Fix the file (root-owned, not writable by others, valid TOML), "
+                      "or remove it: without it no rule applies.")
+    elif not r.present:
+        rules = _pass("house-rules", f"No house rules ({r.path} does not exist): nothing is limited"
+                      + (f"; {r.reservations} GPU reservation(s) live." if r.reservations else "."))
+    else:
+        what = ", ".join(r.limits) or "no limits"
+        rules = _pass("house-rules", f"House rules from {r.path}: {what}; {r.reservations} live reservation(s).")
+    if not r.docker_checked:
+        guard = _skip("guard", "Not checked: --no-docker was given.")
+    elif r.authz_plugins is None:
+        guard = _skip("guard", "Not checked: Docker did not answer and dockerd's flags could not be read.")
+    elif not r.authz_plugins:
+        guard = _pass("guard", "dockerd uses no authorization plugin: the house rules are reported, not enforced "
+                      "where containers start (see gputui guard).")
+    else:
+        down = [(n, why) for n, why in r.plugin_answers if why is not None]
+        if down:
+            name, why = down[0]
+            guard = _fail("guard", f"dockerd's authorization plugin {name} does not answer: {why}; while it is "
+                          "away dockerd refuses (or holds) every request.",
+                          "Start it (systemctl start gputui-guard), or remove the plugin from dockerd's flags or "
+                          "daemon.json and restart dockerd.")
+        else:
+            guard = _pass("guard", f"dockerd's authorization plugin{'s' if len(r.authz_plugins) > 1 else ''} "
+                          f"{', '.join(r.authz_plugins)} answer{'' if len(r.authz_plugins) > 1 else 's'}.")
+    return [rules, guard]
 
 
 def complete(checks: list[Check], facts: DoctorFacts) -> list[Check]:

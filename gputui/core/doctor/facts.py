@@ -110,6 +110,8 @@ class DockerFacts:
     api_version: str | None = None
     runtimes: tuple[str, ...] = ()
     default_runtime: str | None = None
+    #: authorization plugins the daemon asks about every request (docker info Plugins.Authorization)
+    authz_plugins: tuple[str, ...] = ()
     #: CDI spec directories the daemon reads (None: this Docker does not report or support CDI).
     cdi_spec_dirs: tuple[str, ...] | None = None
     #: NVIDIA CDI spec files found on this host.
@@ -133,6 +135,26 @@ class ContainerFinding:
 
 
 @record
+class RulesFacts:
+    """The house rules folder and the guard, as doctor found them."""
+
+    #: the rules file read, and why it was refused (None: usable or absent)
+    path: str = "/etc/gputui/rules.toml"
+    present: bool = False
+    error: str | None = None
+    limits: tuple[str, ...] = ()
+    reservations: int = 0
+    #: authorization plugins dockerd reported (None: Docker not asked or not answering)
+    authz_plugins: tuple[str, ...] | None = ()
+    #: plugin name -> None when it answered /Plugin.Activate as authz, else why not
+    plugin_answers: tuple[tuple[str, str | None], ...] = ()
+    #: the Docker error when dockerd refused doctor's own requests
+    docker_error: str | None = None
+    #: False for --no-docker
+    docker_checked: bool = True
+
+
+@record
 class DoctorFacts:
     nvml: NvmlFacts
     devices: DeviceFacts
@@ -146,3 +168,4 @@ class DoctorFacts:
     host: str = ""
     #: MIG modes, MIG devices and MIG grants (empty: no GPU reports MIG mode); None when NVML could not be read.
     mig: MigFacts | None = field(default_factory=MigFacts)
+    rules: RulesFacts = field(default_factory=RulesFacts)

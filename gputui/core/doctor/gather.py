@@ -70,7 +70,8 @@ def gather(session: Session, *, docker_on: bool, docker_timeout: float, demo: bo
         findings, why = probes.container_findings(snapshot)
     return DoctorFacts(nvml=nvml, devices=devices, container_env=env, docker=docker, container_findings=findings,
                        containers_error=why, demo=False, host=host,
-                       mig=MigFacts.of(snapshot) if snapshot is not None else None)
+                       mig=MigFacts.of(snapshot) if snapshot is not None else None,
+                       rules=probes.probe_rules(docker))
 
 
 def init_error_kind(sentence: str) -> str:

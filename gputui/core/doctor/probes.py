@@ -22,7 +22,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gputui.core.doctor.facts import ContainerEnvFacts, ContainerFinding, DeviceFacts, DeviceNode, DockerFacts
+from gputui.core.doctor.facts import (
+    ContainerEnvFacts,
+    ContainerFinding,
+    DeviceFacts,
+    DeviceNode,
+    DockerFacts,
+    RulesFacts,
+)
 from gputui.core.model import Snapshot
 from gputui.core.sources.processes import INIT_PID_NS_INODE, ns_inode
 
@@ -326,6 +333,7 @@ def probe_docker(timeout: float = 5.0, environ: Mapping[str, str] | None = None,
         api_version=version.get("ApiVersion"),
         runtimes=runtimes,
         default_runtime=info.get("DefaultRuntime"),
+        authz_plugins=tuple(str(n)[:64] for n in ((info.get("Plugins") or {}).get("Authorization") or ())[:16]),
         cdi_spec_dirs=cdi_spec_dirs,
         cdi_specs=_cdi_specs(cdi_spec_dirs or cdi_dirs),
         hook_path=hook,
@@ -398,3 +406,87 @@ def foreign_bound_gpus(sysfs: str = "/sys/bus/pci/devices") -> tuple[tuple[str, 
         if driver != "nvidia":
             out.append((name, driver))
     return tuple(out)
+
+
+def probe_rules(docker: DockerFacts) -> RulesFacts:
+    """The house rules as every face reads them, and whether dockerd's authorization plugins answer."""
+    from gputui.core.rules import load_house_rules, rules_file
+
+    rules = load_house_rules()
+    limits = rules.limits
+    named = []
+    if limits.max_gpus_per_user is not None:
+        named.append(f"max_gpus_per_user = {limits.max_gpus_per_user}")
+    if limits.max_idle_hold is not None:
+        named.append(f"max_idle_hold = {limits.max_idle_hold:g} s")
+    if not limits.allow_all_gpus:
+        named.append("allow_all_gpus = false")
+    if limits.self_service:
+        named.append("self_service = true")
+    plugins: tuple[str, ...] | None = docker.authz_plugins if docker.reachable else None
+    if not docker.reachable and docker.checked:
+        # dockerd waits on an absent plugin, so it may not answer doctor either: read its flags instead
+        pid = find_dockerd(docker.socket_path, timeout=1.0)
+        if pid is not None:
+            plugins = _authz_flags(pid)
+    answers = tuple((name, _plugin_answers(name)) for name in plugins or ())
+    return RulesFacts(path=rules_file(None), present=os.path.exists(rules_file(None)), error=rules.error,
+                      limits=tuple(named), reservations=len(rules.reservations),
+                      authz_plugins=plugins, plugin_answers=answers,
+                      docker_error=None if docker.reachable or not docker.checked else docker.error,
+                      docker_checked=docker.checked)
+
+
+def _authz_flags(pid: int) -> tuple[str, ...] | None:
+    """The authorization plugins named on dockerd's command line (daemon.json's are not read here)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    names = []
+    for i, arg in enumerate(argv):
+        text = arg.decode(errors="replace")
+        if text.startswith("--authorization-plugin="):
+            names.append(text.split("=", 1)[1])
+        elif text == "--authorization-plugin" and i + 1 < len(argv):
+            names.append(argv[i + 1].decode(errors="replace"))
+    return tuple(n[:64] for n in names[:16])
+
+
+def _plugin_answers(name: str) -> str | None:
+    """None when the plugin ``name`` answers ``/Plugin.Activate`` as an authorization plugin, else why not."""
+    import json
+    import socket as _socket
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+        return "its name is not one gputui looks up"
+    path = f"/run/docker/plugins/{name}.sock"
+    if not os.path.exists(path):
+        try:
+            with open(f"/etc/docker/plugins/{name}.spec", encoding="utf-8", errors="replace") as f:
+                spec = f.read(4096).strip()
+        except OSError:
+            return f"neither /run/docker/plugins/{name}.sock nor /etc/docker/plugins/{name}.spec exists"
+        if not spec.startswith("unix://"):
+            return f"its spec file names {spec[:60]!r}, not a unix socket gputui can ask"
+        path = spec[len("unix://"):]
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    s.settimeout(2.0)
+    try:
+        s.connect(path)
+        s.sendall(b"POST /Plugin.Activate HTTP/1.1\r\nHost: plugin\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        data = b""
+        while len(data) < 65536:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    except OSError as exc:
+        return f"{path} does not answer ({exc.strerror or exc.__class__.__name__})"
+    finally:
+        s.close()
+    try:
+        doc = json.loads(data.split(b"\r\n\r\n", 1)[1])
+    except (ValueError, IndexError):
+        return f"{path} answered something that is not a plugin's activation"
+    return None if "authz" in (doc.get("Implements") or []) else f"{path} does not implement authz"

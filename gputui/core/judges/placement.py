@@ -22,7 +22,7 @@ their load. Lost GPUs are never proposed.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from itertools import islice
 
 from gputui.core.history import GpuSample, History
@@ -274,6 +274,8 @@ def pick(
     min_free: int | None = None,
     max_util: float | None = None,
     observed: float = 0.0,
+    held: dict[int, str] | None = None,
+    prefer: Collection[int] = (),
 ) -> Pick:
     """The best ``count`` GPUs, or one sentence naming the constraint that could not be met.
 
@@ -282,6 +284,8 @@ def pick(
     ``count`` GPUs is the one reported, with the closest miss.
     """
     ranked = sorted(loads.values(), key=rank_key)
+    if prefer:  # the picker's own reservations first, each group in rank order
+        ranked.sort(key=lambda g: g.index not in prefer)
     if not ranked:
         return Pick((), "There are no GPUs to pick from.")
     asked = f"{count} {'was' if count == 1 else 'were'} asked for"
@@ -294,6 +298,16 @@ def pick(
         note = f", {gpus_phrase(lost)} {'is' if len(lost) == 1 else 'are'} lost" if lost else ""
         return Pick((), f"Only {plural(len(alive), 'GPU')} can be picked "
                         f"({index_ranges(g.index for g in alive)}{note}); {asked}.")
+
+    if held:  # reserved by the house rules for someone else: never offered
+        mine = [g for g in alive if g.index not in held]
+        if len(mine) < count:
+            why = "; ".join(f"GPU {i} is {held[i]}" for i in sorted(held) if i in {g.index for g in alive})
+            if not mine:
+                return Pick((), f"Every GPU is reserved for someone else ({why}).")
+            return Pick((), f"Only {plural(len(mine), 'GPU')} ({index_ranges(g.index for g in mine)}) "
+                            f"{'is' if len(mine) == 1 else 'are'} not reserved for someone else ({why}); {asked}.")
+        alive = mine
 
     free_of_grants = [g for g in alive if g.index not in reserved]
     if len(free_of_grants) < count:

@@ -23,6 +23,7 @@ from gputui.ui.base import GpuScreen
 from gputui.ui.widgets.banner import SuggestionBanner
 from gputui.ui.widgets.gpu_panel import GpuPanel
 from gputui.ui.widgets.process_table import COLUMNS, ProcessHeader, ProcessTable
+from gputui.ui.widgets.rules_banner import RulesBanner
 from gputui.ui.widgets.status import ImbalanceBanner, PollStatus, SelectionBar, StatusLine
 
 #: Lines taken by the one-line bars around the panel and the table (status,
@@ -50,6 +51,7 @@ class DashboardScreen(GpuScreen[None]):
         yield StatusLine(id="status")
         yield GpuPanel(id="gpus")
         yield SuggestionBanner(id="imbalance")
+        yield RulesBanner(id="rules")
         yield header
         yield ProcessTable(header, id="procs")
         yield SelectionBar(id="selection")
@@ -83,7 +85,7 @@ class DashboardScreen(GpuScreen[None]):
     def _fit_panel(self) -> None:
         """Give the GPU panel what the screen can spare while the table keeps a useful height."""
         height = self.size.height
-        banner = self.query_one(ImbalanceBanner).lines_needed(self.size.width)
+        banner = self.query_one(ImbalanceBanner).lines_needed(self.size.width) + self.query_one(RulesBanner).lines
         filter_lines = 1 if self.filter_input.display else 0
         room = height - FIXED_LINES - banner - filter_lines
         min_rows = max(5, room // 3)
@@ -95,6 +97,8 @@ class DashboardScreen(GpuScreen[None]):
         self.panel.update(snapshot, app.gpu_history, app.settings)
         banner = self.query_one(ImbalanceBanner)
         banner.show(snapshot.imbalance)
+        if self.query_one(RulesBanner).show(snapshot.rule_violations):
+            self._fit_panel()
         self.table.update(snapshot)
         # In the same frame as the table (the CursorMoved message would come a frame later).
         self.query_one(SelectionBar).show(self.table.cursor_process)
