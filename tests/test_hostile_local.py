@@ -12,10 +12,14 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import resource
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -113,3 +117,106 @@ def test_exe_falls_back_to_comm_when_the_link_cannot_be_read(tmp_path: Path):
     assert exe_base_name(str(tmp_path), b"python3") == "python3"  # no exe link there
     (tmp_path / "exe").symlink_to("/opt/conda/bin/python3.11 (deleted)")
     assert exe_base_name(str(tmp_path), b"python3") == "python3.11"
+
+
+# -- Attack 5: 1,000 idle connections took the exporter's descriptors ----------------------------------
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _sockets_held(pid: int) -> int:
+    held = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            held += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return held
+
+
+@pytest.fixture
+def many_files() -> Iterator[None]:
+    """This test process may open a few thousand sockets (its limit is put back afterwards)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 4096 if hard == resource.RLIM_INFINITY else min(hard, 4096)
+    require(want >= 2100, "a descriptor limit of at least 2100 is needed")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.functional
+def test_a_thousand_idle_sockets_neither_starve_metrics_nor_spin(fake_nvml: FakeNvml, exporters,  # noqa: F811
+                                                                 many_files):
+    """An exporter with the 1,024 descriptors a service gets; a client opens 1,100 connections and
+    says nothing (before, the exporter ran out of descriptors, its accept loop spun at half a core and
+    /metrics went unanswered). /metrics still answers within a second, the exporter holds no more than its cap of
+    connections, and its CPU stays near zero while the sockets sit there."""
+    fake_nvml.write(scenario([gpu(0), gpu(1)]))
+    e = start_exporter(exporters, fake_nvml, "--no-docker", "--interval", "2", nofile=1024)
+    idle: list[socket.socket] = []
+    try:
+        for i in range(1100):  # a little over 1,000: the descriptors the exporter has besides are few
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", e.port))  # in progress: the handshake completes in the kernel
+            idle.append(s)
+            if i % 2:
+                time.sleep(0.01)  # paced as an attacker would, so each is accepted (not lost in the backlog)
+        time.sleep(1.0)  # let the exporter settle with its idle clients
+
+        for _ in range(3):
+            t0 = time.monotonic()
+            with urllib.request.urlopen(e.url, timeout=5) as r:
+                assert b"gputui_gpu_info" in r.read()
+            assert time.monotonic() - t0 < 1.0
+        assert _sockets_held(e.proc.pid) <= 64 + 4  # the cap, the listener and NVML's own
+
+        before, t0 = _cpu_seconds(e.proc.pid), time.monotonic()
+        time.sleep(3.0)
+        used = (_cpu_seconds(e.proc.pid) - before) / (time.monotonic() - t0)
+        assert used < 0.15, f"the exporter used {used:.0%} of a core while clients sat idle"
+    finally:
+        for s in idle:
+            s.close()
+    assert e.stop() == 0
+    assert "Traceback" not in e.stderr_rest, e.stderr_rest
+
+
+@pytest.mark.functional
+def test_a_client_trickling_its_header_is_dropped_after_the_header_timeout(
+        fake_nvml: FakeNvml, exporters):  # noqa: F811
+    """Slowloris: a byte of header every quarter second kept a thread (and a descriptor) forever,
+    each byte restarting the 30-second read timeout. The header timeout counts from the connect."""
+    fake_nvml.write(scenario([gpu(0)]))
+    e = start_exporter(exporters, fake_nvml, "--no-docker", "--header-timeout", "1")
+    with socket.create_connection(("127.0.0.1", e.port), timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        t0 = time.monotonic()
+        closed = False
+        while time.monotonic() - t0 < 15 and not closed:
+            try:
+                s.sendall(b"X")
+                s.settimeout(0.25)
+                closed = s.recv(1) == b""
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+        assert closed, "the exporter kept a client that never finished its header"
+        assert time.monotonic() - t0 < 10
+    with urllib.request.urlopen(e.url, timeout=10) as r:
+        assert r.status == 200
+
+
+@pytest.mark.functional
+def test_a_connection_cap_the_descriptor_limit_cannot_hold_is_refused_at_start():
+    res = subprocess.run([sys.executable, "-m", "gputui", "exporter", "--demo", "--max-connections", "4096",
+                          "--listen", "127.0.0.1:41201"], env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                         capture_output=True, text=True, timeout=60,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024)))
+    assert res.returncode == 2
+    assert "--max-connections" in res.stderr and len(res.stderr.strip().splitlines()) == 1
