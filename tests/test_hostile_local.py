@@ -220,3 +220,118 @@ def test_a_connection_cap_the_descriptor_limit_cannot_hold_is_refused_at_start()
                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024)))
     assert res.returncode == 2
     assert "--max-connections" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+# -- Attack 8: root obeyed a user's config; a FIFO key hung the start; duplicate UUIDs were picked -------
+
+
+def _as_user_run(user: pwd.struct_passwd, script: str) -> None:
+    """Run a shell line as ``user`` (setpriv drops root's ids and groups, as a real login would have)."""
+    subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--",
+                    "/bin/sh", "-c", script], check=True, capture_output=True, timeout=60,
+                   env={"PATH": "/usr/bin:/bin", "HOME": "/"}, cwd="/")
+
+
+def _snapshot_as_root(home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``gputui snapshot --json --demo`` as root with a user's environment, as ``sudo -E`` leaves it."""
+    base = {k: v for k, v in os.environ.items() if k != "SUDO_UID"}
+    full = {**base, "PYTHONPATH": str(REPO_ROOT), "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_STATE_HOME": str(home / "state-of-root"), **env}
+    return subprocess.run([sys.executable, "-m", "gputui", "snapshot", "--json", "--demo", "--no-docker"],
+                          env=full, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.functional
+def test_root_under_sudo_e_never_obeys_another_users_config(local_user, shared_dir: Path):
+    """A user writes ~/.config/gputui/config.toml (``idle_window = 0`` and their own Prometheus);
+    root runs gputui with that user's environment. Root obeys it only when that user is the one who
+    ran sudo and nobody else can write it; otherwise one sentence and exit 2."""
+    require(shutil.which("setpriv") is not None, "setpriv (util-linux) is needed")
+    home = shared_dir / "home"
+    home.mkdir()
+    os.chown(home, local_user.pw_uid, local_user.pw_gid)
+    config = home / ".config" / "gputui" / "config.toml"
+    _as_user_run(local_user, f"umask 022; mkdir -p {config.parent} && printf '%s\\n' "
+                             f"'prometheus_url = \"http://127.0.0.1:41299\"' '[stale]' 'idle_window = 0' > {config}")
+    assert config.stat().st_uid == local_user.pw_uid
+
+    stranger = _snapshot_as_root(home)  # root, and no sudo: the file is not root's
+    assert stranger.returncode == 2, stranger.stdout[:200] + stranger.stderr
+    assert len(stranger.stderr.strip().splitlines()) == 1 and str(config) in stranger.stderr
+    other = _snapshot_as_root(home, SUDO_UID=str(local_user.pw_uid + 1))  # someone else ran sudo -E
+    assert other.returncode == 2, other.stderr
+    assert json.loads(_snapshot_as_root(home, SUDO_UID=str(local_user.pw_uid)).stdout)["gpus"]  # their own: read
+
+    _as_user_run(local_user, f"chmod 666 {config}")  # the invoker's own file, but anyone may rewrite it
+    writable = _snapshot_as_root(home, SUDO_UID=str(local_user.pw_uid))
+    assert writable.returncode == 2, writable.stderr
+
+
+@pytest.mark.functional
+def test_a_fifo_named_as_the_key_fails_fast_and_a_readable_key_is_warned(tmp_path: Path):
+    require(shutil.which("openssl") is not None, "openssl is needed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True, timeout=60)
+    fifo = tmp_path / "key.fifo"
+    os.mkfifo(fifo)
+    argv = [sys.executable, "-m", "gputui", "exporter", "--demo", "--listen", "127.0.0.1:41202",
+            "--certfile", str(cert)]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    t0 = time.monotonic()
+    try:
+        res = subprocess.run([*argv, "--keyfile", str(fifo)], env=env, capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the exporter hung opening a FIFO named as its key")
+    assert res.returncode == 2 and time.monotonic() - t0 < 30
+    assert str(fifo) in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+    key.chmod(0o644)
+    proc = subprocess.Popen([*argv, "--keyfile", str(key)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stderr is not None
+        first, second = proc.stderr.readline(), proc.stderr.readline()
+        assert "warning" in first and str(key) in first and "644" in first  # said before it serves
+        assert "serving https://" in second
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def _gputui(fake: FakeNvml, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gputui", *args, "--no-docker"],
+                          env={**fake.env(), "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.functional
+def test_cards_with_a_shared_or_empty_uuid_are_flagged_and_never_picked(fake_nvml: FakeNvml):
+    """A driver fault (or a hostile shim) reports one UUID for two cards and none for a third:
+    ``pick --format docker`` printed ``device=GPU-dup,GPU-dup``, handing a job a card nobody chose."""
+    good = "GPU-00000003-0000-0000-0000-000000000000"
+    fake_nvml.write(scenario([gpu(0, uuid="GPU-dup"), gpu(1, uuid="GPU-dup"), gpu(2, uuid=""),
+                              gpu(3, uuid=good, memory_used=8 * GiB, utilization_gpu=60)]))
+    both = _gputui(fake_nvml, "pick", "--count", "2", "--format", "docker", "--sample", "0")
+    assert both.returncode == 1 and both.stdout == ""  # only one card can be named: nothing printed
+    one = _gputui(fake_nvml, "pick", "--format", "docker", "--sample", "0")
+    assert one.returncode == 0 and one.stdout.strip() == f"--gpus device={good}"  # the busy one, but its own
+
+    snap = json.loads(_gputui(fake_nvml, "snapshot", "--json").stdout)
+    assert [g["uuid"] for g in snap["gpus"]] == ["GPU-dup", "GPU-dup", "", good]
+    flagged = " ".join(snap["warnings"])
+    assert all(f"GPU {i}" in flagged for i in (0, 1, 2)) and "GPU 3 " not in flagged
+
+
+def test_uuid_rule():
+    from gputui.core.model import Gpu
+    from gputui.core.plausible import uuid_problems
+
+    def g(i: int, uuid: str, lost: bool = False) -> Gpu:
+        return Gpu(index=i, uuid=uuid, name="A100", lost=lost)
+
+    assert uuid_problems([g(0, "GPU-a"), g(1, "GPU-b"), g(2, "", lost=True)]) == {}  # lost, never read: not suspect
+    bad = uuid_problems([g(0, "GPU-a"), g(1, "GPU-a"), g(2, ""), g(3, "GPU-x,GPU-y"), g(4, "GPU-" + "f" * 200)])
+    assert sorted(bad) == [0, 1, 2, 3, 4]

@@ -91,7 +91,8 @@ def _bind(ctx: Context) -> Any:
     _ensure_descriptors(max_connections)
     try:
         address = parse_listen(args.listen)
-        tls = tls_context(args.certfile, args.keyfile) if args.certfile else None
+        tls = tls_context(args.certfile, args.keyfile, warn=lambda line: print(
+            f"gputui exporter: warning: {line}", file=ctx.stderr, flush=True)) if args.certfile else None
         registry, histogram = make_registry()
         server = bind_server(address, registry, tls, max_connections=max_connections,
                              header_timeout=args.header_timeout or HEADER_TIMEOUT)

@@ -34,6 +34,7 @@ from gputui.context import EXIT_NO, EXIT_OK, EXIT_USAGE, UsageError, count_arg, 
 from gputui.core.fleet.pick import FORMATS as FLEET_FORMATS
 from gputui.core.judges.mig_placement import format_mig_pick, mig_loads, mig_reservations, pick_mig, whole_gpus
 from gputui.core.judges.placement import FORMATS, format_pick, gpu_loads, pick, reservations
+from gputui.core.plausible import uuid_problems
 
 
 def add_parser(sub, common):
@@ -100,7 +101,7 @@ def run(ctx) -> int:
     whole, split = whole_gpus(snap.gpus)
     loads = gpu_loads(history, whole, None)
     result = pick(loads, reservations(snap, all_gpus), count=args.count, min_free=args.min_free,
-                  max_util=args.max_util, observed=history.span)
+                  max_util=args.max_util, observed=history.span, suspect=uuid_problems(all_gpus))
     if not result.ok:
         note = ""
         if split:

@@ -21,9 +21,11 @@
 from __future__ import annotations
 
 import errno
+import os
 import queue
 import socket
 import ssl
+import stat
 import sys
 import threading
 import time
@@ -42,6 +44,7 @@ from gputui.core.record import record
 from gputui.core.safe_text import clean
 from gputui.core.sources.nvml import NvmlSource
 from gputui.core.sources.processes import HostProcessSource
+from gputui.core.statefile import open_regular
 from gputui.exporter.exposition import MetricsApp
 from gputui.exporter.metrics import ExportOptions, PollStatus, build_families
 
@@ -410,22 +413,37 @@ def _route(metrics_app: Callable[..., Any]) -> Callable[..., Any]:
     return app
 
 
-def tls_context(certfile: str, keyfile: str) -> ssl.SSLContext:
-    """A server TLS context; ListenError naming the file when it cannot be used."""
-    for path in (certfile, keyfile):
-        try:
-            with open(path, "rb"):
-                pass
-        except OSError as exc:
-            raise ListenError(f"Cannot read {path}: {exc.strerror or exc}.") from None
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+def tls_context(certfile: str, keyfile: str, warn: Callable[[str], None] | None = None) -> ssl.SSLContext:
+    """A server TLS context; ListenError naming the file when it cannot be used.
+
+    Both files are opened with ``O_NONBLOCK`` and must be regular files (a FIFO named as the key
+    would otherwise hang the start), and OpenSSL reads the very files checked (through
+    ``/proc/self/fd``), not whatever the names point at a moment later. A key that its group or
+    other users may read is served, with one sentence to ``warn``."""
+    fds: list[int] = []
     try:
-        ctx.load_cert_chain(certfile, keyfile)
-    except (ssl.SSLError, OSError) as exc:
-        raise ListenError(f"Cannot use the certificate {certfile} with the key {keyfile}: "
-                          f"{getattr(exc, 'reason', None) or exc}.") from None
-    return ctx
+        for path in (certfile, keyfile):
+            try:
+                fds.append(open_regular(path, os.O_RDONLY, follow=True))
+            except OSError as exc:
+                raise ListenError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+        mode = stat.S_IMODE(os.fstat(fds[1]).st_mode)
+        if mode & 0o077 and warn is not None:
+            warn(f"the key {keyfile} may be read by {'other users' if mode & 0o007 else 'its group'} "
+                 f"(mode {mode:o}); run 'chmod 600 {keyfile}'.")
+        cert, key = ((f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}") if os.path.isdir("/proc/self/fd")
+                     else (certfile, keyfile))
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            ctx.load_cert_chain(cert, key)
+        except (ssl.SSLError, OSError) as exc:
+            raise ListenError(f"Cannot use the certificate {certfile} with the key {keyfile}: "
+                              f"{getattr(exc, 'reason', None) or exc}.") from None
+        return ctx
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def bind_server(address: ListenAddress, registry: CollectorRegistry,
