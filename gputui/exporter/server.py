@@ -428,9 +428,6 @@ def tls_context(certfile: str, keyfile: str, warn: Callable[[str], None] | None 
             except OSError as exc:
                 raise ListenError(f"Cannot read {path}: {exc.strerror or exc}.") from None
         mode = stat.S_IMODE(os.fstat(fds[1]).st_mode)
-        if mode & 0o077 and warn is not None:
-            warn(f"the key {keyfile} may be read by {'other users' if mode & 0o007 else 'its group'} "
-                 f"(mode {mode:o}); run 'chmod 600 {keyfile}'.")
         cert, key = ((f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}") if os.path.isdir("/proc/self/fd")
                      else (certfile, keyfile))
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -440,6 +437,9 @@ def tls_context(certfile: str, keyfile: str, warn: Callable[[str], None] | None 
         except (ssl.SSLError, OSError) as exc:
             raise ListenError(f"Cannot use the certificate {certfile} with the key {keyfile}: "
                               f"{getattr(exc, 'reason', None) or exc}.") from None
+        if mode & 0o077 and warn is not None:  # said of a key that is used, once it is
+            warn(f"the key {keyfile} may be read by {'other users' if mode & 0o007 else 'its group'} "
+                 f"(mode {mode:o}); run 'chmod 600 {keyfile}'.")
         return ctx
     finally:
         for fd in fds:
