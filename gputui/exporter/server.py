@@ -324,7 +324,8 @@ class _Workers:
     """Daemon threads that serve connections one after another, so that a scrape every few seconds
     reuses a thread instead of starting one (starting and ending a thread cost a small scrape about
     as much as its answer). A connection never waits for a busy thread: with none idle, a new one
-    starts, as ``ThreadingMixIn`` would start it; threads beyond :attr:`KEEP` idle ones end."""
+    starts, as ``ThreadingMixIn`` would start it; threads beyond :attr:`KEEP` idle ones end. There are
+    never more threads than the connections :class:`_Connections` holds."""
 
     KEEP = 2
 
