@@ -336,3 +336,19 @@ def test_uuid_rule():
     assert uuid_problems([g(0, "GPU-a"), g(1, "GPU-b"), g(2, "", lost=True)]) == {}  # lost, never read: not suspect
     bad = uuid_problems([g(0, "GPU-a"), g(1, "GPU-a"), g(2, ""), g(3, "GPU-x,GPU-y"), g(4, "GPU-" + "f" * 200)])
     assert sorted(bad) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.functional
+def test_mig_devices_sharing_a_uuid_are_never_picked(fake_nvml: FakeNvml):
+    """Two MIG devices of one card report the same UUID: ``pick --mig`` printed it as if it named one."""
+    from tests.fakenvml.scenario import mig_device
+
+    fake_nvml.write(scenario([
+        gpu(0, mig_mode=True, mig_devices=[mig_device(1, 0, "3g.40gb", uuid="MIG-dup"),
+                                           mig_device(2, 0, "3g.40gb", uuid="MIG-dup")]),
+        gpu(1, mig_mode=True, mig_devices=[mig_device(1, 0, "3g.40gb", memory_used=30 * GiB)]),
+    ]))
+    picked = _gputui(fake_nvml, "pick", "--mig", "--format", "uuid", "--sample", "0")
+    assert picked.returncode == 0 and picked.stdout.strip().startswith("MIG-") and "dup" not in picked.stdout
+    both = _gputui(fake_nvml, "pick", "--mig", "--count", "2", "--format", "docker", "--sample", "0")
+    assert both.returncode == 1 and "MIG-dup" not in both.stdout

@@ -91,10 +91,14 @@ def run(ctx) -> int:
         samples, history, all_gpus = polled.samples, polled.poller.history, polled.all_gpus
 
     if args.mig:
-        mig = pick_mig(mig_loads([*samples, snap]), mig_reservations(snap), count=args.count,
-                       min_free=args.min_free)
+        suspect = uuid_problems(all_gpus)
+        every = mig_loads([*samples, snap])
+        named = {u: m for u, m in every.items() if m.gpu not in suspect}
+        mig = pick_mig(named, mig_reservations(snap), count=args.count, min_free=args.min_free)
         if not mig.ok:
-            print(f"gputui: {mig.problem}", file=ctx.stderr)
+            left_out = sorted({m.gpu for m in every.values() if m.gpu in suspect})
+            why = "".join(f" {suspect[i]}: its MIG devices are never picked." for i in left_out)
+            print(f"gputui: {mig.problem}{why}", file=ctx.stderr)
             return EXIT_NO
         print(format_mig_pick(mig.chosen, fmt), file=ctx.stdout)
         return EXIT_OK

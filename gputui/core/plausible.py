@@ -76,6 +76,18 @@ def uuid_problems(gpus: Iterable[Gpu]) -> dict[int, str]:
         elif len(seen[g.uuid]) > 1:
             others = " and ".join(f"GPU {i}" for i in seen[g.uuid] if i != g.index)
             problems[g.index] = f"GPU {g.index} reports the UUID {g.uuid}, which {others} reports too"
+    # A MIG device's UUID is what CUDA and Docker are given for it: the same rule, its card answering for it.
+    mig_seen: dict[str, int] = {}
+    for g in gpus:
+        for m in g.mig_devices:
+            mig_seen[m.uuid] = mig_seen.get(m.uuid, 0) + 1
+    for g in gpus:
+        for m in g.mig_devices:
+            if g.index in problems:
+                break
+            if not _uuid_text_ok(m.uuid) or mig_seen[m.uuid] > 1 or m.uuid in seen:
+                problems[g.index] = (f"MIG device {g.index}:{m.index} reports the UUID {m.uuid[:UUID_MAX]!r}, "
+                                     "which is empty, not a name or not its own")
     return problems
 
 
