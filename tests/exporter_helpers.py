@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -18,7 +20,8 @@ from tests.fixtures.prometheus import free_port
 class Exporter:
     """One ``python -m gputui exporter`` process on a free loopback port."""
 
-    def __init__(self, args: list[str], env: Mapping[str, str]) -> None:
+    def __init__(self, args: list[str], env: Mapping[str, str], nofile: int | None = None) -> None:
+        """``nofile``: the exporter's descriptor limit (soft and hard), as a service manager sets it."""
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         full_env = dict(env)
@@ -26,7 +29,8 @@ class Exporter:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gputui", "exporter", "--listen", self.address, *args],
             env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            stdin=subprocess.DEVNULL, start_new_session=True)
+            stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=None if nofile is None else functools.partial(_limit_files, nofile))
         assert self.proc.stderr is not None
         first = self.proc.stderr.readline()  # "serving ..." once it listens, or the error
         self.banner = first
@@ -59,6 +63,10 @@ class Exporter:
         return self.proc.returncode
 
 
+def _limit_files(n: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+
 @pytest.fixture
 def exporters() -> Iterator[list[Exporter]]:
     started: list[Exporter] = []
@@ -68,10 +76,10 @@ def exporters() -> Iterator[list[Exporter]]:
 
 
 def start_exporter(started: list[Exporter], fake: FakeNvml | None, *args: str,
-                   env_extra: Mapping[str, str] | None = None) -> Exporter:
+                   env_extra: Mapping[str, str] | None = None, nofile: int | None = None) -> Exporter:
     env = fake.env() if fake is not None else dict(os.environ)
     if env_extra:
         env.update(env_extra)
-    exporter = Exporter(list(args), env)
+    exporter = Exporter(list(args), env, nofile=nofile)
     started.append(exporter)
     return exporter

@@ -24,7 +24,7 @@ GPU_KEYS = {
     "throttle_reasons", "lost", "processes",
 }
 PROCESS_KEYS = {
-    "pid", "type", "gpu_memory", "sm_utilization", "user", "command", "cpu_percent", "host_memory", "started",
+    "pid", "type", "gpu_memory", "sm_utilization", "user", "command", "exe", "cpu_percent", "host_memory", "started",
     "visible",
 }
 

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gputui.core.model import Alert, ContainerRef, Finding, Gpu, Imbalance, Process, Snapshot, Suggestion
 from gputui.core.record import replace
-from gputui.exporter.metrics import ExportOptions, PollStatus, build_families, exe_name
+from gputui.exporter.metrics import ExportOptions, PollStatus, build_families
 from gputui.exporter.server import parse_listen
 from tests.exporter_helpers import exporters, start_exporter  # noqa: F401 (fixture)
 
@@ -60,13 +60,15 @@ def test_process_cap_keeps_the_largest_and_counts_the_rest():
 
 
 def test_command_line_never_exported_only_the_executable_base_name():
-    p = _proc(7, 1, command="/opt/conda/bin/python3 train.py --wandb-key=abc123 PASSWORD=hunter2")
+    p = _proc(7, 1, command="/opt/conda/bin/python3 train.py --wandb-key=abc123 PASSWORD=hunter2", exe="python3")
     s = _samples(_snap(p))
     labels = s["gputui_process_gpu_memory_bytes"][0].labels
     assert labels["exe"] == "python3"
     text = repr(s)
     assert "abc123" not in text and "hunter2" not in text and "train.py" not in text
-    assert exe_name("[kworker/0:1]") == "kworker/0:1" and exe_name(None) == "" and exe_name("  ") == ""
+    # the label is the source's executable name, never a word of the command line
+    s = _samples(_snap(_proc(8, 1, command="  --hf-token=hf_SECRET x")))
+    assert s["gputui_process_gpu_memory_bytes"][0].labels["exe"] == ""
 
 
 def test_container_and_judgement_series():
@@ -207,7 +209,7 @@ def test_odd_text_and_duplicate_rows_never_break_the_scrape():
     from gputui.exporter.server import SnapshotCollector
 
     ref = ContainerRef(id="c1", name="caf\udce9", image="img")  # a byte that was not UTF-8
-    odd = _proc(7, 1000, command="/usr/bin/\udcff\u202ehidden --x", container=ref)
+    odd = _proc(7, 1000, command="/usr/bin/\udcff\u202ehidden --x", exe="\udcff\u202ehidden", container=ref)
     snap = _snap(odd, odd)  # NVML listed the same process twice
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(lambda: PollStatus(snap, True, 1.0), ExportOptions()))

@@ -97,7 +97,7 @@ def test_two_exporters_scraped_by_prometheus(fake_nvml_factory, exporters, prome
     proc = _one(prom.query(f'gputui_process_gpu_memory_bytes{{server="a",pid="{pid}"}}'))
     assert float(proc["value"][1]) == 6 * GiB
     labels = proc["metric"]
-    assert labels["exe"] == Path(sys.executable).name
+    assert labels["exe"] == Path(sys.executable).resolve().name  # the executable itself, not the symlink in argv[0]
     assert labels["user"] == "root" and labels["gpu"] == "0" and labels["uuid"] == uuid0
     # a host process: empty container labels (Prometheus stores an empty label as no label)
     assert all(labels.get(k, "") == "" for k in ("container", "image", "compose_project", "compose_service"))

@@ -32,6 +32,10 @@ DEFAULT_LISTEN = "127.0.0.1:9835"
 
 #: the one rule for numbers from flags (gputui.core.limits): finite, and as the dashboard's --interval
 _interval = flag_type("the value", *RANGES["interval"], unit="seconds")
+_max_connections = flag_type("--max-connections", 1, 4096, integer=True)
+_header_timeout = flag_type("--header-timeout", 0.5, 300.0, unit="seconds")
+#: descriptors the exporter needs beside its connections (NVML, /proc, Docker, its own files)
+FD_RESERVE = 128
 
 
 def _positive_int(text: str) -> int:
@@ -60,26 +64,59 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
                    help="also export dcgm-exporter's DCGM_FI_DEV_* names so dcgm dashboards work unchanged")
     p.add_argument("--max-processes", type=_positive_int, metavar="N", default=DEFAULT_MAX_PROCESSES,
                    help=f"most process series per scrape, largest GPU memory first (default {DEFAULT_MAX_PROCESSES})")
+    p.add_argument("--max-connections", type=_max_connections, metavar="N", default=None,
+                   help="most connections held at once (default 64); beyond it the client idle longest is dropped")
+    p.add_argument("--header-timeout", type=_header_timeout, metavar="SECONDS", default=None,
+                   help="seconds a client has to send its request header before it is dropped (default 10)")
     p.add_argument("--certfile", metavar="F", help="serve HTTPS with this PEM certificate (needs --keyfile)")
     p.add_argument("--keyfile", metavar="F", help="the certificate's PEM private key")
 
 
 def _bind(ctx: Context) -> Any:
     from gputui.context import UsageError
-    from gputui.exporter.server import ListenError, bind_server, make_registry, parse_listen, tls_context
+    from gputui.exporter.server import (
+        HEADER_TIMEOUT,
+        MAX_CONNECTIONS,
+        ListenError,
+        bind_server,
+        make_registry,
+        parse_listen,
+        tls_context,
+    )
 
     args = ctx.args
     if bool(args.certfile) != bool(args.keyfile):
         raise UsageError("--certfile and --keyfile go together: give both to serve HTTPS.")
+    max_connections = int(args.max_connections or MAX_CONNECTIONS)
+    _ensure_descriptors(max_connections)
     try:
         address = parse_listen(args.listen)
-        tls = tls_context(args.certfile, args.keyfile) if args.certfile else None
+        tls = tls_context(args.certfile, args.keyfile, warn=lambda line: print(
+            f"gputui exporter: warning: {line}", file=ctx.stderr, flush=True)) if args.certfile else None
         registry, histogram = make_registry()
-        server = bind_server(address, registry, tls)
+        server = bind_server(address, registry, tls, max_connections=max_connections,
+                             header_timeout=args.header_timeout or HEADER_TIMEOUT)
     except (ValueError, ListenError) as exc:
         raise UsageError(str(exc)) from None
     scheme = "https" if tls else "http"
     return server, registry, histogram, f"{scheme}://{address}/metrics"
+
+
+def _ensure_descriptors(max_connections: int) -> None:
+    """Raise the soft descriptor limit toward the hard one when the connection cap needs it;
+    UsageError when even the hard limit is too low."""
+    import resource
+
+    from gputui.context import UsageError
+
+    need = max_connections + FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise UsageError(f"--max-connections {max_connections} needs {need} open files but this process may open "
+                         f"only {hard}: lower --max-connections or raise the limit (LimitNOFILE= in the unit).")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
 def run(ctx: Context) -> int:

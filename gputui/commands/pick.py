@@ -35,6 +35,7 @@ from gputui.core.fleet.pick import FORMATS as FLEET_FORMATS
 from gputui.core.judges.mig_placement import format_mig_pick, mig_loads, mig_reservations, pick_mig, whole_gpus
 from gputui.core.judges.placement import FORMATS, format_pick, gpu_loads, pick, reservations
 from gputui.core.judges.rules import house_holds, invoking_user
+from gputui.core.plausible import uuid_problems
 
 
 def add_parser(sub, common):
@@ -91,10 +92,14 @@ def run(ctx) -> int:
         samples, history, all_gpus = polled.samples, polled.poller.history, polled.all_gpus
 
     if args.mig:
-        mig = pick_mig(mig_loads([*samples, snap]), mig_reservations(snap), count=args.count,
-                       min_free=args.min_free)
+        suspect = uuid_problems(all_gpus)
+        every = mig_loads([*samples, snap])
+        named = {u: m for u, m in every.items() if m.gpu not in suspect}
+        mig = pick_mig(named, mig_reservations(snap), count=args.count, min_free=args.min_free)
         if not mig.ok:
-            print(f"gputui: {mig.problem}", file=ctx.stderr)
+            left_out = sorted({m.gpu for m in every.values() if m.gpu in suspect})
+            why = "".join(f" {suspect[i]}: its MIG devices are never picked." for i in left_out)
+            print(f"gputui: {mig.problem}{why}", file=ctx.stderr)
             return EXIT_NO
         print(format_mig_pick(mig.chosen, fmt), file=ctx.stdout)
         return EXIT_OK
@@ -102,7 +107,8 @@ def run(ctx) -> int:
     loads = gpu_loads(history, whole, None)
     held, mine = house_holds(snap.reservations, invoking_user())
     result = pick(loads, reservations(snap, all_gpus), count=args.count, min_free=args.min_free,
-                  max_util=args.max_util, observed=history.span, held=held, prefer=mine)
+                  max_util=args.max_util, observed=history.span, suspect=uuid_problems(all_gpus), held=held,
+                  prefer=mine)
     if not result.ok:
         note = ""
         if split:

@@ -135,7 +135,7 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     if not os.path.exists(path):
         return Settings()
     try:
-        raw = read_regular(path, limit=CONFIG_LIMIT, follow=True)
+        raw = read_regular(path, limit=CONFIG_LIMIT, follow=True, trusted=True)
     except OSError as exc:
         raise ConfigError(f"Cannot read config file {path}: {exc.strerror or exc}.") from None
     try:

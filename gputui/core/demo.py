@@ -288,7 +288,8 @@ class DemoMachine:
                 f"0::/user.slice/user-{p.uid}.slice/session-{p.uid % 97}.scope\n"
             cpu = max(0.0, p.cpu + (p.cpu * 0.08) * self._wave(t, p.pid + 7, 13)) if p.cpu else 0.0
             out[pid] = ProcessFacts(
-                pid=pid, visible=True, user=p.user, uid=p.uid, command=p.command, cpu_percent=round(cpu, 1),
+                pid=pid, visible=True, user=p.user, uid=p.uid, command=p.command,
+                exe=p.command.split(" ", 1)[0].rsplit("/", 1)[-1], cpu_percent=round(cpu, 1),
                 host_memory=p.host_memory, create_time=self._t0 - p.age, ppid=p.ppid, status=p.status,
                 cgroup=cgroup, orphaned=p.orphaned,
             )

@@ -161,6 +161,9 @@ class ProcessFacts:
     user: str | None = None
     uid: int | None = None
     command: str | None = None
+    #: Base name of the executable (/proc/PID/exe, or ``comm`` when that cannot be read): never a word
+    #: of the command line, which the process writes itself (argv[0] can be anything).
+    exe: str | None = None
     cpu_percent: float | None = None
     host_memory: int | None = None
     #: Process start time as a POSIX timestamp (psutil's create_time): with pid
@@ -186,6 +189,8 @@ class Process:
     sm_utilization: int | None
     user: str | None = None
     command: str | None = None
+    #: the executable's base name (see ProcessFacts.exe)
+    exe: str | None = None
     cpu_percent: float | None = None
     host_memory: int | None = None
     started: datetime | None = None
@@ -219,6 +224,7 @@ class Process:
             "sm_utilization": self.sm_utilization,
             "user": self.user,
             "command": self.command,
+            "exe": self.exe,
             "cpu_percent": self.cpu_percent,
             "host_memory": self.host_memory,
             "started": _iso(self.started),

@@ -8,16 +8,26 @@ represent (above 2^53). Every GPU source passes its reading through
 :func:`plausible_reading` before anything judges it: an impossible value becomes
 ``None`` (shown as N/A, never alerted on) and the reading carries one sentence
 per GPU naming the fields that were dropped.
+
+A UUID names a card to Docker, CUDA and every grant: :func:`uuid_problems` calls a
+card suspect when its UUID is empty, shared with another card, or not a name
+(letters, digits and ``-`` only, at most :data:`UUID_MAX` characters). The reading
+says so, and ``pick`` never offers such a card — ``--gpus device=GPU-dup,GPU-dup``
+would hand a job a card nobody chose.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from gputui.core.model import Gpu, GpuReading, RawProcess
 from gputui.core.record import replace
 
-__all__ = ["JSON_SAFE_INT", "LIMITS", "PlausibleMemo", "plausible_reading"]
+__all__ = ["JSON_SAFE_INT", "LIMITS", "PlausibleMemo", "plausible_reading", "uuid_problems"]
+
+#: The longest UUID taken as a name (NVML's are 40 characters: ``GPU-`` and 36).
+UUID_MAX = 96
 
 #: The largest integer every JSON consumer reads exactly (IEEE double).
 JSON_SAFE_INT = 2**53
@@ -40,6 +50,45 @@ LIMITS: dict[str, tuple[float, float, str]] = {
     "memory_used": (0, PIB, "memory used"),
     "ecc_errors": (0, JSON_SAFE_INT, "ECC error count"),
 }
+
+
+def _uuid_text_ok(uuid: str) -> bool:
+    return 0 < len(uuid) <= UUID_MAX and all(c.isascii() and (c.isalnum() or c == "-") for c in uuid)
+
+
+def uuid_problems(gpus: Iterable[Gpu]) -> dict[int, str]:
+    """GPU index -> why its UUID cannot name it (empty, shared with another card, not a name), for
+    the cards whose UUID is suspect; empty when every card has a UUID of its own. A lost card that
+    never answered has no UUID: it is lost, not suspect."""
+    gpus = list(gpus)
+    seen: dict[str, list[int]] = {}
+    for g in gpus:
+        if g.uuid:
+            seen.setdefault(g.uuid, []).append(g.index)
+    problems: dict[int, str] = {}
+    for g in gpus:
+        if not g.uuid and g.lost:
+            continue
+        if not g.uuid:
+            problems[g.index] = f"GPU {g.index} reports an empty UUID"
+        elif not _uuid_text_ok(g.uuid):
+            problems[g.index] = f"GPU {g.index} reports a UUID that is not a name ({g.uuid[:UUID_MAX]!r})"
+        elif len(seen[g.uuid]) > 1:
+            others = " and ".join(f"GPU {i}" for i in seen[g.uuid] if i != g.index)
+            problems[g.index] = f"GPU {g.index} reports the UUID {g.uuid}, which {others} reports too"
+    # A MIG device's UUID is what CUDA and Docker are given for it: the same rule, its card answering for it.
+    mig_seen: dict[str, int] = {}
+    for g in gpus:
+        for m in g.mig_devices:
+            mig_seen[m.uuid] = mig_seen.get(m.uuid, 0) + 1
+    for g in gpus:
+        for m in g.mig_devices:
+            if g.index in problems:
+                break
+            if not _uuid_text_ok(m.uuid) or mig_seen[m.uuid] > 1 or m.uuid in seen:
+                problems[g.index] = (f"MIG device {g.index}:{m.index} reports the UUID {m.uuid[:UUID_MAX]!r}, "
+                                     "which is empty, not a name or not its own")
+    return problems
 
 
 def _bad(value: Any, low: float, high: float) -> bool:
@@ -116,6 +165,9 @@ def plausible_reading(reading: GpuReading, memo: PlausibleMemo | None = None) ->
             warnings.append(f"GPU {gpu.index}: the driver reported impossible values, shown as N/A: "
                             f"{', '.join(dropped)}.")
         gpus.append(fixed)
+    for _, problem in sorted(uuid_problems(gpus).items()):
+        changed = True
+        warnings.append(f"{problem}: the card is suspect (a driver fault) and is never picked.")
     if not changed:
         return reading
     return replace(reading, gpus=tuple(gpus), processes=processes, errors=reading.errors + tuple(warnings))

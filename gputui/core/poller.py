@@ -321,6 +321,7 @@ class Poller:
             sm_utilization=raw.sm_utilization,
             user=fact.user,
             command=fact.command,
+            exe=fact.exe,
             cpu_percent=fact.cpu_percent,
             host_memory=fact.host_memory,
             started=started,

@@ -11,7 +11,10 @@ user's environment (``sudo -E`` keeps ``HOME`` and ``XDG_STATE_HOME``). So:
 * every file is opened with ``O_NONBLOCK`` and must be a regular file (``fstat``):
   a FIFO, a device or a socket named like a journal or a config file is refused
   instead of hanging the caller;
-* reads are bounded (:func:`read_regular`'s ``limit``).
+* reads are bounded (:func:`read_regular`'s ``limit``);
+* a file that steers root (the config file) must belong to root or to the user who ran
+  ``sudo`` (``SUDO_UID``) and be writable by nobody else (:func:`root_may_trust`): under
+  ``sudo -E`` ``HOME`` and ``XDG_CONFIG_HOME`` are another user's.
 
 Problems are :class:`StateFileError`, an ``OSError`` whose ``strerror`` is a
 readable clause, so the callers' existing ``except OSError`` handlers keep working.
@@ -33,7 +36,7 @@ if TYPE_CHECKING:
     _P = TypeVar("_P", str, "os.PathLike[str]")
 
 __all__ = ["StateFileError", "append_text", "check_state_dir", "check_state_parent", "ensure_state_dir",
-           "open_regular", "read_regular"]
+           "invoking_uid", "open_regular", "read_regular", "root_may_trust"]
 
 CONFIG_LIMIT = 1 << 20  # 1 MiB: a config file is a few hundred bytes
 STATE_LIMIT = 16 << 20  # 16 MiB: a journal is a few KiB
@@ -115,10 +118,38 @@ def open_regular(path: StrPath, flags: int, mode: int = 0o600, follow: bool = Fa
     return fd
 
 
-def read_regular(path: StrPath, limit: int = STATE_LIMIT, follow: bool = False) -> bytes:
-    """The whole content of the regular file ``path``; :class:`StateFileError` if it is larger than ``limit``."""
+def invoking_uid() -> int | None:
+    """The user who ran ``sudo`` (``SUDO_UID``), when gputui runs as root through it; else None."""
+    text = os.environ.get("SUDO_UID", "")
+    if not (0 < len(text) <= 10 and text.isascii() and text.isdigit()):
+        return None
+    uid = int(text)
+    return uid if 0 < uid < 2**32 - 1 else None
+
+
+def root_may_trust(st: os.stat_result, path: StrPath) -> None:
+    """Raise :class:`StateFileError` when gputui runs as root and the file ``st`` describes belongs to
+    anyone but root and the user who ran sudo, or may be written by others: root never obeys a file
+    another user controls."""
+    if os.geteuid() != 0:
+        return
+    invoker = invoking_uid()
+    if st.st_uid != 0 and st.st_uid != invoker:
+        whom = "root" if invoker is None else f"root or the user who ran sudo (uid {invoker})"
+        raise StateFileError(errno.EPERM, f"it belongs to uid {st.st_uid}, not to {whom}, and gputui running as "
+                             f"root does not obey another user's file (pass --config with a file of your own)")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise StateFileError(errno.EPERM, f"other users may write to it (mode {stat.S_IMODE(st.st_mode):o}), so "
+                             f"gputui running as root does not obey it; run 'chmod go-w {path}'")
+
+
+def read_regular(path: StrPath, limit: int = STATE_LIMIT, follow: bool = False, trusted: bool = False) -> bytes:
+    """The whole content of the regular file ``path``; :class:`StateFileError` if it is larger than ``limit``,
+    or, with ``trusted``, when root may not trust it (:func:`root_may_trust`)."""
     fd = open_regular(path, os.O_RDONLY, follow=follow)
     try:
+        if trusted:
+            root_may_trust(os.fstat(fd), path)
         chunks: list[bytes] = []
         size = 0
         while True:

@@ -7,7 +7,8 @@ renamed; the README's "Many servers" section documents each one.
 * Every GPU series carries ``gpu`` (the NVML index) and ``uuid``.
 * A value the driver does not report is absent, never 0.
 * The command line is never exported (arguments carry tokens and passwords), nor any
-  environment value: a process is named by the base name of its executable only.
+  environment value: a process is named by the base name of its executable only
+  (``Process.exe``: /proc/PID/exe, or ``comm`` when that cannot be read; never argv[0]).
 * Process series are capped (largest GPU memory first);
   ``gputui_process_series_dropped`` says how many were left out.
 
@@ -54,21 +55,6 @@ class PollStatus:
     nvml_up: bool
     #: POSIX time of the last successful poll, or None before the first.
     last_poll: float | None
-
-
-def exe_name(command: str | None) -> str:
-    """The executable's base name from a command line: never an argument.
-
-    ``/usr/bin/python3 train.py --token=…`` -> ``python3``; ``[kworker]`` (no
-    command line) -> ``kworker``; unknown -> ``""``.
-    """
-    if not command:
-        return ""
-    text = command.strip()
-    if text.startswith("[") and text.endswith("]"):
-        return text[1:-1]
-    first = text.split(None, 1)[0] if text else ""
-    return os.path.basename(first)
 
 
 def _gauge(name: str, doc: str, labels: list[str], unit: str = "") -> GaugeMetricFamily:
@@ -220,7 +206,7 @@ def _build_process_families(procs: list[Process], cap: int, uuid_of: dict[int, s
         # the MIG device it runs on ("" on a whole GPU, like the container labels of a host process)
         mig = _s(mig_of.get((p.gpu_index, p.mig_device), "")) if p.mig_device is not None else ""
         if p.gpu_memory is not None:
-            memory.add_metric(head + [_s(p.user), _s(exe_name(p.command))] + _container_labels(p) + [mig],
+            memory.add_metric(head + [_s(p.user), _s(p.exe or "")] + _container_labels(p) + [mig],
                               p.gpu_memory)
         if p.sm_utilization is not None:
             sm.add_metric(head + [mig], p.sm_utilization / 100)

@@ -10,13 +10,22 @@
 * :func:`bind_server` binds the listening socket (TLS when given a certificate) and
   routes ``/metrics`` to :class:`~gputui.exporter.exposition.MetricsApp` (prometheus-client's
   encoders, each family's bytes kept while it does not change); every other path is 404.
+* :class:`_Connections` bounds what clients can hold: at most ``max_connections`` at once
+  (``--max-connections``), each with a deadline — its request header within
+  ``header_timeout`` seconds, its answer within :data:`ANSWER_TIMEOUT` — enforced by one
+  watchdog thread that sleeps until the next deadline. A new connection beyond the cap
+  drops the one that has waited longest without sending its header, so a thousand idle
+  sockets cost the exporter 64 descriptors and a scrape is still answered at once.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import queue
 import socket
 import ssl
+import stat
 import sys
 import threading
 import time
@@ -35,6 +44,7 @@ from gputui.core.record import record
 from gputui.core.safe_text import clean
 from gputui.core.sources.nvml import NvmlSource
 from gputui.core.sources.processes import HostProcessSource
+from gputui.core.statefile import open_regular
 from gputui.exporter.exposition import MetricsApp
 from gputui.exporter.metrics import ExportOptions, PollStatus, build_families
 
@@ -43,6 +53,15 @@ POLL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.
 #: How long the exporter reuses a living process's /proc/PID/stat figures (seconds). It exports no
 #: per-process CPU or RSS; an exit or a reused PID is still seen on the poll it happens.
 PROC_STAT_REFRESH = 5.0
+#: Connections held at once (``--max-connections``): Prometheus servers scrape one at a time each.
+MAX_CONNECTIONS = 64
+#: Seconds a client has to send its whole request header (``--header-timeout``); Prometheus sends
+#: it at once.
+HEADER_TIMEOUT = 10.0
+#: Seconds a client has to take its answer once its header is in (one that stops reading).
+ANSWER_TIMEOUT = 30.0
+#: The listen backlog: a burst of connections waits here while the accept loop drops idle ones.
+LISTEN_BACKLOG = 128
 
 
 def tune_sources(machine: Machine, dcgm_names: bool = False) -> None:
@@ -187,15 +206,126 @@ def parse_listen(text: str) -> ListenAddress:
 class _Handler(WSGIRequestHandler):
     timeout = 30  # a client that stops talking frees its thread
 
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        if ok:  # the header is in: the connection now has ANSWER_TIMEOUT to take its answer
+            connections = getattr(self.server, "connections", None)
+            if connections is not None:
+                connections.answering(self.connection)
+        return ok
+
     def log_message(self, format: str, *args: Any) -> None:
         pass  # no access log on stderr per scrape
+
+
+class _Connections:
+    """The connections the server holds, each with a deadline, at most ``limit`` at once.
+
+    ``admit`` (the accept loop) registers a new connection; when ``limit`` are held it first drops
+    the one that has waited longest for its header (a scrape sends its header at once: only an idle
+    or trickling client is ever dropped) and waits for its thread to close it, so the descriptors in
+    use never exceed ``limit``; when every held connection is being answered, the new one is
+    refused. A dropped connection is shut down (``SHUT_RDWR``), which wakes the thread blocked on
+    it; it is closed by that thread through :meth:`close`. Shutdown and close both happen under
+    one lock, so a descriptor number reused by a later connection is never shut down by mistake.
+    """
+
+    HEADER, ANSWER, DROPPED = 0, 1, 2
+
+    def __init__(self, limit: int, header_timeout: float, answer_timeout: float = ANSWER_TIMEOUT) -> None:
+        self.limit = limit
+        self.header_timeout = header_timeout
+        self.answer_timeout = answer_timeout
+        self._cond = threading.Condition()
+        #: socket -> [state, deadline] in the order they came (the first HEADER one waited longest)
+        self._held: dict[Any, list[Any]] = {}
+        self._closing = False
+        #: when the watchdog wakes next (None: it sleeps until told), and how many admits wait for room:
+        #: a connection coming or going wakes a thread only when one needs it
+        self._due: float | None = None
+        self._waiting = 0
+        self._watchdog = threading.Thread(target=self._watch, name="gputui-exporter-deadlines", daemon=True)
+        self._watchdog.start()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def admit(self, sock: Any) -> bool:
+        """Hold ``sock`` (True), or False when every held connection is being answered."""
+        with self._cond:
+            end = time.monotonic() + 1.0
+            while len(self._held) >= self.limit:
+                oldest = next((s for s, e in self._held.items() if e[0] == self.HEADER), None)
+                if oldest is not None:
+                    self._drop(oldest)
+                elif not any(e[0] == self.DROPPED for e in self._held.values()):
+                    return False
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._waiting += 1
+                try:
+                    self._cond.wait(left)  # for the dropped one's thread to close it
+                finally:
+                    self._waiting -= 1
+            deadline = time.monotonic() + self.header_timeout
+            self._held[sock] = [self.HEADER, deadline]
+            if self._due is None or deadline < self._due:
+                self._cond.notify_all()  # the watchdog sleeps past this deadline
+        return True
+
+    def answering(self, sock: Any) -> None:
+        with self._cond:
+            entry = self._held.get(sock)
+            if entry is not None and entry[0] == self.HEADER:
+                entry[:] = [self.ANSWER, time.monotonic() + self.answer_timeout]
+
+    def close(self, sock: Any) -> None:
+        with self._cond:
+            self._held.pop(sock, None)
+            sock.close()
+            if self._waiting:
+                self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._closing = True
+            for sock, entry in list(self._held.items()):
+                if entry[0] != self.DROPPED:
+                    self._drop(sock)
+            self._cond.notify_all()
+
+    def _drop(self, sock: Any) -> None:
+        """Wake the thread serving ``sock`` (it closes it). The base class's shutdown: an SSLSocket's
+        own would also discard its TLS state under the thread still using it."""
+        self._held[sock][0] = self.DROPPED
+        try:
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        except OSError:
+            pass  # already reset by the client
+
+    def _watch(self) -> None:
+        with self._cond:
+            while not self._closing:
+                now = time.monotonic()
+                due: float | None = None
+                for sock, (state, deadline) in list(self._held.items()):
+                    if state == self.DROPPED:
+                        continue
+                    if deadline <= now:
+                        self._drop(sock)
+                    elif due is None or deadline < due:
+                        due = deadline
+                self._due = due
+                self._cond.wait(None if due is None else due - now)
 
 
 class _Workers:
     """Daemon threads that serve connections one after another, so that a scrape every few seconds
     reuses a thread instead of starting one (starting and ending a thread cost a small scrape about
     as much as its answer). A connection never waits for a busy thread: with none idle, a new one
-    starts, as ``ThreadingMixIn`` would start it; threads beyond :attr:`KEEP` idle ones end."""
+    starts, as ``ThreadingMixIn`` would start it; threads beyond :attr:`KEEP` idle ones end. There are
+    never more threads than the connections :class:`_Connections` holds."""
 
     KEEP = 2
 
@@ -229,15 +359,42 @@ def _make_server_class(family: socket.AddressFamily) -> type[WSGIServer]:
         daemon_threads = True
         address_family = family
         allow_reuse_address = True
+        request_queue_size = LISTEN_BACKLOG
         _workers: _Workers | None = None
+        connections: _Connections | None = None
+
+        def get_request(self) -> tuple[Any, Any]:
+            try:
+                return super().get_request()
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # Out of descriptors (something else holds them): the listening socket stays
+                    # readable, so retrying at once would spin. Wait a little instead.
+                    time.sleep(0.1)
+                raise
 
         def process_request(self, request: Any, client_address: Any) -> None:
             """Serve the connection on a kept worker thread (``process_request_thread`` does the
-            work and the error handling, as with one thread per connection)."""
+            work and the error handling, as with one thread per connection), once it is held
+            within the connection cap."""
+            if self.connections is not None and not self.connections.admit(request):
+                request.close()  # every held connection is being answered: this one waits its turn elsewhere
+                return
             workers = self._workers
             if workers is None:
                 workers = self._workers = _Workers(self.process_request_thread)
             workers.submit(request, client_address)
+
+        def close_request(self, request: Any) -> None:
+            if self.connections is not None:
+                self.connections.close(request)
+            else:
+                request.close()
+
+        def server_close(self) -> None:
+            super().server_close()
+            if self.connections is not None:
+                self.connections.stop()
 
         def handle_error(self, request: Any, client_address: Any) -> None:
             pass  # a client that hung up or spoke plain HTTP to the TLS port: its problem, no traceback
@@ -257,27 +414,44 @@ def _route(metrics_app: Callable[..., Any]) -> Callable[..., Any]:
     return app
 
 
-def tls_context(certfile: str, keyfile: str) -> ssl.SSLContext:
-    """A server TLS context; ListenError naming the file when it cannot be used."""
-    for path in (certfile, keyfile):
-        try:
-            with open(path, "rb"):
-                pass
-        except OSError as exc:
-            raise ListenError(f"Cannot read {path}: {exc.strerror or exc}.") from None
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+def tls_context(certfile: str, keyfile: str, warn: Callable[[str], None] | None = None) -> ssl.SSLContext:
+    """A server TLS context; ListenError naming the file when it cannot be used.
+
+    Both files are opened with ``O_NONBLOCK`` and must be regular files (a FIFO named as the key
+    would otherwise hang the start), and OpenSSL reads the very files checked (through
+    ``/proc/self/fd``), not whatever the names point at a moment later. A key that its group or
+    other users may read is served, with one sentence to ``warn``."""
+    fds: list[int] = []
     try:
-        ctx.load_cert_chain(certfile, keyfile)
-    except (ssl.SSLError, OSError) as exc:
-        raise ListenError(f"Cannot use the certificate {certfile} with the key {keyfile}: "
-                          f"{getattr(exc, 'reason', None) or exc}.") from None
-    return ctx
+        for path in (certfile, keyfile):
+            try:
+                fds.append(open_regular(path, os.O_RDONLY, follow=True))
+            except OSError as exc:
+                raise ListenError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+        mode = stat.S_IMODE(os.fstat(fds[1]).st_mode)
+        cert, key = ((f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}") if os.path.isdir("/proc/self/fd")
+                     else (certfile, keyfile))
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            ctx.load_cert_chain(cert, key)
+        except (ssl.SSLError, OSError) as exc:
+            raise ListenError(f"Cannot use the certificate {certfile} with the key {keyfile}: "
+                              f"{getattr(exc, 'reason', None) or exc}.") from None
+        if mode & 0o077 and warn is not None:  # said of a key that is used, once it is
+            warn(f"the key {keyfile} may be read by {'other users' if mode & 0o007 else 'its group'} "
+                 f"(mode {mode:o}); run 'chmod 600 {keyfile}'.")
+        return ctx
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def bind_server(address: ListenAddress, registry: CollectorRegistry,
-                tls: ssl.SSLContext | None = None) -> WSGIServer:
-    """Bind (but do not yet serve). Raises ListenError with one sentence."""
+                tls: ssl.SSLContext | None = None, max_connections: int = MAX_CONNECTIONS,
+                header_timeout: float = HEADER_TIMEOUT) -> WSGIServer:
+    """Bind (but do not yet serve), holding at most ``max_connections`` connections at once.
+    Raises ListenError with one sentence."""
     try:
         infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
@@ -289,6 +463,7 @@ def bind_server(address: ListenAddress, registry: CollectorRegistry,
     except OSError as exc:
         raise ListenError(f"Cannot listen on {address}: {exc.strerror or exc}.") from None
     server.set_app(_route(MetricsApp(registry)))
+    server.connections = _Connections(max_connections, header_timeout)  # type: ignore[attr-defined]
     if tls is not None:
         # The handshake happens in the request's own thread: a slow client never stalls accept().
         server.socket = tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)

@@ -274,14 +274,16 @@ def pick(
     min_free: int | None = None,
     max_util: float | None = None,
     observed: float = 0.0,
+    suspect: dict[int, str] | None = None,
     held: dict[int, str] | None = None,
     prefer: Collection[int] = (),
 ) -> Pick:
     """The best ``count`` GPUs, or one sentence naming the constraint that could not be met.
 
-    Constraints apply in a fixed order — answers (not lost), not taken, enough free
-    memory, low enough utilisation — and the first one that leaves fewer than
-    ``count`` GPUs is the one reported, with the closest miss.
+    Constraints apply in a fixed order — a name of its own (``suspect``: GPU index -> why its UUID
+    cannot name it, from :func:`gputui.core.plausible.uuid_problems`), answers (not lost), not taken,
+    enough free memory, low enough utilisation — and the first one that leaves fewer than ``count``
+    GPUs is the one reported, with the closest miss.
     """
     ranked = sorted(loads.values(), key=rank_key)
     if prefer:  # the picker's own reservations first, each group in rank order
@@ -289,6 +291,13 @@ def pick(
     if not ranked:
         return Pick((), "There are no GPUs to pick from.")
     asked = f"{count} {'was' if count == 1 else 'were'} asked for"
+    if suspect:
+        named = [g for g in ranked if g.index not in suspect]
+        if len(named) < count:
+            why = "; ".join(suspect[i] for i in sorted(suspect) if i in loads)
+            return Pick((), f"{why}: such a card is never picked, and {plural(len(named), 'other GPU')} "
+                            f"{'is' if len(named) == 1 else 'are'} left; {asked}.")
+        ranked = named
 
     alive = [g for g in ranked if not g.lost]
     if len(alive) < count:

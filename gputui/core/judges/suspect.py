@@ -15,6 +15,7 @@ Two cases a card header must not call ``idle``:
 from __future__ import annotations
 
 from gputui.core.model import Gpu, Snapshot
+from gputui.core.plausible import uuid_problems
 
 #: Utilisation (%) at or above which a GPU with no process is "busy", not "idle".
 BUSY_UTIL = 5
@@ -38,7 +39,11 @@ def suspect(g: Gpu) -> bool:
 
 
 def suspect_indices(snapshot: Snapshot) -> frozenset[int]:
-    return frozenset(g.index for g in snapshot.gpus if suspect(g))
+    """Cards whose reading looks broken, and cards whose UUID cannot name them (empty or shared:
+    :func:`gputui.core.plausible.uuid_problems`): neither is evidence of a pile-up nor a place to
+    suggest moving a job to (a grant names a card by its UUID)."""
+    broken = [g.index for g in snapshot.gpus if suspect(g)]
+    return frozenset(broken).union(uuid_problems(snapshot.gpus))
 
 
 def activity(g: Gpu) -> str:

@@ -14,8 +14,9 @@ through psutil objects:
   pidfd per process tells on every poll whether it is still the same process;
 - once per process identity ``(pid, start time)`` — re-read only if the
   process exec()s something else (its ``comm`` changes) — ``/proc/PID/status``
-  (real uid, innermost namespace PID), ``/proc/PID/cmdline`` and
-  ``/proc/PID/cgroup``; user names are cached per uid.
+  (real uid, innermost namespace PID), ``/proc/PID/cmdline``, the executable
+  (``/proc/PID/exe``'s base name, or ``comm`` when it cannot be read: never argv[0],
+  which the process chooses) and ``/proc/PID/cgroup``; user names are cached per uid.
 
 ``create_time`` is computed exactly as psutil computes it (start ticks /
 CLK_TCK + boot time), with the boot time read once per source so that a
@@ -98,18 +99,19 @@ class _Static:
     A plain slotted class rather than a dataclass: one is made per process, and it is cheap to import.
     """
 
-    __slots__ = ("starttime", "comm", "create_time", "uid", "user", "command", "cgroup", "ns_init", "gpu_fd",
+    __slots__ = ("starttime", "comm", "create_time", "uid", "user", "command", "exe", "cgroup", "ns_init", "gpu_fd",
                  "orphan_ppid", "orphaned", "orphan_at", "cpu_ticks", "cpu_at", "cpu_percent", "seen", "rss",
                  "rss_approx", "rss_at", "last", "stat_fd", "stat_raw", "stat_fields", "stat_at", "pidfd", "exited")
 
     def __init__(self, starttime: int, comm: bytes, create_time: float | None, uid: int | None, user: str | None,
-                 command: str | None, cgroup: str | None, ns_init: bool) -> None:
+                 command: str | None, exe: str, cgroup: str | None, ns_init: bool) -> None:
         self.starttime = starttime
         self.comm = comm
         self.create_time = create_time
         self.uid = uid
         self.user = user
         self.command = command
+        self.exe = exe
         self.cgroup = cgroup
         self.ns_init = ns_init
         #: in a foreign PID namespace: does it hold /dev/nvidia* open (None: not checked / unknown)
@@ -420,6 +422,7 @@ class HostProcessSource:
             user=st.user,
             uid=st.uid,
             command=st.command,
+            exe=st.exe,
             cpu_percent=st.cpu_percent,
             host_memory=rss,
             create_time=st.create_time,
@@ -531,6 +534,7 @@ class HostProcessSource:
             uid=uid,
             user=self._user(uid),
             command=command,
+            exe=exe_base_name(base, comm),
             cgroup=cgroup,
             ns_init=ns_init,
         )
@@ -629,7 +633,7 @@ class HostProcessSource:
                     uids = p.uids()
                     out[pid] = ProcessFacts(
                         pid=pid, visible=True, user=p.username(), uid=uids.real,
-                        command=" ".join(p.cmdline()) or f"[{p.name()}]",
+                        command=" ".join(p.cmdline()) or f"[{p.name()}]", exe=_psutil_exe(p),
                         cpu_percent=None, host_memory=p.memory_info().rss, create_time=p.create_time(),
                         ppid=p.ppid(), status=p.status(),
                     )
@@ -638,6 +642,26 @@ class HostProcessSource:
             except psutil.AccessDenied:
                 out[pid] = ProcessFacts(pid=pid, visible=True)
         return out
+
+
+def exe_base_name(base: str, comm: bytes) -> str:
+    """The executable's base name: the target of ``{base}/exe`` (`` (deleted)`` dropped when the file
+    was replaced), or ``comm`` when that link cannot be read (another user's process to an unprivileged
+    reader, a kernel thread). Never argv[0]: a process writes its own command line."""
+    try:
+        target = os.readlink(f"{base}/exe")
+    except OSError:
+        return comm.decode(errors="replace")
+    if target.endswith(" (deleted)"):
+        target = target[: -len(" (deleted)")]
+    return os.path.basename(target) or comm.decode(errors="replace")
+
+
+def _psutil_exe(p: Any) -> str:
+    try:
+        return os.path.basename(p.exe()) or str(p.name())
+    except Exception:  # noqa: BLE001 (psutil's AccessDenied and the like: fall back to the name)
+        return str(p.name())
 
 
 def _listdir(path: str) -> list[str]:
