@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -124,10 +125,13 @@ def test_broken_config_names_file_and_line(tmp_path):
 
 
 def test_an_interrupted_migration_is_reported_at_the_next_start(tmp_path):
-    journal = tmp_path / "state" / "gputui" / "journal"
-    journal.mkdir(parents=True)
-    (journal / "migrate-20261129-bert.json").write_text(
+    # root reads journals only from the system journal folder (never a state folder under a home)
+    journal = Path(os.environ["GPUTUI_JOURNAL_DIR"]) if os.geteuid() == 0 else tmp_path / "state" / "gputui" / "journal"
+    journal.mkdir(parents=True, mode=0o755)
+    entry = journal / "migrate-20261129-bert.json"
+    entry.write_text(
         json.dumps({"action": "migrate", "summary": "bert-finetune from GPU 0 to GPU 6", "step": "renamed"}))
+    entry.chmod(0o600)
     r = gputui("--once", "--demo", env={"XDG_STATE_HOME": str(tmp_path / "state")})
     assert r.returncode == 0
     assert "An interrupted migrate was found: bert-finetune from GPU 0 to GPU 6" in r.stderr
