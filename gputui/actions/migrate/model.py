@@ -170,7 +170,7 @@ class MigrationPlan:
         if self.keeps:
             lines.append("Carried over:")
             lines.extend(f"  {k}" for k in self.keeps)
-        lines.extend(self._filesystem_lines())
+        lines.extend(self.filesystem_lines())
         lines.append("Steps:")
         for n, step in enumerate(STEPS, 1):
             text = STEP_TEXT[step]
@@ -200,7 +200,7 @@ class MigrationPlan:
         # names, labels and env values are other people's text: one rule before any terminal sees them
         return "\n".join(clean_text(ln) for ln in lines)
 
-    def _filesystem_lines(self) -> list[str]:
+    def filesystem_lines(self) -> list[str]:
         """What happens to the files in the container's own filesystem (outside volumes) and its tmpfs."""
         lines = ["Container filesystem (outside volumes):"]
         size = size_text(self.layer_bytes)

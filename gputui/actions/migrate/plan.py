@@ -275,6 +275,10 @@ def plan_migration(
                         f"will be rolled back at the create step.")
     if not state.get("Running"):
         warnings.append(_stopped_note(name, daemon_would_start(attrs)))
+    first = (cfg.get("Labels") or {}).get(LAYER_LABEL)
+    if first and str(cfg.get("Image") or "").startswith(LAYER_REPO + "/"):
+        keeps.append(f"image {cfg.get('Image')}: {first} plus the files an earlier migration committed "
+                     f"(label {LAYER_LABEL})")
     if (state.get("Health") or {}).get("Status") == "unhealthy":
         warnings.append(f"{name}'s healthcheck reports unhealthy now: the copy must report healthy, or the "
                         f"migration is rolled back and {name} is put back as it is (unhealthy).")
