@@ -110,6 +110,9 @@ def test_files_survive_an_interrupted_migration_and_recover(docker_cleanup, host
     r = subprocess.run([sys.executable, "-c", CRASH, "layer-crash", crash_at], env=env, capture_output=True,
                        text=True, timeout=180)
     assert r.returncode == 86, r.stderr
+    journal = pending_journals()[0].data
+    assert journal["layer_image"].startswith("gputui-layer/layer-crash:")
+    assert journal["layer_image_id"].startswith("sha256:")  # the commit is recorded before the copy exists
     rec = gputui(env, "migrate", "--recover", "--yes")
     assert rec.returncode == 0, rec.stdout + rec.stderr
     assert f"{outcome} the interrupted migration" in rec.stdout

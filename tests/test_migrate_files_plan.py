@@ -148,3 +148,58 @@ def test_the_command_that_recreates_a_pruned_network_is_validated():
     hostile = {"Driver": "bridge; rm -rf /", "IPAM": {"Config": [{"Subnet": "$(reboot)", "Gateway": "10.0.0.1"}]}}
     assert create_command("km", hostile) == "docker network create --gateway 10.0.0.1 km"
     assert "not a valid network name" in create_command("km; reboot", {})
+
+
+class SlowCommitApi:
+    """Docker's commit as a slow call: it returns only once the migration has said it is still committing."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.told = threading.Event()
+        self.params: dict = {}
+
+    def _url(self, path):
+        return path
+
+    def _post_json(self, url, data=None, params=None, timeout=None):
+        self.params = dict(params or {}, timeout=timeout)
+        assert self.told.wait(30), "no progress line while the commit ran"
+        return {"Id": "sha256:" + "c" * 64}
+
+    def _result(self, response, json=False):
+        return response
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.data: dict = {}
+
+    def update(self, **kw):
+        self.data.update(kw)
+
+
+def test_a_long_commit_says_how_long_it_has_taken_and_is_journaled(monkeypatch):
+    from gputui.actions.migrate import files
+    from gputui.actions.migrate.model import MigrationRun
+
+    monkeypatch.setattr(files, "COMMIT_TICK", 0.01)
+    attrs = inspect()
+    changes = ({"Path": "/ckpt/model.pt", "Kind": 1},)
+    p = plan(attrs, files=ContainerFiles(changes=changes, size_rw=1 << 30))
+    api, journal, lines = SlowCommitApi(), Recorder(), []
+
+    def progress(pr):
+        lines.append(pr.message)
+        if "so far" in pr.message:
+            api.told.set()
+
+    run = MigrationRun(plan=p)
+    files.commit_layer(api, run, journal, progress)
+    assert lines[0] == f"commit the stopped original's files (1 path, 1.0 GiB) into {p.layer_image}"
+    assert any(line.startswith("committing 1.0 GiB: ") and line.endswith(" s so far") for line in lines)
+    assert lines[-1].startswith(f"committed 1.0 GiB into {p.layer_image} in ")
+    assert journal.data == {"layer_started": True, "layer_image_id": "sha256:" + "c" * 64}
+    assert api.params["container"] == p.container_id and api.params["pause"] is False
+    assert 'LABEL "io.gputui.migrate.image"="busybox:test"' in api.params["changes"]
+    assert api.params["timeout"] >= files.COMMIT_FLOOR_S  # a large layer is not cut off by the HTTP timeout

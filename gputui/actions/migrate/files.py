@@ -100,8 +100,8 @@ def commit_layer(api: Any, run: MigrationRun, journal: Journal, progress: Progre
         except BaseException as exc:  # handed to the waiting thread
             done["error"] = exc
 
-    notify(progress, "create", "info", f"commit the stopped original's files ({plan.layer_paths} paths, {size}) "
-                                       f"into {image}")
+    paths = f"{plan.layer_paths} path{'s' if plan.layer_paths != 1 else ''}"
+    notify(progress, "create", "info", f"commit the stopped original's files ({paths}, {size}) into {image}")
     run.layer_started = True
     journal.update(layer_started=True)
     started = time.monotonic()
