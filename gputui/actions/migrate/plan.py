@@ -373,9 +373,15 @@ def carried_changes(changes: Iterable[dict[str, Any]], attrs: dict[str, Any]) ->
     points Docker made, not a directory listed only because something in it changed."""
     mounts = {str(m.get("Destination")) for m in attrs.get("Mounts") or [] if m.get("Destination")}
     mounts |= set(tmpfs_paths(attrs))
-    entries = [(str(c.get("Path") or ""), int(c.get("Kind") or 0)) for c in changes
-               if isinstance(c, dict) and isinstance(c.get("Path"), str)]
-    paths = {p for p, _ in entries}
+    entries: list[tuple[str, int]] = [
+        (c["Path"][:4096], c["Kind"] if type(c.get("Kind")) is int and c["Kind"] in _KIND else 0)
+        for c in changes if isinstance(c, dict) and isinstance(c.get("Path"), str) and c["Path"].startswith("/")]
+    parents: set[str] = set()  # every folder that holds another changed path (a long pip install lists 100 000)
+    for path, _ in entries:
+        cut = path.rfind("/")
+        while cut > 0 and path[:cut] not in parents:
+            parents.add(path[:cut])
+            cut = path.rfind("/", 0, cut)
 
     def under(path: str, top: str) -> bool:
         return path == top or path.startswith(top.rstrip("/") + "/")
@@ -386,9 +392,9 @@ def carried_changes(changes: Iterable[dict[str, Any]], attrs: dict[str, Any]) ->
             continue
         if any(under(m, path) for m in mounts) and kind != 2:
             continue  # a folder Docker made to hold a mount point
-        if kind == 0 and any(p != path and under(p, path) for p in paths):
+        if kind == 0 and (path in parents or path == "/"):
             continue
-        out.append(f"{_KIND.get(kind, '?')} {path}")
+        out.append(f"{_KIND[kind]} {path}")
     return out
 
 
