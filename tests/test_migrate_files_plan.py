@@ -203,3 +203,22 @@ def test_a_long_commit_says_how_long_it_has_taken_and_is_journaled(monkeypatch):
     assert api.params["container"] == p.container_id and api.params["pause"] is False
     assert 'LABEL "io.gputui.migrate.image"="busybox:test"' in api.params["changes"]
     assert api.params["timeout"] >= files.COMMIT_FLOOR_S  # a large layer is not cut off by the HTTP timeout
+
+
+def test_an_abnormal_end_of_a_started_migration_names_recover(capfd):
+    from types import SimpleNamespace
+
+    from gputui.commands.migrate import _migrate
+
+    class BrokenFlow:
+        demo = False
+
+        def run(self, container, target, confirm, *, guard, **kw):
+            with guard():
+                raise RuntimeError("a bug half-way")
+
+    args = SimpleNamespace(container="trainer", to="2", yes=True, force=False, from_gpu=None,
+                           discard_changes=False)
+    with pytest.raises(RuntimeError):
+        _migrate(BrokenFlow(), args, None, None)
+    assert "the migration of trainer ended abnormally; run 'gputui migrate --recover'" in capfd.readouterr().err

@@ -67,6 +67,8 @@ class DockerMigrationEngine:
         self.read_only = read_only
         self.poll_interval = poll_interval
         self._sleep = sleep
+        #: the running execution's progress callback (the commit of a large layer reports through it)
+        self._progress: ProgressFn | None = None
 
     def close(self) -> None:
         try:
@@ -283,7 +285,7 @@ class DockerMigrationEngine:
             stopped = self._safe_inspect(plan.container_id) or {}
             keep_endpoint_macs(body, connect, stopped)
         if plan.layer_image:
-            commit_layer(self.api, run, journal, getattr(self, "_progress", None), self._sleep)
+            commit_layer(self.api, run, journal, self._progress, self._sleep)
         created = self.api.create_container_from_config(body, plan.container_name)
         run.new_id = created["Id"]
         journal.update(new_id=run.new_id)
