@@ -80,6 +80,7 @@ def test_files_in_the_container_layer_travel_byte_for_byte(docker_cleanup, host)
     new = d.client.api.inspect_container("layer")
     assert new["HostConfig"]["DeviceRequests"][0]["DeviceIDs"] == [uuid(2)]
     assert new["Config"]["Labels"]["io.gputui.migrate.image"] == d.image
+    assert new["Config"]["Labels"]["io.gputui.migrate.container"] == "layer"
     assert facts(d, "layer") == before
     assert not [n for n in names(d) if BACKUP_INFIX in n]
     done = audits()[-1]

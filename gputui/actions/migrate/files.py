@@ -28,7 +28,13 @@ from gputui.actions.container_ops import connect_networks
 from gputui.actions.journal import Journal
 from gputui.actions.migrate.body import create_body, name_of
 from gputui.actions.migrate.model import MigrationRun, ProgressFn, size_text
-from gputui.actions.migrate.plan import LAYER_LABEL, LAYER_REPO, ContainerFiles, tmpfs_paths
+from gputui.actions.migrate.plan import (
+    LAYER_CONTAINER_LABEL,
+    LAYER_LABEL,
+    LAYER_REPO,
+    ContainerFiles,
+    tmpfs_paths,
+)
 from gputui.actions.migrate.record import notify
 from gputui.core.errors import clause
 
@@ -86,8 +92,9 @@ def commit_layer(api: Any, run: MigrationRun, journal: Journal, progress: Progre
     image = plan.layer_image or ""
     repo, _, tag = image.rpartition(":")
     size = size_text(plan.layer_bytes)
-    changes = [f"LABEL {json.dumps(LAYER_LABEL)}={json.dumps(plan.image_ref)}",
-               f"LABEL \"io.gputui.migrate.container\"={json.dumps(plan.container_name)}"]
+    labels = plan.body.get("Labels") or {}
+    changes = [f"LABEL {json.dumps(key)}={json.dumps(str(labels.get(key) or ''))}"
+               for key in (LAYER_LABEL, LAYER_CONTAINER_LABEL)]
     timeout = COMMIT_FLOOR_S + (plan.layer_bytes or 0) / COMMIT_BYTES_PER_S
     params = {"container": plan.container_id, "repo": repo, "tag": tag, "pause": False, "changes": changes,
               "comment": f"gputui migrate: the files of {plan.container_name} outside its volumes"}

@@ -252,6 +252,7 @@ def plan_migration(
         new["Image"] = layer.image
         labels = new["Labels"] = dict(new.get("Labels") or {})
         labels.setdefault(LAYER_LABEL, image_ref)  # where it came from, kept across migrations
+        labels[LAYER_CONTAINER_LABEL] = name  # the image's labels too: the copy's are exactly the body's
     rewrite_grant(new, grant, moving, HostGpu(tgt.index, to_uuid, tgt.minor_number if tmig is None else None,
                                               mig=tmig.index if tmig is not None else None))
     after_grant = read_grant(new, host)
@@ -328,6 +329,8 @@ def plan_migration(
 
 #: The label on a copy created from a committed writable layer: the image reference it was first made from.
 LAYER_LABEL = "io.gputui.migrate.image"
+#: The label naming the container whose files a committed image holds (on the image and the copy).
+LAYER_CONTAINER_LABEL = "io.gputui.migrate.container"
 #: The repository committed writable layers go to (``<repo>/<container>:<timestamp>``).
 LAYER_REPO = "gputui-layer"
 #: How many changed paths a plan lists.
