@@ -56,8 +56,8 @@ def read_files(api: Any, attrs: dict[str, Any], discard: bool) -> ContainerFiles
     size_rw = sized.get("SizeRw")
     size = int(size_rw) if isinstance(size_rw, int) and 0 <= size_rw < 1 << 50 else None
     running = bool((attrs.get("State") or {}).get("Running"))
-    tmpfs = {p: _tmpfs_use(api, cid, p) if running else (None, "the container is not running, so it is empty")
-             for p in tmpfs_paths(attrs)}
+    # a stopped container's tmpfs mounts are gone already: empty
+    tmpfs = {p: _tmpfs_use(api, cid, p) if running else (0, "") for p in tmpfs_paths(attrs)}
     networks = {}
     for net in ((attrs.get("NetworkSettings") or {}).get("Networks") or {}):
         try:
