@@ -65,14 +65,31 @@ def wait_stopped(inspect: Callable[[str], dict[str, Any] | None], cid: str, dead
 
 
 def connect_networks(api: Any, cid: str, connect: Iterable[tuple[str, dict[str, Any]] | list[Any]]) -> None:
-    """Join every extra network with what the endpoint was configured with."""
+    """Join every extra network with what the endpoint was configured with.
+
+    The endpoint is create-body shaped (links as ``"other:alias"``); docker-py takes links as
+    (container, alias) pairs, so they are split here (a string there fails with "too many values
+    to unpack"). A MAC address is passed only when the endpoint has one (API >= 1.44 bodies).
+    """
     for net, endpoint in connect:
         ipam = endpoint.get("IPAMConfig") or {}
+        extra = {"mac_address": endpoint["MacAddress"]} if endpoint.get("MacAddress") else {}
         api.connect_container_to_network(
-            cid, net, aliases=endpoint.get("Aliases"), links=endpoint.get("Links"),
+            cid, net, aliases=endpoint.get("Aliases"), links=link_pairs(endpoint.get("Links")),
             ipv4_address=ipam.get("IPv4Address") or None, ipv6_address=ipam.get("IPv6Address") or None,
-            link_local_ips=ipam.get("LinkLocalIPs") or None, driver_opt=endpoint.get("DriverOpts"),
+            link_local_ips=ipam.get("LinkLocalIPs") or None, driver_opt=endpoint.get("DriverOpts"), **extra,
         )
+
+
+def link_pairs(links: Iterable[str] | None) -> list[tuple[str, str]] | None:
+    """``["other:alias", "plain"]`` (the API's form) -> ``[("other", "alias"), ("plain", "")]`` (docker-py's)."""
+    if not links:
+        return None
+    out = []
+    for link in links:
+        target, _, alias = str(link).partition(":")
+        out.append((target.lstrip("/"), alias.rsplit("/", 1)[-1]))
+    return out
 
 
 def daemon_would_start(attrs: dict[str, Any]) -> bool:

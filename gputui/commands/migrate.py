@@ -14,6 +14,7 @@ without a terminal); 3 NVML or Docker could not be reached.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -71,7 +72,11 @@ def add_parser(sub, common):
     p.add_argument("--timeout", type=seconds_arg, default=5.0, metavar="SECONDS",
                    help="how long the new container must stay running before the old one is removed (default 5)")
     p.add_argument("--force", action="store_true",
-                   help="move even if the target GPU lacks the free memory the container has used")
+                   help="move even if the target GPU lacks the free memory the container has used, or a tmpfs "
+                        "mount holds data (its contents are lost)")
+    p.add_argument("--discard-changes", action="store_true",
+                   help="do not carry the files the container changed outside its volumes (by default the "
+                        "stopped original is committed into an image the copy is created from)")
     p.add_argument("--recover", action="store_true",
                    help="finish or undo the migrations that were interrupted on this Docker daemon (from their "
                         "journals); with CONTAINER, only that container's")
@@ -138,8 +143,23 @@ def run(ctx) -> int:
 
 def _migrate(flow: MigrateFlow, args: Any, out: TextIO, err: TextIO) -> int:
     """Plan, confirm, execute through the flow; print how it ended."""
-    run = flow.run(args.container, args.to, lambda plan: _confirm(plan, flow.demo, args.yes, out),
-                   force=args.force, from_gpu=args.from_gpu, progress=_progress(out), guard=_sigterm_interrupts)
+    signals = _Signals(args.container)
+    show = _progress(out)
+
+    def progress(p: Progress) -> None:
+        signals.seen(p)
+        show(p)
+
+    try:
+        run = flow.run(args.container, args.to, lambda plan: _confirm(plan, flow.demo, args.yes, out),
+                       force=args.force, from_gpu=args.from_gpu, progress=progress, guard=signals.guard,
+                       discard_changes=args.discard_changes)
+    except BaseException:
+        if signals.started and not flow.demo:
+            # Whatever ended the run early (a third signal, a bug), the journal says what to finish or undo.
+            _say(f"gputui: the migration of {args.container} ended abnormally; run 'gputui migrate --recover' "
+                 f"to finish or undo it.")
+        raise
     if run.status == "refused":
         print(clean(f"gputui: {run.refusal}"), file=err)
         return EXIT_NO
@@ -157,7 +177,8 @@ def _migrate(flow: MigrateFlow, args: Any, out: TextIO, err: TextIO) -> int:
 def _dry_run(flow: MigrateFlow, args: Any, read_only: bool, out: TextIO, err: TextIO) -> int:
     """--dry-run: the plan, printed; nothing is asked, changed or audited."""
     try:
-        plan = flow.plan(args.container, args.to, force=args.force, from_gpu=args.from_gpu)
+        plan = flow.plan(args.container, args.to, force=args.force, from_gpu=args.from_gpu,
+                         discard_changes=args.discard_changes)
     except MigrationRefused as exc:
         print(clean(f"gputui: {exc}"), file=err)
         return EXIT_NO
@@ -193,21 +214,78 @@ def _progress(out: TextIO) -> Callable[[Progress], None]:
     return show
 
 
-@contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM during a migration rolls it back like Ctrl-C does (instead of dying between two steps)."""
-    def interrupt(signum: int, frame: Any) -> None:
+def _say(line: str) -> None:
+    """One line to stderr straight to the descriptor: safe inside a signal handler, whatever print was doing."""
+    try:
+        os.write(2, (clean(line) + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+class _Signals:
+    """What signals do while a migration runs, so an interruption never leaves the container down.
+
+    * SIGINT / SIGTERM: the first one rolls the migration back (KeyboardInterrupt into the engine, which
+      undoes what was done). Any further one, and any that comes while a failed step is being undone,
+      is ignored with one line: stopping the rollback half-way is what leaves a container down.
+    * SIGHUP (the ssh session dropped, the terminal closed): the migration carries on to its end, or
+      rolls back, on its own: stdin, stdout and stderr go to /dev/null (a write to a hung-up terminal
+      fails), and how it ended is in the audit log (and the journal, while one is needed).
+    """
+
+    def __init__(self, container: str) -> None:
+        self.container = container
+        self.interrupted = False
+        self.rolling_back = False
+        self.hung_up = False
+        self.started = False
+
+    def seen(self, p: Progress) -> None:
+        if p.state in ("failed", "undoing"):
+            self.rolling_back = True
+
+    def _interrupt(self, signum: int, frame: Any) -> None:
+        if self.interrupted or self.rolling_back:
+            _say(f"gputui: already putting {self.container} back; this interrupt is ignored (stopping now could "
+                 f"leave the container down).")
+            return
+        self.interrupted = True
         raise KeyboardInterrupt
 
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def _hangup(self, signum: int, frame: Any) -> None:
+        if self.hung_up:
+            return
+        self.hung_up = True
+        try:
+            fd = os.open(os.devnull, os.O_RDWR)
+            for target in (0, 1, 2):
+                os.dup2(fd, target)
+            os.close(fd)
+        except OSError:
+            pass
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        self.started = True
+        try:
+            previous = {sig: signal.signal(sig, handler) for sig, handler in (
+                (signal.SIGINT, self._interrupt), (signal.SIGTERM, self._interrupt), (signal.SIGHUP, self._hangup))}
+        except ValueError:  # not the main thread
+            yield
+            return
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if self.hung_up:
+                from gputui.actions.audit import audit
+
+                try:
+                    audit("migrate", "detached", container=self.container,
+                          reason="the terminal hung up (SIGHUP) during the migration, which went on without it")
+                except OSError:
+                    pass
 
 
 def _recover(ctx) -> int:

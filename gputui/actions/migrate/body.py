@@ -80,13 +80,15 @@ def _split_bind(bind: str) -> tuple[str, str, str]:
 
 
 def create_body(
-    attrs: dict[str, Any], image_ref: str, image_config: dict[str, Any] | None = None
+    attrs: dict[str, Any], image_ref: str, image_config: dict[str, Any] | None = None,
+    api_version: str | None = None,
 ) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]], list[str]]:
     """The inspect data turned back into a create body, minus what Docker generates.
 
     Returns (body, extra network connections, human notes on what is carried over). Long on
     purpose: one line per create field Docker's inspect output carries, in the order of the API, so
-    a reviewer can check it field by field against ``docker inspect``.
+    a reviewer can check it field by field against ``docker inspect``. ``api_version`` is the API the
+    inspect data was read with: from 1.44 a MAC address the user set lives in the endpoint settings.
     """
     cid = attrs.get("Id", "")
     cfg = copy.deepcopy(attrs.get("Config") or {})
@@ -94,8 +96,9 @@ def create_body(
     notes: list[str] = []
     net_mode = hc.get("NetworkMode") or "default"
 
-    if net_mode.startswith("container:"):
-        # The hostname comes from the other container's namespace (watchtower #188).
+    if net_mode.startswith("container:") or hc.get("UTSMode") == "host":
+        # The hostname comes from the other container's namespace (watchtower #188) or the host's
+        # (--uts host: Docker refuses a create that names one, "conflicting options: hostname and the UTS mode").
         cfg.pop("Hostname", None)
         cfg.pop("Domainname", None)
     elif cfg.get("Hostname") == cid[:12]:
@@ -155,8 +158,9 @@ def create_body(
     else:
         primary = "bridge" if net_mode == "default" else net_mode
         endpoints: dict[str, Any] = {}
+        running = bool((attrs.get("State") or {}).get("Running"))
         for net, ep in networks.items():
-            clean = _endpoint(ep or {}, cid)
+            clean = _endpoint(ep or {}, cid, endpoint_mac=not running and endpoint_macs(api_version))
             if net == primary or (primary not in networks and not endpoints):
                 endpoints[net] = clean
             else:
@@ -209,9 +213,45 @@ def _link(link: str) -> str:
     return f"{target.lstrip('/')}:{alias.rsplit('/', 1)[-1]}"
 
 
-def _endpoint(ep: dict[str, Any], cid: str) -> dict[str, Any]:
-    """An endpoint as the user configured it: no generated ids, addresses, MACs or the short-id alias."""
+def endpoint_macs(api_version: str | None) -> bool:
+    """Does this API keep a MAC address the user set in the endpoint settings (API >= 1.44, Docker 25)?
+
+    Below 1.44 it is ``Config.MacAddress`` (copied with the rest of Config). From 1.44 a stopped
+    container's endpoint shows only the MAC that was asked for ("" when Docker generates one); a
+    running one shows the address in use, so the executor reads it again once the container stopped.
+    """
+    try:
+        major, minor = (int(p) for p in (api_version or "0.0").split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (1, 44)
+
+
+def keep_endpoint_macs(body: dict[str, Any], connect: Iterable[tuple[str, dict[str, Any]] | list[Any]],
+                       stopped: dict[str, Any]) -> list[str]:
+    """Put the MACs a stopped container's endpoints were configured with (API >= 1.44) into ``body`` and
+    the ``connect`` endpoints, in place. Returns "network MAC" for each one kept."""
+    kept: list[str] = []
+    networks = (stopped.get("NetworkSettings") or {}).get("Networks") or {}
+    endpoints = dict((body.get("NetworkingConfig") or {}).get("EndpointsConfig") or {})
+    endpoints.update({net: ep for net, ep in connect})
+    for net, ep in sorted(networks.items()):
+        mac = (ep or {}).get("MacAddress")
+        if mac and net in endpoints and _MAC.fullmatch(str(mac)):
+            endpoints[net]["MacAddress"] = mac
+            kept.append(f"{net} {mac}")
+    return kept
+
+
+_MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
+
+
+def _endpoint(ep: dict[str, Any], cid: str, endpoint_mac: bool = False) -> dict[str, Any]:
+    """An endpoint as the user configured it: no generated ids, addresses, MACs or the short-id alias
+    (``endpoint_mac``: the endpoint's MAC is the one the user set, API >= 1.44 on a stopped container)."""
     out: dict[str, Any] = {}
+    if endpoint_mac and ep.get("MacAddress") and _MAC.fullmatch(str(ep["MacAddress"])):
+        out["MacAddress"] = ep["MacAddress"]
     if ep.get("IPAMConfig"):
         out["IPAMConfig"] = ep["IPAMConfig"]
     aliases = [a for a in ep.get("Aliases") or [] if a != cid[:12]]

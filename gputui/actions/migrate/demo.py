@@ -86,7 +86,9 @@ class DemoMigrationEngine:
         pass
 
     def plan(self, container: str, target: str | int, snapshot: Snapshot | None, *, force: bool = False,
-             from_gpu: str | int | None = None, peak_memory: int | None = None) -> MigrationPlan:
+             from_gpu: str | int | None = None, peak_memory: int | None = None,
+             discard_changes: bool = False) -> MigrationPlan:
+        # The simulated containers have no files of their own: there is nothing to carry or discard.
         if self.read_only:
             raise MigrationRefused("read-only", READ_ONLY)
         attrs = demo_attrs(self.sim, container)

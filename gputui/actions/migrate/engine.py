@@ -18,7 +18,18 @@ from gputui.actions.container_ops import (
 )
 from gputui.actions.journal import Journal, PendingJournal, pending_journals
 from gputui.actions.locks import ContainerLock, LockHeld
-from gputui.actions.migrate.body import name_of, policy_text
+from gputui.actions.migrate.body import endpoint_macs, keep_endpoint_macs, name_of, policy_text
+from gputui.actions.migrate.files import (
+    commit_layer,
+    drop_layer_image,
+    missing_networks,
+    read_files,
+    rejoin_networks,
+    undo_layer,
+)
+from gputui.actions.migrate.files import (
+    layer_audit as _layer_audit,
+)
 from gputui.actions.migrate.model import (
     BACKUP_INFIX,
     READ_ONLY,
@@ -58,6 +69,8 @@ class DockerMigrationEngine:
         self.poll_interval = poll_interval
         self._sleep = sleep
         self._daemon: dict[str, str] | None = None
+        #: the running execution's progress callback (the commit of a large layer reports through it)
+        self._progress: ProgressFn | None = None
 
     def close(self) -> None:
         try:
@@ -104,7 +117,8 @@ class DockerMigrationEngine:
             raise MigrationUnavailable(unreachable(exc)) from None
 
     def plan(self, container: str, target: str | int, snapshot: Snapshot | None, *, force: bool = False,
-             from_gpu: str | int | None = None, peak_memory: int | None = None) -> MigrationPlan:
+             from_gpu: str | int | None = None, peak_memory: int | None = None,
+             discard_changes: bool = False) -> MigrationPlan:
         import docker
 
         if self.read_only:
@@ -127,13 +141,15 @@ class DockerMigrationEngine:
                 image_config = self.api.inspect_image(attrs.get("Image") or "").get("Config") or {}
             except docker.errors.NotFound:
                 image_config = None
+            files = read_files(self.api, attrs, discard_changes)
         except Exception as exc:
             raise MigrationUnavailable(unreachable(exc)) from None
         gpus = snapshot.gpus if snapshot is not None else ()
         peak = max(peak_memory or 0, observed_peak(snapshot, attrs["Id"]) or 0) or None
         return plan_migration(attrs, gpus, target, others=others, image_tag_id=tag_id, image_config=image_config,
                               peak_memory=peak,
-                              usage=container_usage(snapshot, attrs["Id"]), force=force, from_gpu=from_gpu)
+                              usage=container_usage(snapshot, attrs["Id"]), force=force, from_gpu=from_gpu,
+                              files=files, api_version=getattr(self.api, "api_version", None))
 
     # -- execution ---------------------------------------------------------------
     def execute(self, plan: MigrationPlan, progress: ProgressFn | None = None,
@@ -179,6 +195,7 @@ class DockerMigrationEngine:
 
     def _execute(self, plan: MigrationPlan, progress: ProgressFn | None, timeout: float) -> MigrationResult:
         run = MigrationRun(plan=plan, client=self.client)
+        self._progress = progress
         step = "journal"
         notify(progress, step, "running", STEP_TEXT[step])
         try:
@@ -224,6 +241,7 @@ class DockerMigrationEngine:
         try:
             self.hooks.before(step, run)
             self.api.remove_container(plan.container_id, v=False, force=True)
+            drop_layer_image(self.api, plan.attrs)
         except (Exception, KeyboardInterrupt) as exc:
             message = (f"{plan.container_name} now runs on {plan.to_label}, but its backup "
                        f"{plan.backup_name} could not be removed ({clause(exc)}); 'gputui migrate --recover' "
@@ -239,7 +257,7 @@ class DockerMigrationEngine:
             message += " It was not running, so the copy was not started and nothing was verified."
         elif plan.start_stopped:
             message += " The copy was started, verified and stopped again, as the original was stopped."
-        audit_migration("ok", plan, new_id=run.new_id)
+        audit_migration("ok", plan, new_id=run.new_id, **_layer_audit(plan, run))
         return MigrationResult(True, "ok", message, plan, run.new_id)
 
     @staticmethod
@@ -284,10 +302,17 @@ class DockerMigrationEngine:
 
     def _do_create(self, run: MigrationRun, journal: Journal, timeout: float) -> None:
         plan = run.plan
-        created = self.api.create_container_from_config(copy.deepcopy(plan.body), plan.container_name)
+        body, connect = copy.deepcopy(plan.body), copy.deepcopy(list(plan.connect))
+        if plan.was_running and endpoint_macs(getattr(self.api, "api_version", None)):
+            # API >= 1.44: a stopped container's endpoints show only the MACs the user set.
+            stopped = self._safe_inspect(plan.container_id) or {}
+            keep_endpoint_macs(body, connect, stopped)
+        if plan.layer_image:
+            commit_layer(self.api, run, journal, self._progress, self._sleep)
+        created = self.api.create_container_from_config(body, plan.container_name)
         run.new_id = created["Id"]
         journal.update(new_id=run.new_id)
-        connect_networks(self.api, run.new_id, plan.connect)
+        connect_networks(self.api, run.new_id, connect)
         runs = running_command(self.api.inspect_container(run.new_id))
         if plan.command is not None and runs is not None and tuple(runs) != plan.command:
             raise RuntimeError(f"the new container would run {json.dumps(runs)} instead of "
@@ -338,6 +363,10 @@ class DockerMigrationEngine:
             except Exception as exc:
                 if "No such container" not in clause(exc):
                     problems.append(f"removing the new container: {clause(exc)}")
+        if plan.layer_image and run.layer_started:
+            problem = undo_layer(self.api, run, progress)
+            if problem:
+                problems.append(problem)
         if run.renamed:
             notify(progress, "rename", "undoing", f"rename the old container back to {plan.container_name}")
             try:
@@ -465,17 +494,23 @@ class DockerMigrationEngine:
                 if old is not None:
                     notify(progress, "remove-old", "running", f"remove the backup {name_of(old)} (keeping volumes)")
                     self.api.remove_container(orig_id, v=False, force=True)
+                drop_layer_image(self.api, d.get("original") or {})
                 journal.finish()
                 message = f"Finished the interrupted migration: {summary}; the new container was verified."
                 audit_migration("finished", None, container=name, container_id=orig_id, new_id=new.get("Id"),
                        recovered=True)
                 return MigrationResult(True, "finished", message, new_id=new.get("Id"), journal=str(pending.path))
+            missing = missing_networks(self.api, d)
+            if missing:
+                raise RuntimeError(missing)
             if new is not None and new.get("Id") != orig_id:
                 notify(progress, "create", "undoing", "remove the new container")
                 self.api.remove_container(new["Id"], v=False, force=True)
+            layer = self._recover_layer(d, old is None, progress)
             if old is None:
-                orig_id = self._recreate(journal, name, progress)
+                orig_id = self._recreate(journal, name, progress, layer)
             else:
+                rejoin_networks(self.api, orig_id, old, d, progress)
                 if name_of(old) != name:
                     notify(progress, "rename", "undoing", f"rename {name_of(old)} back to {name}")
                     self.api.rename(orig_id, name)
@@ -524,10 +559,30 @@ class DockerMigrationEngine:
             return holder
         return None
 
-    def _recreate(self, journal: Journal, name: str, progress: ProgressFn | None) -> str:
-        """The original is gone (its backup was removed): create it again from the journal. The copy's id is
-        journaled as soon as Docker returns it (and when a recover began), so a later --recover takes a copy
-        this one left half-made (e.g. a network was pruned) as its own instead of finding the name taken."""
+    def _recover_layer(self, d: dict[str, Any], keep: bool, progress: ProgressFn | None) -> str | None:
+        """The image the interrupted run committed the original's files into: kept (and returned) when the
+        original is gone and must be recreated from it, removed otherwise (the original still has them)."""
+        image = d.get("layer_image")
+        if not image:
+            return None
+        try:
+            found = self.api.inspect_image(image)
+        except Exception:
+            return None
+        if keep:
+            return str(found.get("Id") or image)
+        notify(progress, "create", "undoing", f"remove the image {image} the original's files were committed into")
+        try:
+            self.api.remove_image(image)
+        except Exception:
+            pass  # a container still uses it: it stays, like any image in use
+        return None
+
+    def _recreate(self, journal: Journal, name: str, progress: ProgressFn | None, layer: str | None = None) -> str:
+        """The original is gone (its backup was removed): create it again from the journal (from the image its
+        own files were committed into, when the interrupted run got that far). The copy's id is journaled as
+        soon as Docker returns it (and when a recover began), so a later --recover takes a copy this one left
+        half-made (e.g. a network was pruned) as its own instead of finding the name taken."""
         d = journal.data
         holder = self._safe_inspect(name)
         if holder is not None:
@@ -540,7 +595,10 @@ class DockerMigrationEngine:
         else:
             journal.update(recover_started=_docker_now())
             notify(progress, "create", "undoing", f"recreate {name} from the journal")
-            cid = str(self.api.create_container_from_config(copy.deepcopy(d.get("original_body") or {}), name)["Id"])
+            body = copy.deepcopy(d.get("original_body") or {})
+            if layer:
+                body["Image"] = layer
+            cid = str(self.api.create_container_from_config(body, name)["Id"])
             journal.update(recreated_id=cid)
         joined = set(((self._safe_inspect(cid) or {}).get("NetworkSettings") or {}).get("Networks") or {})
         connect_networks(self.api, cid, [c for c in d.get("connect") or [] if c and c[0] not in joined])
@@ -559,8 +617,14 @@ def _own_copy(holder: dict[str, Any], d: dict[str, Any]) -> bool:
     started = str(d.get("recover_started") or "")
     body = d.get("original_body") or {}
     cfg = holder.get("Config") or {}
-    return bool(started) and str(holder.get("Created") or "") >= started and cfg.get("Image") == body.get("Image") \
-        and (cfg.get("Labels") or {}) == (body.get("Labels") or {}) and cfg.get("Env") == body.get("Env")
+    # made from the original's image, or from the image its own files were committed into (whose labels
+    # the copy then carries too)
+    images = {i for i in (body.get("Image"), d.get("layer_image"), d.get("layer_image_id")) if i}
+    labels, wanted = cfg.get("Labels") or {}, body.get("Labels") or {}
+    extra = {k for k in labels if k not in wanted}
+    return bool(started) and str(holder.get("Created") or "") >= started and cfg.get("Image") in images \
+        and all(labels.get(k) == v for k, v in wanted.items()) \
+        and all(k.startswith("io.gputui.migrate.") for k in extra) and cfg.get("Env") == body.get("Env")
 
 
 def _is_successor(new: dict[str, Any], d: dict[str, Any], name: str, orig_id: str,
@@ -598,6 +662,9 @@ def _journal_data(plan: MigrationPlan) -> dict[str, Any]:
         "original_body": plan.original_body,
         "body": plan.body,
         "connect": [list(c) for c in plan.connect],
+        "layer_image": plan.layer_image,
+        "layer_image_id": None,
+        "networks": plan.networks,
         "plan": plan.to_json(),
         "original": plan.attrs,
     }

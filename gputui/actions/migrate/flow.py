@@ -66,10 +66,11 @@ class MigrateFlow:
         return self.engine.demo
 
     def plan(self, container: str, target: str | int, *, force: bool = False, from_gpu: str | int | None = None,
-             peak_memory: int | None = None) -> MigrationPlan:
-        """The plan (pure: nothing changes). Raises MigrationRefused, MigrationNotFound, MigrationUnavailable."""
+             peak_memory: int | None = None, discard_changes: bool = False) -> MigrationPlan:
+        """The plan (pure: nothing changes). Raises MigrationRefused, MigrationNotFound, MigrationUnavailable.
+        ``discard_changes``: the copy starts from the image, without the files the container changed."""
         return self.engine.plan(container, target, self.snapshot, force=force, from_gpu=from_gpu,
-                                peak_memory=peak_memory)
+                                peak_memory=peak_memory, discard_changes=discard_changes)
 
     def refuse(self, container: str, target: str | int | None, refusal: MigrationRefused) -> None:
         """Record in the audit log that the migration the user asked for was refused."""
@@ -86,11 +87,12 @@ class MigrateFlow:
     def run(self, container: str, target: str | int, confirm: Callable[[MigrationPlan], bool], *,
             force: bool = False, from_gpu: str | int | None = None,
             progress: ProgressFn | None = None,
-            guard: Callable[[], AbstractContextManager[object]] = nullcontext) -> MigrateRun:
+            guard: Callable[[], AbstractContextManager[object]] = nullcontext,
+            discard_changes: bool = False) -> MigrateRun:
         """Plan, ask ``confirm``, then execute (inside ``guard``) or record the refusal or the decline.
         MigrationNotFound and MigrationUnavailable propagate (usage, unreachable)."""
         try:
-            plan = self.plan(container, target, force=force, from_gpu=from_gpu)
+            plan = self.plan(container, target, force=force, from_gpu=from_gpu, discard_changes=discard_changes)
         except MigrationRefused as exc:
             self.refuse(container, target, exc)
             return MigrateRun("refused", refusal=exc)

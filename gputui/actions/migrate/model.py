@@ -40,6 +40,18 @@ READ_ONLY = "Migration is disabled: gputui runs read-only (--read-only or read_o
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
+def size_text(value: int | float | None) -> str:
+    """A file size as a person reads it: 12 bytes, 4.0 KiB, 300.0 KiB, 5.0 MiB, 1.0 GiB."""
+    if value is None:
+        return "size unknown"
+    if value < 1024:
+        return f"{int(value)} byte{'s' if value != 1 else ''}"
+    for unit, scale in (("KiB", 1024), ("MiB", 1024**2)):
+        if value < scale * 1024:
+            return f"{value / scale:.1f} {unit}"
+    return fmt_bytes(value, "GiB")
+
+
 # -- errors ---------------------------------------------------------------------------
 
 
@@ -109,6 +121,20 @@ class MigrationPlan:
     from_migs: tuple[str, ...] = ()
     #: The original inspect data, written to the journal before anything changes.
     attrs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
+    #: The container's own filesystem outside volumes: paths changed since the image, their size
+    #: (``SizeRw``; None when Docker did not say) and a few of them as ``docker diff`` writes them.
+    layer_paths: int = 0
+    layer_bytes: int | None = None
+    layer_sample: tuple[str, ...] = ()
+    #: The image the stopped original is committed into (the copy is created from it); None when
+    #: nothing is carried (no changes, or ``--discard-changes``).
+    layer_image: str | None = None
+    layer_discarded: bool = False
+    #: tmpfs mounts: (path, bytes it holds or None, why it could not be measured).
+    tmpfs: tuple[tuple[str, int | None, str], ...] = ()
+    #: The networks the container is on, as ``docker network inspect`` shows them (name -> facts), so
+    #: one removed while a migration was interrupted can be named with the command that recreates it.
+    networks: dict[str, Any] = field(default_factory=dict, hash=False, compare=False, repr=False)
 
     @property
     def from_label(self) -> str:
@@ -144,6 +170,7 @@ class MigrationPlan:
         if self.keeps:
             lines.append("Carried over:")
             lines.extend(f"  {k}" for k in self.keeps)
+        lines.extend(self.filesystem_lines())
         lines.append("Steps:")
         for n, step in enumerate(STEPS, 1):
             text = STEP_TEXT[step]
@@ -151,6 +178,10 @@ class MigrationPlan:
                 text += f" ({self.stop_signal}, up to {self.stop_timeout} s)"
             if step == "rename":
                 text += f" {self.backup_name}"
+            if step == "create" and self.layer_image:
+                text += f" from {self.layer_image} (first commit the stopped original's own files into it)"
+            if step == "remove-old" and self.layer_image:
+                text += "; the image it was committed into stays while the copy uses it"
             if step == "restart-policy" and self.restart_policy.get("Name") in (None, "", "no"):
                 text += " (already 'no')"
             if step == "stop" and not self.was_running or \
@@ -169,6 +200,29 @@ class MigrationPlan:
         # names, labels and env values are other people's text: one rule before any terminal sees them
         return "\n".join(clean_text(ln) for ln in lines)
 
+    def filesystem_lines(self) -> list[str]:
+        """What happens to the files in the container's own filesystem (outside volumes) and its tmpfs."""
+        lines = ["Container filesystem (outside volumes):"]
+        size = size_text(self.layer_bytes)
+        count = f"{self.layer_paths} path{'s' if self.layer_paths != 1 else ''} ({size})"
+        if not self.layer_paths:
+            lines.append("  no file added, changed or deleted since the image: nothing to carry")
+        elif self.layer_discarded:
+            lines.append(f"  {count} changed since the image are DISCARDED (--discard-changes): the copy "
+                         f"starts from the image {self.image_ref} as it is")
+        else:
+            lines.append(f"  {count} changed since the image are carried: the stopped original is committed "
+                         f"into image {self.layer_image} (deletions, modes, owners and times kept) and the copy "
+                         f"is created from it")
+        lines.extend(f"    {c}" for c in self.layer_sample)
+        if self.layer_paths > len(self.layer_sample) and self.layer_sample:
+            lines.append(f"    ... and {self.layer_paths - len(self.layer_sample)} more (docker diff "
+                         f"{self.container_name})")
+        for path, used, why in self.tmpfs:
+            held = (f"holds {size_text(used)}" if used else "empty") if used is not None else f"not measured: {why}"
+            lines.append(f"  tmpfs {path}: contents lost ({held})")
+        return lines
+
     def to_json(self) -> dict[str, Any]:
         return {
             "container": self.container_name,
@@ -183,6 +237,9 @@ class MigrationPlan:
             "warnings": list(self.warnings),
             "compose_change": self.compose_change,
             "demo": self.demo,
+            "layer": {"paths": self.layer_paths, "bytes": self.layer_bytes, "image": self.layer_image,
+                      "discarded": self.layer_discarded},
+            "tmpfs": [{"path": p, "bytes": b, "unmeasured": w or None} for p, b, w in self.tmpfs],
         }
 
 
@@ -248,6 +305,12 @@ class MigrationRun:
     renamed: bool = False
     verified: bool = False
     stop_issued_at: float | None = None
+    #: the image id the writable layer was committed into (removed again if the migration is undone)
+    layer_image_id: str | None = None
+    #: the commit was asked for (so an undo removes its image), the thread carrying it, how long it took
+    layer_started: bool = False
+    commit_thread: Any = None
+    commit_seconds: float | None = None
 
 
 class MigrationEngine(Protocol):
@@ -256,7 +319,8 @@ class MigrationEngine(Protocol):
     demo: bool
 
     def plan(self, container: str, target: str | int, snapshot: Snapshot | None, *, force: bool = False,
-             from_gpu: str | int | None = None, peak_memory: int | None = None) -> MigrationPlan: ...
+             from_gpu: str | int | None = None, peak_memory: int | None = None,
+             discard_changes: bool = False) -> MigrationPlan: ...
 
     def execute(self, plan: MigrationPlan, progress: ProgressFn | None = None,
                 timeout: float = 5.0) -> MigrationResult: ...

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -16,11 +17,18 @@ from gputui.actions.container_ops import (
     running_command,
 )
 from gputui.actions.migrate.body import body_diff, create_body, name_of, preflight, rewrite_cuda_visible
-from gputui.actions.migrate.model import BACKUP_INFIX, READ_ONLY, MigrationNotFound, MigrationPlan, MigrationRefused
+from gputui.actions.migrate.model import (
+    BACKUP_INFIX,
+    READ_ONLY,
+    MigrationNotFound,
+    MigrationPlan,
+    MigrationRefused,
+    size_text,
+)
 from gputui.core.grants import Grant, GrantEntry, HostGpu, HostGpus, read_grant, rewrite_grant
 from gputui.core.mig import parse_mig_ref, resolve_mig
 from gputui.core.model import Gpu, MigDevice, Snapshot
-from gputui.core.record import record
+from gputui.core.record import field, record
 from gputui.core.safe_text import clean as clean_text
 from gputui.core.units import fmt_bytes
 
@@ -212,17 +220,23 @@ def plan_migration(
     read_only: bool = False,
     now: float | None = None,
     demo: bool = False,
+    files: ContainerFiles | None = None,
+    api_version: str | None = None,
 ) -> MigrationPlan:
     """The pure planner: inspect data + this host's GPUs + the target -> a plan, or MigrationRefused.
 
     ``image_tag_id`` is the id the container's image *tag* points to now
     (``images.get(Config.Image).id``; None if the tag is gone). ``usage`` is the
     container's current GPU memory per GPU index (from the snapshot) and
-    ``peak_memory`` the most it has held at once (from the history). Over 80 lines only by its
-    signature and the plan's thirty fields; the refusals, the image, ports, compose are helpers.
+    ``peak_memory`` the most it has held at once (from the history). ``files`` is what the container's
+    own filesystem and tmpfs mounts hold (:class:`ContainerFiles`; None: not read, nothing carried).
+    Over 80 lines only by its signature and the plan's thirty fields; the refusals, the image, ports,
+    compose, the files are helpers.
     """
     name = name_of(attrs)
     usage = usage or {}
+    others = list(others)
+    files = files or ContainerFiles()
     mv = _admit(attrs, gpus, target, others=others, peak_memory=peak_memory, usage=usage, force=force,
                 from_gpu=from_gpu, read_only=read_only)
     tgt, tmig, host, grant, moving, to_uuid, to_label = (mv.tgt, mv.tmig, mv.host, mv.grant, mv.moving,
@@ -230,8 +244,15 @@ def plan_migration(
     cfg = attrs.get("Config") or {}
     image, image_ref, warnings = _pinned_image(attrs, image_tag_id, name)
 
-    base, connect, keeps = create_body(attrs, image_ref, image_config)
+    base, connect, keeps = create_body(attrs, image_ref, image_config, api_version)
+    stamp = time.strftime("%Y%m%d%H%M%S", time.localtime(now if now is not None else time.time()))
+    layer = _layer(attrs, files, name, stamp, force)
     new = copy.deepcopy(base)
+    if layer.image is not None:
+        new["Image"] = layer.image
+        labels = new["Labels"] = dict(new.get("Labels") or {})
+        labels.setdefault(LAYER_LABEL, image_ref)  # where it came from, kept across migrations
+        labels[LAYER_CONTAINER_LABEL] = name  # the image's labels too: the copy's are exactly the body's
     rewrite_grant(new, grant, moving, HostGpu(tgt.index, to_uuid, tgt.minor_number if tmig is None else None,
                                               mig=tmig.index if tmig is not None else None))
     after_grant = read_grant(new, host)
@@ -255,7 +276,14 @@ def plan_migration(
                         f"will be rolled back at the create step.")
     if not state.get("Running"):
         warnings.append(_stopped_note(name, daemon_would_start(attrs)))
-    stamp = time.strftime("%Y%m%d%H%M%S", time.localtime(now if now is not None else time.time()))
+    first = (cfg.get("Labels") or {}).get(LAYER_LABEL)
+    if first and str(cfg.get("Image") or "").startswith(LAYER_REPO + "/"):
+        keeps.append(f"image {cfg.get('Image')}: {first} plus the files an earlier migration committed "
+                     f"(label {LAYER_LABEL})")
+    if (state.get("Health") or {}).get("Status") == "unhealthy":
+        warnings.append(f"{name}'s healthcheck reports unhealthy now: the copy must report healthy, or the "
+                        f"migration is rolled back and {name} is put back as it is (unhealthy).")
+    warnings += _missing_links(hc, connect, base, others, name)
     return MigrationPlan(
         container_id=attrs.get("Id", ""),
         container_name=name,
@@ -289,7 +317,124 @@ def plan_migration(
         forced=force,
         demo=demo,
         attrs=copy.deepcopy(attrs),
+        layer_paths=len(layer.changes),
+        layer_bytes=files.size_rw if layer.changes else 0,
+        layer_sample=tuple(layer.changes[:LAYER_SAMPLE]),
+        layer_image=layer.image,
+        layer_discarded=bool(layer.changes) and files.discard,
+        tmpfs=layer.tmpfs,
+        networks=copy.deepcopy(files.networks),
     )
+
+
+#: The label on a copy created from a committed writable layer: the image reference it was first made from.
+LAYER_LABEL = "io.gputui.migrate.image"
+#: The label naming the container whose files a committed image holds (on the image and the copy).
+LAYER_CONTAINER_LABEL = "io.gputui.migrate.container"
+#: The repository committed writable layers go to (``<repo>/<container>:<timestamp>``).
+LAYER_REPO = "gputui-layer"
+#: How many changed paths a plan lists.
+LAYER_SAMPLE = 8
+#: ``docker diff`` letters by the changes API's Kind.
+_KIND = {0: "C", 1: "A", 2: "D"}
+
+
+@record
+class ContainerFiles:
+    """What a container holds outside its volumes, read by the engine for the planner.
+
+    ``changes`` are ``/containers/{id}/changes`` entries (``{"Path", "Kind"}``), ``size_rw`` inspect's
+    ``SizeRw``; ``tmpfs`` maps a tmpfs mount to (bytes it holds, or None and why it was not measured);
+    ``discard`` is ``--discard-changes``; ``networks`` what ``docker network inspect`` says of its networks.
+    """
+
+    changes: tuple[dict[str, Any], ...] = ()
+    size_rw: int | None = None
+    tmpfs: dict[str, tuple[int | None, str]] = field(default_factory=dict, hash=False, compare=False)
+    discard: bool = False
+    networks: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+@record
+class _Layer:
+    changes: list[str]
+    image: str | None
+    tmpfs: tuple[tuple[str, int | None, str], ...]
+
+
+def tmpfs_paths(attrs: dict[str, Any]) -> list[str]:
+    """Every tmpfs mount of the container (``--tmpfs`` and ``--mount type=tmpfs``)."""
+    hc = attrs.get("HostConfig") or {}
+    paths = [str(p) for p in (hc.get("Tmpfs") or {})]
+    paths += [str(m.get("Target")) for m in hc.get("Mounts") or [] if m.get("Type") == "tmpfs" and m.get("Target")]
+    return sorted(set(paths))
+
+
+def carried_changes(changes: Iterable[dict[str, Any]], attrs: dict[str, Any]) -> list[str]:
+    """``docker diff`` lines of what a commit carries that a person would call a file of the container:
+    nothing under a mount (volumes, binds, tmpfs: they travel or vanish on their own), not the mount
+    points Docker made, not a directory listed only because something in it changed."""
+    mounts = {str(m.get("Destination")) for m in attrs.get("Mounts") or [] if m.get("Destination")}
+    mounts |= set(tmpfs_paths(attrs))
+    entries: list[tuple[str, int]] = [
+        (c["Path"][:4096], c["Kind"] if type(c.get("Kind")) is int and c["Kind"] in _KIND else 0)
+        for c in changes if isinstance(c, dict) and isinstance(c.get("Path"), str) and c["Path"].startswith("/")]
+    parents: set[str] = set()  # every folder that holds another changed path (a long pip install lists 100 000)
+    for path, _ in entries:
+        cut = path.rfind("/")
+        while cut > 0 and path[:cut] not in parents:
+            parents.add(path[:cut])
+            cut = path.rfind("/", 0, cut)
+
+    def under(path: str, top: str) -> bool:
+        return path == top or path.startswith(top.rstrip("/") + "/")
+
+    out = []
+    for path, kind in entries:
+        if any(under(path, m) for m in mounts):
+            continue
+        if any(under(m, path) for m in mounts) and kind != 2:
+            continue  # a folder Docker made to hold a mount point
+        if kind == 0 and (path in parents or path == "/"):
+            continue
+        out.append(f"{_KIND[kind]} {path}")
+    return out
+
+
+def _layer(attrs: dict[str, Any], files: ContainerFiles, name: str, stamp: str, force: bool) -> _Layer:
+    """What happens to the container's own files: carried (commit into an image), discarded, or nothing to
+    do; and its tmpfs mounts, refused when one holds data unless ``force``."""
+    changes = carried_changes(files.changes, attrs)
+    tmpfs = []
+    for path in tmpfs_paths(attrs):
+        used, why = files.tmpfs.get(path, (None, "not read"))
+        tmpfs.append((path, used, why))
+        if used and not force:
+            raise MigrationRefused("tmpfs", f"The tmpfs {path} of {name} holds {size_text(used)}, which a "
+                                            f"migration loses (tmpfs lives in memory); copy it out first, or "
+                                            f"use --force to move it anyway.")
+    image = None
+    if changes and not files.discard:
+        slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "container"
+        image = f"{LAYER_REPO}/{slug[:100]}:{stamp}"
+    return _Layer(changes, image, tuple(tmpfs))
+
+
+def _missing_links(hc: dict[str, Any], connect: list[tuple[str, dict[str, Any]]], body: dict[str, Any],
+                   others: list[dict[str, Any]], name: str) -> list[str]:
+    """Links to containers that do not exist: the copy's create (or network connect) would fail."""
+    known = {name_of(o) for o in others} | {str(o.get("Id", "")) for o in others}
+    endpoints = list(((body.get("NetworkingConfig") or {}).get("EndpointsConfig") or {}).items()) + list(connect)
+    links = [("", link) for link in (body.get("HostConfig") or {}).get("Links") or []]
+    links += [(net, link) for net, ep in endpoints for link in (ep or {}).get("Links") or []]
+    out = []
+    for net, link in links:
+        target = str(link).partition(":")[0].lstrip("/")
+        if target and target not in known:
+            where = f" on network {net}" if net else ""
+            out.append(f"{name} links to container {target}{where}, which does not exist: creating the copy will "
+                       f"fail and the migration will be rolled back.")
+    return out
 
 
 @record

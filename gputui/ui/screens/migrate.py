@@ -337,6 +337,8 @@ class MigrateScreen(GpuModal["MigrationResult | None"]):
             t.append(plain(f"  {line}") + "\n", style="red" if line.startswith("-") else "green")
         for keep in plan.keeps:
             t.append(plain(f"  keeps {keep}") + "\n", style="dim")
+        for line in plan.filesystem_lines() if plan.layer_paths or plan.tmpfs else ():  # only when there is news
+            t.append(plain(line) + "\n", style="yellow" if "DISCARDED" in line or "contents lost" in line else "")
         for w in plan.warnings:
             t.append(plain(f"Warning: {w}") + "\n", style="yellow")
         if plan.compose_change:
