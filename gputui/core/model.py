@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 
+from gputui.core.jobs_model import Allocation, JobRef, SlurmStatus
 from gputui.core.record import field, fields, is_record, record
 
 ProcessType = Literal["compute", "graphics", "compute+graphics"]
@@ -200,6 +201,8 @@ class Process:
     stale: tuple[Finding, ...] = ()
     #: Index (within its GPU) of the MIG device it runs on, None outside MIG mode.
     mig_device: int | None = None
+    #: The batch job (Slurm) it belongs to, None off a Slurm node or outside any job.
+    job: JobRef | None = None
 
     @property
     def mig_label(self) -> str | None:
@@ -226,6 +229,7 @@ class Process:
             "container": self.container.to_json() if self.container else None,
             "stale": [{"kind": f.kind, "message": f.message} for f in self.stale],
             "mig_device": self.mig_device,
+            "job": self.job.to_json() if self.job is not None else None,
         }
 
 
@@ -262,6 +266,8 @@ class Gpu(MemoryFigures):
     mig_mode: MigMode | None = None
     #: Its MIG devices while MIG mode is on (current), in index order.
     mig_devices: tuple[MigDevice, ...] = ()
+    #: The batch jobs (Slurm) this GPU is allocated to.
+    allocated_to: tuple[Allocation, ...] = ()
 
     @property
     def mig_enabled(self) -> bool:
@@ -305,6 +311,7 @@ class Gpu(MemoryFigures):
             "processes": [p.to_json() for p in self.processes],
             "mig_mode": self.mig_mode.to_json() if self.mig_mode is not None else None,
             "mig_devices": [m.to_json() for m in self.mig_devices],
+            "allocated_to": [a.to_json() for a in self.allocated_to],
         }
 
 
@@ -496,6 +503,8 @@ class Snapshot:
     nvml_version: str | None = None
     #: How many seconds of history the judges looked at.
     window: float = 0.0
+    #: The Slurm node's scheduler status, None off Slurm.
+    slurm: SlurmStatus | None = None
 
     def gpu(self, index: int) -> Gpu | None:
         for g in self.gpus:
@@ -530,6 +539,7 @@ class Snapshot:
             "alerts": [a.to_json() for a in self.alerts],
             "warnings": list(self.warnings),
             "window": self.window,
+            "slurm": self.slurm.to_json() if self.slurm is not None else None,
         }
 
 

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from gputui.core.config import Settings
 from gputui.core.containers import build_containers
@@ -23,6 +24,7 @@ from gputui.core.judges.alerts import AlertJudge
 from gputui.core.judges.imbalance import ImbalanceJudge
 from gputui.core.judges.stale import IdleTracker, judge_stale
 from gputui.core.model import (
+    Alert,
     Container,
     ContainerInventory,
     ContainerRecord,
@@ -36,6 +38,10 @@ from gputui.core.model import (
 )
 from gputui.core.record import replace
 from gputui.core.sources import ContainerSource, GpuSource, ProcessSource, cgroups
+
+if TYPE_CHECKING:
+    from gputui.core.jobs import SlurmJoin
+    from gputui.core.jobs_model import SlurmStatus
 
 
 class ContainerWatcher:
@@ -122,6 +128,7 @@ class Poller:
         host: str | None = None,
         gpu_filter: Callable[[Gpu], bool] | None = None,
         container_wait: float = 0.0,
+        slurm: SlurmJoin | None = None,
     ) -> None:
         self.gpu_source = gpu_source
         self.process_source = process_source
@@ -138,6 +145,8 @@ class Poller:
         )
         #: how long the first poll waits for the first container inventory
         self.container_wait = container_wait
+        #: Slurm's jobs joined to each poll, None off a Slurm node (nothing is run then)
+        self.slurm = slurm
         self._imbalance = ImbalanceJudge(self.settings)
         self._alerts = AlertJudge(self.settings)
         self._idle = IdleTracker()
@@ -153,6 +162,8 @@ class Poller:
     def close(self) -> None:
         if self.watcher is not None:
             self.watcher.stop()
+        if self.slurm is not None:
+            self.slurm.stop()
         try:
             self.gpu_source.close()
         except Exception:
@@ -202,6 +213,11 @@ class Poller:
         self._rows = rows
         self._gpus = gpus_built
         all_gpus = tuple(built)
+        slurm_status: SlurmStatus | None = None
+        slurm_alerts: tuple[Alert, ...] = ()
+        if self.slurm is not None:
+            all_gpus, slurm_status, slurm_alerts = self.slurm.apply(
+                all_gpus, facts, now, wait=self.container_wait if self.polls == 0 else 0.0)
 
         stamp = datetime.fromtimestamp(now, tz=timezone.utc).astimezone()
         snap = Snapshot(
@@ -213,6 +229,7 @@ class Poller:
             gpus=all_gpus,
             docker=DockerStatus(inventory.available, inventory.error),
             warnings=tuple(warnings),
+            slurm=slurm_status,
         )
         # History first: the judges read windows that end with this poll.
         self.history.add(snap, records.keys())
@@ -223,7 +240,7 @@ class Poller:
         snap = replace(snap, gpus=judged_gpus, containers=containers, window=self.history.span)
         imbalance = self._imbalance.update(self.history, snap)
         snap = replace(snap, imbalance=imbalance)
-        snap = replace(snap, alerts=self._alerts.update(self.history, snap))
+        snap = replace(snap, alerts=self._alerts.update(self.history, snap) + slurm_alerts)
         if self.gpu_filter is not None:
             snap = replace(snap, gpus=tuple(g for g in snap.gpus if self.gpu_filter(g)))
         self.polls += 1

@@ -1,0 +1,161 @@
+"""gputui on a real single-node Slurm (tests/fixtures/slurm.py) with the fake NVIDIA driver.
+
+Two test users each run an ``sbatch --gres=gpu:1`` job sleeping; the fake driver reports
+those jobs' real PIDs on the GPUs Slurm gave them, job 1's also on the other GPU (outside
+its GRES), and a process of no job. Every face is asserted as a user reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakenvml.scenario import FakeNvml, gpu, process, scenario
+from tests.fixtures.slurm import SlurmCluster
+
+pytestmark = pytest.mark.functional
+
+
+class Jobs:
+    def __init__(self, cluster: SlurmCluster) -> None:
+        self.cluster = cluster
+        self.a = cluster.submit("gtsl1", name="train", time_limit="120")
+        self.b = cluster.submit("gtsl2", name="eval", time_limit=None)
+        self.pid_a = cluster.sleep_pid(self.a)
+        self.pid_b = cluster.sleep_pid(self.b)
+        self.gpu_a = cluster.gres_index(self.a)
+        self.gpu_b = cluster.gres_index(self.b)
+        assert {self.gpu_a, self.gpu_b} == {0, 1}
+        self.outsider = subprocess.Popen(["sleep", "3600"])
+
+    def close(self) -> None:
+        self.outsider.kill()
+        self.outsider.wait()
+
+
+@pytest.fixture(scope="module")
+def jobs(slurm_cluster: SlurmCluster) -> Iterator[Jobs]:
+    j = Jobs(slurm_cluster)
+    try:
+        yield j
+    finally:
+        j.close()
+        slurm_cluster.cancel_all()
+
+
+def _machine(fake: FakeNvml, jobs: Jobs) -> None:
+    """GPU of job a: its sleep; GPU of job b: b's sleep, a's sleep again (outside a's GRES), a process of no job."""
+    procs: dict[int, list[dict[str, Any]]] = {jobs.gpu_a: [process(jobs.pid_a)],
+                                              jobs.gpu_b: [process(jobs.pid_b), process(jobs.pid_a),
+                                                           process(jobs.outsider.pid)]}
+    fake.write(scenario([gpu(i, processes=procs[i]) for i in (0, 1)]))
+
+
+def _run(fake: FakeNvml, cluster: SlurmCluster, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return fake.run_gputui(*args, timeout=timeout, env_extra={"SLURM_CONF": str(cluster.conf)})
+
+
+def _snapshot(fake: FakeNvml, cluster: SlurmCluster) -> dict[str, Any]:
+    res = _run(fake, cluster, "snapshot", "--json", "--no-docker")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def _proc(doc: dict[str, Any], gpu_index: int, pid: int) -> dict[str, Any]:
+    g = next(g for g in doc["gpus"] if g["index"] == gpu_index)
+    return next(p for p in g["processes"] if p["pid"] == pid)
+
+
+def test_each_gpu_process_carries_its_job_and_each_gpu_its_allocation(fake_nvml, slurm_cluster, jobs):
+    _machine(fake_nvml, jobs)
+    doc = _snapshot(fake_nvml, slurm_cluster)
+
+    job_a = _proc(doc, jobs.gpu_a, jobs.pid_a)["job"]
+    assert job_a["scheduler"] == "slurm" and job_a["id"] == jobs.a and job_a["step"] == "batch"
+    assert (job_a["user"], job_a["name"], job_a["state"]) == ("gtsl1", "train", "RUNNING")
+    assert job_a["gpus"] == [jobs.gpu_a]
+    assert 0 < job_a["time_left_s"] <= 120 * 60 and job_a["end_time"] is not None
+    job_b = _proc(doc, jobs.gpu_b, jobs.pid_b)["job"]
+    assert (job_b["id"], job_b["user"], job_b["gpus"]) == (jobs.b, "gtsl2", [jobs.gpu_b])
+    assert job_b["end_time"] is None and job_b["time_left_s"] is None  # no time limit
+    assert _proc(doc, jobs.gpu_b, jobs.outsider.pid)["job"] is None
+
+    allocated = {g["index"]: g["allocated_to"] for g in doc["gpus"]}
+    assert allocated[jobs.gpu_a] == [{"scheduler": "slurm", "job": jobs.a, "user": "gtsl1"}]
+    assert allocated[jobs.gpu_b] == [{"scheduler": "slurm", "job": jobs.b, "user": "gtsl2"}]
+    assert doc["slurm"]["available"] is True
+    listed = {j["id"]: j for j in doc["slurm"]["jobs"]}
+    assert listed[jobs.a]["gpus"] == [jobs.gpu_a] and listed[jobs.a]["used_gpus"] == [0, 1]
+
+    kinds = {(a["kind"], a["gpu"]) for a in doc["alerts"]}
+    assert ("outside_allocation", jobs.gpu_b) in kinds
+    assert ("no_job", jobs.gpu_b) in kinds
+    outside = next(a for a in doc["alerts"] if a["kind"] == "outside_allocation")
+    assert f"job {jobs.a}" in outside["message"] and str(jobs.pid_a) in outside["message"]
+
+
+def test_once_shows_the_job_where_the_container_column_is(fake_nvml, slurm_cluster, jobs):
+    _machine(fake_nvml, jobs)
+    res = _run(fake_nvml, slurm_cluster, "--once", "--no-docker")
+    assert res.returncode == 0, res.stderr
+    rows = {line.split()[1]: line for line in res.stdout.splitlines()
+            if line.split()[:1] and line.split()[0].isdigit() and len(line.split()) > 1 and line.split()[1].isdigit()}
+    row_a = rows[str(jobs.pid_a)]
+    assert f"job {jobs.a} · gtsl1 · 1h5" in row_a  # 120 min limit, a minute or so gone
+    assert "left" in row_a
+    assert f"job {jobs.b} · gtsl2" in rows[str(jobs.pid_b)]
+    assert "outside its allocation" in res.stdout and "outside any Slurm job" in res.stdout
+
+
+def test_without_slurm_no_squeue_is_run_and_nothing_changes(fake_nvml, tmp_path):
+    """No slurm.conf: gputui never starts squeue (a stand-in on PATH records any call)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    marker = tmp_path / "called"
+    for name in ("squeue", "scontrol"):
+        script = bin_dir / name
+        script.write_text(f"#!/bin/sh\necho $0 >> {marker}\nexit 1\n")
+        script.chmod(0o755)
+    fake_nvml.write(scenario([gpu(0, processes=[process(os.getpid())])]))
+    env = {"SLURM_CONF": str(tmp_path / "no-slurm.conf"), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    res = fake_nvml.run_gputui("snapshot", "--json", "--no-docker", env_extra=env)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["slurm"] is None
+    assert doc["gpus"][0]["allocated_to"] == [] and doc["gpus"][0]["processes"][0]["job"] is None
+    assert not marker.exists()
+
+
+def test_a_slurm_conf_without_a_running_slurmd_is_not_slurm(fake_nvml, tmp_path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(f"SlurmdPidFile={tmp_path}/slurmd.pid\n")
+    (tmp_path / "slurmd.pid").write_text(f"{os.getpid()}\n")  # a living PID that is not slurmd
+    fake_nvml.write(scenario([gpu(0)]))
+    res = fake_nvml.run_gputui("snapshot", "--json", "--no-docker", env_extra={"SLURM_CONF": str(conf)})
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["slurm"] is None
+
+
+def test_zz_a_stopped_slurmctld_changes_data_not_availability(fake_nvml, slurm_cluster, jobs):
+    """Runs last in this file: it stops the controller (and starts it again)."""
+    _machine(fake_nvml, jobs)
+    slurm_cluster.stop_controller()
+    try:
+        res = _run(fake_nvml, slurm_cluster, "snapshot", "--json", "--no-docker", timeout=90)
+        assert res.returncode == 0, res.stderr
+        doc = json.loads(res.stdout)
+        assert doc["slurm"]["available"] is False and "slurmctld" in doc["slurm"]["error"]
+        # slurmd still says which PID is in which job; the job's facts are unknown
+        job = _proc(doc, jobs.gpu_a, jobs.pid_a)["job"]
+        assert job["id"] == jobs.a and job["user"] is None
+        once = _run(fake_nvml, slurm_cluster, "--once", "--no-docker", timeout=90)
+        assert once.returncode == 0 and "Slurm unavailable" in once.stdout
+    finally:
+        slurm_cluster.start_controller()
+    assert Path(slurm_cluster.conf).exists()
