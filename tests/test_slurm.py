@@ -113,6 +113,21 @@ def test_once_shows_the_job_where_the_container_column_is(fake_nvml, slurm_clust
     assert "outside its allocation" in res.stdout and "outside any Slurm job" in res.stdout
 
 
+def test_pick_never_offers_a_gpu_slurm_allocated(fake_nvml, slurm_cluster, jobs):
+    """GPUs 0 and 1 are the jobs' (idle: no process at all), GPU 2 is outside Slurm's gres.conf."""
+    fake_nvml.write(scenario([gpu(0), gpu(1), gpu(2, utilization_gpu=60)]))
+    res = _run(fake_nvml, slurm_cluster, "pick", "--no-docker", "--sample", "0")
+    assert (res.returncode, res.stdout.strip()) == (0, "2"), res.stderr  # the busiest, but the only free one
+    res = _run(fake_nvml, slurm_cluster, "pick", "--no-docker", "--sample", "0", "--count", "2")
+    assert res.returncode == 1 and res.stdout == ""
+    sentence = res.stderr.strip()
+    assert sentence.startswith("gputui: Slurm owns these GPUs") and sentence.count(". ") == 0
+    assert f"job {jobs.a} (gtsl1)" in sentence and f"job {jobs.b} (gtsl2)" in sentence
+    assert "--include-allocated" in sentence
+    res = _run(fake_nvml, slurm_cluster, "pick", "--no-docker", "--sample", "0", "--include-allocated")
+    assert res.returncode == 0 and res.stdout.strip() in ("0", "1")
+
+
 def test_without_slurm_no_squeue_is_run_and_nothing_changes(fake_nvml, tmp_path):
     """No slurm.conf: gputui never starts squeue (a stand-in on PATH records any call)."""
     bin_dir = tmp_path / "bin"

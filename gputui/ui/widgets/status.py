@@ -219,7 +219,7 @@ class SelectionBar(_OneLine):
         """Only what the bar draws: a process's numbers moving must not repaint it."""
         if p is None:
             return None
-        return (p.pid, p.gpu_index, p.container, p.stale, p.visible, p.invisible_reason, p.command)
+        return (p.pid, p.gpu_index, p.container, p.job, p.stale, p.visible, p.invisible_reason, p.command)
 
     def _draw(self, width: int) -> Strip:
         def st(name: str) -> Style:
@@ -231,6 +231,10 @@ class SelectionBar(_OneLine):
             line.add("No process selected.", st("dim"))
         else:
             line.add(f"PID {p.pid}", st("key")).add(f" on GPU {p.gpu_index}", st("dim"))
+            if p.job is not None:
+                line.add("  ", st("dim")).add(p.job.label, st("text"))
+                if p.job.name:
+                    line.add(f" ({p.job.name})", st("dim"))
             if p.container is not None:
                 line.add("  container ", st("dim")).add(p.container.label, st("text"))
                 if p.container.image:
