@@ -114,7 +114,7 @@ def test_once_shows_the_job_where_the_container_column_is(fake_nvml, slurm_clust
 
 
 def test_pick_never_offers_a_gpu_slurm_allocated(fake_nvml, slurm_cluster, jobs):
-    """GPUs 0 and 1 are the jobs' (idle: no process at all), GPU 2 is outside Slurm's gres.conf."""
+    """GPUs 0 and 1 are the jobs' (idle: no process at all), GPU 2 is no job's."""
     fake_nvml.write(scenario([gpu(0), gpu(1), gpu(2, utilization_gpu=60)]))
     res = _run(fake_nvml, slurm_cluster, "pick", "--no-docker", "--sample", "0")
     assert (res.returncode, res.stdout.strip()) == (0, "2"), res.stderr  # the busiest, but the only free one
@@ -126,6 +126,31 @@ def test_pick_never_offers_a_gpu_slurm_allocated(fake_nvml, slurm_cluster, jobs)
     assert "--include-allocated" in sentence
     res = _run(fake_nvml, slurm_cluster, "pick", "--no-docker", "--sample", "0", "--include-allocated")
     assert res.returncode == 0 and res.stdout.strip() in ("0", "1")
+
+
+def test_kill_pid_of_a_job_names_the_job_in_its_plan(fake_nvml, slurm_cluster, jobs):
+    _machine(fake_nvml, jobs)
+    res = _run(fake_nvml, slurm_cluster, "kill", str(jobs.pid_b))  # no terminal, no --yes: plan only
+    assert f"in Slurm job {jobs.b} (gtsl2, eval): the job keeps its GPUs" in res.stdout, res.stdout + res.stderr
+    assert f"gputui kill --job {jobs.b}" in res.stdout
+    assert slurm_cluster.sleep_pid(jobs.b) == jobs.pid_b  # nothing was signalled
+
+
+def test_kill_job_cancels_through_slurm_and_is_audited(fake_nvml, slurm_cluster, jobs, isolated_xdg):
+    victim = slurm_cluster.submit("gtsl1", name="victim")
+    fake_nvml.write(scenario([gpu(0), gpu(1)]))
+    # another user's job: refused for a non-root caller, in one sentence (the caller is gtsl2 by name)
+    env = {"SLURM_CONF": str(slurm_cluster.conf)}
+    res = _run(fake_nvml, slurm_cluster, "kill", "--job", "999999", "--yes")
+    assert res.returncode == 1 and res.stderr.strip() == "gputui: Slurm lists no running job 999999 on this node."
+    res = fake_nvml.run_gputui("kill", "--job", victim, "--yes", "--signal", "TERM", env_extra=env, timeout=90)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"Cancel Slurm job {victim} with scancel" in res.stdout
+    assert f"Job {victim} (gtsl1) is CANCELLED" in res.stdout
+    assert slurm_cluster.job_state(victim) == "CANCELLED"
+    log = [json.loads(line) for line in (isolated_xdg / "state" / "gputui" / "audit.jsonl").read_text().splitlines()]
+    done = [r for r in log if r["action"] == "kill-job" and r["result"] == "ok"]
+    assert done and done[-1]["job"] == victim and done[-1]["job_user"] == "gtsl1" and done[-1]["state"] == "CANCELLED"
 
 
 def test_without_slurm_no_squeue_is_run_and_nothing_changes(fake_nvml, tmp_path):

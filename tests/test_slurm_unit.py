@@ -155,3 +155,26 @@ def test_join_keeps_the_last_jobs_when_slurmctld_stops_answering():
     assert not status.available and "slurmctld" in (status.error or "")
     assert [a.job for a in gpus[0].allocated_to] == ["7"]  # pick must still see the allocation
     watcher.stop()
+
+
+def _snap_with_job(user: str) -> object:
+    from datetime import datetime, timezone
+
+    from gputui.core.jobs_model import SlurmStatus
+    from gputui.core.model import Snapshot
+
+    job = JobRef(id="7", user=user, name="train", state="RUNNING", gpus=(0,))
+    return Snapshot(host="h", time=datetime.now(timezone.utc), driver_version=None, cuda_driver_version=None,
+                    gpus=(), slurm=SlurmStatus(node="vm", available=True, jobs=(job,)))
+
+
+def test_kill_job_refuses_another_users_job_unless_root():
+    from gputui.actions.kill.job import plan_job_kill
+
+    snap = _snap_with_job("alice")
+    refused = plan_job_kill(snap, "7", uid=1001, user="bob")  # type: ignore[arg-type]
+    assert not refused.ok and refused.refusal == "Job 7 belongs to alice; only its owner or root may cancel it."
+    assert plan_job_kill(snap, "7", uid=1000, user="alice").ok  # type: ignore[arg-type]
+    assert plan_job_kill(snap, "7", uid=0, user="root").ok  # type: ignore[arg-type]
+    bad = plan_job_kill(snap, "7;reboot", uid=0, user="root")  # type: ignore[arg-type]
+    assert bad.refusal == "'7;reboot' is not a Slurm job id (a number)."

@@ -387,7 +387,7 @@ class SlurmSource:
         if signal is not None:
             if signal not in ("TERM", "INT", "KILL"):
                 raise SlurmError(f"{signal!r} is not a signal gputui sends to a job.")
-            argv.append(f"--signal={signal}")
+            argv += ["--full", f"--signal={signal}"]
         self._call([*argv, job_id])
 
     def close(self) -> None:
