@@ -178,3 +178,23 @@ def test_kill_job_refuses_another_users_job_unless_root():
     assert plan_job_kill(snap, "7", uid=0, user="root").ok  # type: ignore[arg-type]
     bad = plan_job_kill(snap, "7;reboot", uid=0, user="root")  # type: ignore[arg-type]
     assert bad.refusal == "'7;reboot' is not a Slurm job id (a number)."
+
+
+def test_migrate_of_a_container_inside_a_job_is_refused_in_one_sentence():
+    import pytest
+
+    from gputui.actions.migrate import MigrationRefused
+    from gputui.core.model import ContainerRef
+    from gputui.core.record import replace
+    from tests.test_migrate_plan import CID, gpus, plan
+
+    job = JobRef(id="42", user="alice", state="RUNNING", gpus=(0,))
+    inside = Process(pid=10, gpu_index=0, type="compute", gpu_memory=1, sm_utilization=0,
+                     container=ContainerRef(id=CID, name="trainer"), job=job)
+    machine = gpus()
+    machine = (replace(machine[0], processes=(inside,)), *machine[1:])
+    with pytest.raises(MigrationRefused) as exc:
+        plan(gpus=machine)
+    assert exc.value.kind == "slurm-job"
+    assert str(exc.value).endswith("runs inside Slurm job 42: Slurm owns its placement, so gputui does not move it "
+                                   "('scontrol requeue 42' if the job is requeueable).")
