@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.fakenvml.scenario import FakeNvml, gpu, process, scenario
+from tests.exporter_helpers import exporters, start_exporter  # noqa: F401 (fixture)
+from tests.fakenvml.scenario import FakeNvml, fake_uuid, gpu, process, scenario
 from tests.fixtures.slurm import SlurmCluster
 
 pytestmark = pytest.mark.functional
@@ -151,6 +154,35 @@ def test_kill_job_cancels_through_slurm_and_is_audited(fake_nvml, slurm_cluster,
     log = [json.loads(line) for line in (isolated_xdg / "state" / "gputui" / "audit.jsonl").read_text().splitlines()]
     done = [r for r in log if r["action"] == "kill-job" and r["result"] == "ok"]
     assert done and done[-1]["job"] == victim and done[-1]["job_user"] == "gtsl1" and done[-1]["state"] == "CANCELLED"
+
+
+def test_exporter_exports_jobs_per_allocated_gpu_and_a_job_label_on_process_series(fake_nvml, slurm_cluster, jobs,
+                                                                                   exporters):  # noqa: F811
+    _machine(fake_nvml, jobs)
+    exp = start_exporter(exporters, fake_nvml, "--no-docker", env_extra={"SLURM_CONF": str(slurm_cluster.conf)})
+    deadline = time.monotonic() + 60
+    text = ""
+    while time.monotonic() < deadline:
+        text = exp.metrics()
+        if "gputui_slurm_job_info{" in text and 'source="slurm"} 1.0' in text:
+            break
+        time.sleep(0.5)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    info = {(s.labels["slurm_job"], s.labels["gpu"]): s for s in families["gputui_slurm_job_info"].samples}
+    a = info[(jobs.a, str(jobs.gpu_a))]
+    assert a.value == 1 and a.labels["user"] == "gtsl1" and a.labels["name"] == "train"
+    assert a.labels["uuid"] == fake_uuid(jobs.gpu_a)
+    assert (jobs.b, str(jobs.gpu_b)) in info and len(info) == 2
+    ends = {s.labels["slurm_job"]: s.value for s in families["gputui_slurm_job_end_timestamp_seconds"].samples}
+    assert set(ends) == {jobs.a}  # job b has no time limit
+    procs = {(s.labels["pid"], s.labels["gpu"]): s.labels["slurm_job"]
+             for s in families["gputui_process_gpu_memory_bytes"].samples}
+    assert procs[(str(jobs.pid_a), str(jobs.gpu_a))] == jobs.a
+    assert procs[(str(jobs.outsider.pid), str(jobs.gpu_b))] == ""
+    # the job is not a label of the GPU series; the findings are alerts
+    assert all("slurm_job" not in s.labels for s in families["gputui_gpu_memory_used_bytes"].samples)
+    alerts = {s.labels["kind"] for s in families["gputui_alert_active"].samples}
+    assert {"outside_allocation", "no_job"} <= alerts
 
 
 def test_without_slurm_no_squeue_is_run_and_nothing_changes(fake_nvml, tmp_path):
