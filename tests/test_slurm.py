@@ -185,6 +185,24 @@ def test_exporter_exports_jobs_per_allocated_gpu_and_a_job_label_on_process_seri
     assert {"outside_allocation", "no_job"} <= alerts
 
 
+def test_doctor_reports_slurm(fake_nvml, slurm_cluster, jobs):
+    fake_nvml.write(scenario([gpu(0), gpu(1), gpu(2)]))
+    res = _run(fake_nvml, slurm_cluster, "doctor", "--no-docker", "--json", timeout=90)
+    checks = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
+    assert checks["slurm-daemons"]["status"] == "pass" and f"node {slurm_cluster.node}" in \
+        checks["slurm-daemons"]["message"]
+    # this container has no delegated cgroups: the test Slurm runs proctrack/linuxproc and task/none
+    assert checks["slurm-cgroup"]["status"] == "warn" and "proctrack/linuxproc" in checks["slurm-cgroup"]["message"]
+    assert checks["slurm-constrain-devices"]["status"] == "warn"
+    assert checks["slurm-gres"]["status"] == "pass", checks["slurm-gres"]
+    # an NVML that lists two GPUs: gres.conf's third device is not there
+    fake_nvml.write(scenario([gpu(0), gpu(1)]))
+    res = _run(fake_nvml, slurm_cluster, "doctor", "--no-docker", "--json", timeout=90)
+    gres = {c["name"]: c for c in json.loads(res.stdout)["checks"]}["slurm-gres"]
+    assert gres["status"] == "fail" and "minors 2, which NVML does not list" in gres["message"]
+    assert res.returncode == 1
+
+
 def test_without_slurm_no_squeue_is_run_and_nothing_changes(fake_nvml, tmp_path):
     """No slurm.conf: gputui never starts squeue (a stand-in on PATH records any call)."""
     bin_dir = tmp_path / "bin"

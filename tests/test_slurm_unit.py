@@ -198,3 +198,20 @@ def test_migrate_of_a_container_inside_a_job_is_refused_in_one_sentence():
     assert exc.value.kind == "slurm-job"
     assert str(exc.value).endswith("runs inside Slurm job 42: Slurm owns its placement, so gputui does not move it "
                                    "('scontrol requeue 42' if the job is requeueable).")
+
+
+def test_doctor_slurm_verdicts():
+    from gputui.core.doctor.slurm import SlurmFacts, check_slurm
+
+    good = SlurmFacts(node="vm", conf_path="/etc/slurm/slurm.conf", slurmd_pid=5, controller_up=True,
+                      proctrack="proctrack/cgroup", task_plugin="task/affinity,task/cgroup", constrain_devices=True,
+                      gres_files=("/dev/nvidia0", "/dev/nvidia1"), gres_minors=(0, 1), nvml_minors=((0, 0), (1, 1)))
+    assert [c[1] for c in check_slurm(good)] == ["pass"] * 4
+    from gputui.core.record import replace
+
+    down = {c[0]: c for c in check_slurm(replace(good, controller_up=False, controller_error="timed out",
+                                                 nvml_minors=((0, 0), (1, 1), (2, 2))))}
+    assert down["slurm-daemons"][1] == "warn" and "timed out" in down["slurm-daemons"][2]
+    assert down["slurm-gres"][1] == "warn" and down["slurm-gres"][2].startswith("GPU 2 is not in gres.conf")
+    plain = {c[0]: c for c in check_slurm(replace(good, gres_minors=(0, None)))}
+    assert plain["slurm-gres"][1] == "fail" and "not an NVIDIA device node" in plain["slurm-gres"][2]

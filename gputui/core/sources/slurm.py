@@ -197,18 +197,21 @@ def gres_files(path: str, node: str) -> tuple[str, ...]:
     return tuple(files[:MAX_GRES_INDEX + 1])
 
 
+def gres_minor(path: str) -> int | None:
+    """The minor of an NVIDIA character device (major 195), None for anything else."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISCHR(st.st_mode) or os.major(st.st_rdev) != NVIDIA_MAJOR:
+        return None
+    return os.minor(st.st_rdev)
+
+
 def _minors(files: tuple[str, ...]) -> tuple[int, ...]:
     """The minors of gres.conf's device files, in GRES index order; () unless every one is /dev/nvidiaN-like."""
-    minors: list[int] = []
-    for f in files:
-        try:
-            st = os.stat(f)
-        except OSError:
-            return ()
-        if not stat.S_ISCHR(st.st_mode) or os.major(st.st_rdev) != NVIDIA_MAJOR:
-            return ()
-        minors.append(os.minor(st.st_rdev))
-    return tuple(minors)
+    minors = [gres_minor(f) for f in files]
+    return () if None in minors else tuple(m for m in minors if m is not None)
 
 
 # -- parsing (pure) --------------------------------------------------------------------------
@@ -342,7 +345,7 @@ class SlurmSource:
     def command(self, name: str) -> str | None:
         return shutil.which(name)
 
-    def _call(self, argv: list[str]) -> bytes:
+    def call(self, argv: list[str]) -> bytes:
         exe = self.command(argv[0])
         if exe is None:
             raise SlurmError(f"{argv[0]} is not installed.")
@@ -368,12 +371,12 @@ class SlurmSource:
         pids: dict[int, tuple[str, str | None]] = {}
         pids_error = None
         try:
-            pids = parse_listpids(self._call(["scontrol", "listpids"]).decode("utf-8", "replace"))
+            pids = parse_listpids(self.call(["scontrol", "listpids"]).decode("utf-8", "replace"))
         except SlurmError as exc:
             if "No job steps exist" not in str(exc):  # slurmd's answer when no job runs here
                 pids_error = str(exc)
         try:
-            out = self._call(["squeue", "--json", "-w", self.node.name])
+            out = self.call(["squeue", "--json", "-w", self.node.name])
             jobs = parse_squeue(out.decode("utf-8", "replace"), self.node.name)
         except SlurmError as exc:
             return SlurmReading(False, f"slurmctld is not answering: {exc}", pids=pids, pids_error=pids_error)
@@ -388,7 +391,7 @@ class SlurmSource:
             if signal not in ("TERM", "INT", "KILL"):
                 raise SlurmError(f"{signal!r} is not a signal gputui sends to a job.")
             argv += ["--full", f"--signal={signal}"]
-        self._call([*argv, job_id])
+        self.call([*argv, job_id])
 
     def close(self) -> None:
         pass
