@@ -114,6 +114,9 @@ def test_once_shows_the_job_where_the_container_column_is(fake_nvml, slurm_clust
     assert "left" in row_a
     assert f"job {jobs.b} · gtsl2" in rows[str(jobs.pid_b)]
     assert "outside its allocation" in res.stdout and "outside any Slurm job" in res.stdout
+    # the jobs are listed like containers: grant (GRES) against use
+    assert f"  job {jobs.a}  gtsl1  train  RUNNING  GPUs {jobs.gpu_a} / 0,1  1h5" in res.stdout
+    assert f"  job {jobs.b}  gtsl2  eval  RUNNING  GPUs {jobs.gpu_b} / {jobs.gpu_b}\n" in res.stdout
 
 
 def test_pick_never_offers_a_gpu_slurm_allocated(fake_nvml, slurm_cluster, jobs):

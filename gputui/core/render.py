@@ -132,6 +132,14 @@ def render_text(snap: Snapshot, now: float | None = None) -> str:
         lines += [_proc_row(p, now, width) for p in procs]
     else:
         lines.append("  (no GPU processes)")
+    if snap.slurm is not None and snap.slurm.jobs:
+        lines += ["", "Slurm jobs on " + snap.slurm.node + ": job, user, name, state, GPUs granted (GRES) / used"]
+        for j in snap.slurm.jobs:
+            granted = ",".join(map(str, j.gpus)) or "-"
+            used = ",".join(map(str, snap.slurm.used.get(j.id, ()))) or "-"
+            left = "" if j.time_left_s is None else f"  {fmt_duration(j.time_left_s)} left"
+            lines.append(f"  job {j.id}  {j.user or NA}  {j.name or NA}  {j.state or NA}  GPUs {granted} / "
+                         f"{used}{left}")
     notes = []
     if snap.imbalance.flagged and snap.imbalance.message:
         label = "IMBALANCE (provisional: observed for less than the hold)" if snap.imbalance.provisional \
