@@ -215,3 +215,32 @@ def test_doctor_slurm_verdicts():
     assert down["slurm-gres"][1] == "warn" and down["slurm-gres"][2].startswith("GPU 2 is not in gres.conf")
     plain = {c[0]: c for c in check_slurm(replace(good, gres_minors=(0, None)))}
     assert plain["slurm-gres"][1] == "fail" and "not an NVIDIA device node" in plain["slurm-gres"][2]
+
+
+def test_fleet_pick_skips_gpus_slurm_allocated_on_any_host():
+    from gputui.core.fleet.pick import choose
+    from gputui.core.fleet.queries import build_fleet
+    from tests.test_fleet_model import GIB, NOW, gputui_host, s, up
+
+    a = gputui_host("a:1", "gpu-node-01", gpus=2)
+    jobs = [s("gputui_slurm_job_info", 1, instance="a:1", slurm_job="77", user="alice", name="train", gpu="0",
+              uuid="GPU-gpu-node-01-0")]
+    snap = build_fleet("http://p", NOW, [up("a:1")], [], a, [], jobs)
+    host = snap.hosts[0]
+    assert host.slurm_jobs == (("GPU-gpu-node-01-0", "77", "alice"),)
+    assert host.to_json()["slurm_jobs"] == [{"job": "77", "user": "alice", "gpu": 0, "uuid": "GPU-gpu-node-01-0"}]
+    util = {("gpu", "a:1", 0): 0.0, ("gpu", "a:1", 1): 0.9}  # the allocated GPU is the idle one
+    used = {k: 10.0 * GIB for k in util}
+    assert choose(snap, util, used, used, 1, None, None, 60).chosen == (1,)
+    both = choose(snap, util, used, used, 2, None, None, 60)
+    assert both.host is None and "job 77 (alice)" in (both.problem or "")
+    assert choose(snap, util, used, used, 1, None, None, 60, include_allocated=True).chosen == (0,)
+
+
+def test_fleet_host_card_names_the_slurm_job():
+    from gputui.core.fleet.model import FleetGpu
+    from gputui.ui.screens.fleet_host import card_text
+
+    g = FleetGpu(index=0, uuid="GPU-x-0", name="NVIDIA H100")
+    assert "Slurm job 77 (alice)" in card_text(g, None, False, (("GPU-x-0", "77", "alice"),)).plain
+    assert "Slurm" not in card_text(g, None, False, (("GPU-x-1", "77", "alice"),)).plain
