@@ -72,3 +72,26 @@ async def test_k_on_a_jobs_process_offers_the_job_cancel_and_j_cancels_through_s
         assert any("Job 4242 (carol) is CANCELLED" in n.message for n in app._notifications)
     record = [json.loads(x) for x in audit_path().read_text().splitlines()][-1]
     assert (record["action"], record["result"], record["job"]) == ("kill-job", "ok", "4242")
+
+
+async def test_the_containers_view_lists_jobs_with_grant_against_use():
+    from gputui.ui.screens.containers import ContainersScreen
+
+    machine = open_machine(demo=True, demo_clock=lambda: FROZEN_EPOCH)
+    app = make_app(machine, Settings(), live=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        snap = _with_job(app.snapshot)
+        screen = ContainersScreen(snap)
+        app.push_screen(screen)
+        await wait_for(pilot, lambda: isinstance(app.screen, ContainersScreen) and screen.is_mounted)
+        await pilot.pause(0.1)
+        screen.update_snapshot(snap)
+        row = screen.table.get_row("slurm:4242")
+        assert [str(c) for c in row[:5]] == ["job 4242 (carol)", "RUNNING", "0", "slurm GRES", "-"]
+        screen.table.move_cursor(row=screen.table.get_row_index("slurm:4242"), animate=False)
+        await pilot.pause(0.1)
+        shown = str(screen.query_one("#container-detail").render())
+        assert "Slurm job 4242 · carol · 1h58m left · train · RUNNING" in shown
+        assert "PID 5388  step batch" in shown
+        assert screen.check_action("migrate", ()) is None  # Slurm owns a job's placement
