@@ -235,6 +235,23 @@ def test_a_slurm_conf_without_a_running_slurmd_is_not_slurm(fake_nvml, tmp_path)
     assert json.loads(res.stdout)["slurm"] is None
 
 
+def test_zy_a_hung_slurmctld_never_holds_up_a_reading(fake_nvml, slurm_cluster, jobs):
+    """slurmctld stopped with SIGSTOP: squeue hangs; gputui answers anyway, Slurm shown unavailable."""
+    _machine(fake_nvml, jobs)
+    slurm_cluster.pause_controller(True)
+    try:
+        started = time.monotonic()
+        res = _run(fake_nvml, slurm_cluster, "snapshot", "--json", "--no-docker", timeout=120)
+        took = time.monotonic() - started
+    finally:
+        slurm_cluster.pause_controller(False)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["slurm"]["available"] is False
+    assert _proc(doc, jobs.gpu_a, jobs.pid_a)["job"]["id"] == jobs.a  # slurmd (listpids) still answers
+    assert took < 60  # bounded by the first-reading wait, not by slurmctld
+
+
 def test_zz_a_stopped_slurmctld_changes_data_not_availability(fake_nvml, slurm_cluster, jobs):
     """Runs last in this file: it stops the controller (and starts it again)."""
     _machine(fake_nvml, jobs)

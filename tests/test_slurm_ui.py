@@ -33,7 +33,7 @@ class FakeSlurm:
     def cancel(self, job_id: str, signal: str | None = None) -> None:
         self.cancelled.append((job_id, signal))
 
-    def read(self) -> SlurmReading:
+    def read(self, on_pids=None) -> SlurmReading:  # type: ignore[no-untyped-def]
         state = "CANCELLED" if self.cancelled else "RUNNING"
         return SlurmReading(True, jobs=(SchedulerJob(id=JOB.id, user="carol", state=state, gres_indices=(0,)),))
 

@@ -101,7 +101,9 @@ class _Source:
         self.node = SlurmNode(name="vm", conf_path="/nonexistent", slurmd_pid=1)
         self.reading = reading
 
-    def read(self) -> SlurmReading:
+    def read(self, on_pids=None) -> SlurmReading:  # type: ignore[no-untyped-def]
+        if on_pids is not None:
+            on_pids(self.reading.pids)
         return self.reading
 
 

@@ -35,6 +35,8 @@ class SlurmWatcher:
         self.timeout = timeout
         self._clock = clock
         self._latest: SlurmReading | None = None
+        #: the newest scontrol listpids answer (slurmd), kept apart: it comes before squeue, which may hang
+        self._pids: dict[int, tuple[str, str | None]] = {}
         self._started_at: float | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -55,24 +57,27 @@ class SlurmWatcher:
         if wait > 0:
             self._first.wait(wait)
         with self._lock:
-            latest, started = self._latest, self._started_at
+            latest, started, pids = self._latest, self._started_at, self._pids
         if started is not None and self._clock() - started > self.timeout:
-            pids = latest.pids if latest is not None else {}
             return SlurmReading(False, "slurmctld is not responding", pids=pids)
         if latest is None:
-            return SlurmReading(False, "waiting for Slurm")
+            return SlurmReading(False, "waiting for slurmctld", pids=pids)
         return latest
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
 
+    def _set_pids(self, pids: dict[int, tuple[str, str | None]]) -> None:
+        with self._lock:
+            self._pids = pids
+
     def _run(self) -> None:
         while not self._stop.is_set():
             with self._lock:
                 self._started_at = self._clock()
             try:
-                reading = self.source.read()
+                reading = self.source.read(on_pids=self._set_pids)
             except Exception as exc:  # a source should not raise; never let it kill the thread
                 reading = SlurmReading(False, f"the Slurm source failed: {exc}")
             with self._lock:

@@ -367,7 +367,8 @@ class SlurmSource:
             raise SlurmError(f"{argv[0]} failed: {why}.")
         return bytes(done.stdout)
 
-    def read(self) -> SlurmReading:
+    def read(self, on_pids: Callable[[dict[int, tuple[str, str | None]]], object] | None = None) -> SlurmReading:
+        """listpids (slurmd, local), handed to ``on_pids`` at once, then squeue (slurmctld, may hang)."""
         pids: dict[int, tuple[str, str | None]] = {}
         pids_error = None
         try:
@@ -375,6 +376,8 @@ class SlurmSource:
         except SlurmError as exc:
             if "No job steps exist" not in str(exc):  # slurmd's answer when no job runs here
                 pids_error = str(exc)
+        if on_pids is not None:
+            on_pids(pids)
         try:
             out = self.call(["squeue", "--json", "-w", self.node.name])
             jobs = parse_squeue(out.decode("utf-8", "replace"), self.node.name)
