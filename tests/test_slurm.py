@@ -119,6 +119,18 @@ def test_once_shows_the_job_where_the_container_column_is(fake_nvml, slurm_clust
     assert f"  job {jobs.b}  gtsl2  eval  RUNNING  GPUs {jobs.gpu_b} / {jobs.gpu_b}\n" in res.stdout
 
 
+def test_an_allocated_gpu_with_no_process_and_no_load_is_allocated_idle(fake_nvml, slurm_cluster, jobs, isolated_xdg):
+    config = isolated_xdg / "config" / "gputui" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("[containers]\nidle_grant_window = 1\n")
+    fake_nvml.write(scenario([gpu(0), gpu(1), gpu(2)]))  # the jobs run sleep: nothing on their GPUs
+    res = _run(fake_nvml, slurm_cluster, "snapshot", "--json", "--no-docker", "--observe", "3", timeout=120)
+    assert res.returncode == 0, res.stderr
+    idle = {a["gpu"]: a["message"] for a in json.loads(res.stdout)["alerts"] if a["kind"] == "allocated_idle"}
+    assert set(idle) == {jobs.gpu_a, jobs.gpu_b}  # GPU 2 is no job's: never "allocated idle"
+    assert f"allocated to job {jobs.a} (gtsl1)" in idle[jobs.gpu_a]
+
+
 def test_pick_never_offers_a_gpu_slurm_allocated(fake_nvml, slurm_cluster, jobs):
     """GPUs 0 and 1 are the jobs' (idle: no process at all), GPU 2 is no job's."""
     fake_nvml.write(scenario([gpu(0), gpu(1), gpu(2, utilization_gpu=60)]))
