@@ -169,6 +169,12 @@ def test_kill_job_cancels_through_slurm_and_is_audited(fake_nvml, slurm_cluster,
     log = [json.loads(line) for line in (isolated_xdg / "state" / "gputui" / "audit.jsonl").read_text().splitlines()]
     done = [r for r in log if r["action"] == "kill-job" and r["result"] == "ok"]
     assert done and done[-1]["job"] == victim and done[-1]["job_user"] == "gtsl1" and done[-1]["state"] == "CANCELLED"
+    # --signal KILL reaches every process of the job (scancel --full), and the job ends
+    second = slurm_cluster.submit("gtsl2", name="victim2")
+    res = fake_nvml.run_gputui("kill", "--job", second, "--yes", "--signal", "KILL", env_extra=env, timeout=90)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "scancel --full --signal=KILL" in res.stdout
+    assert slurm_cluster.job_state(second) not in ("RUNNING", "PENDING", None)
 
 
 def test_exporter_exports_jobs_per_allocated_gpu_and_a_job_label_on_process_series(fake_nvml, slurm_cluster, jobs,
