@@ -95,3 +95,13 @@ async def test_the_containers_view_lists_jobs_with_grant_against_use():
         assert "Slurm job 4242 · carol · 1h58m left · train · RUNNING" in shown
         assert "PID 5388  step batch" in shown
         assert screen.check_action("migrate", ()) is None  # Slurm owns a job's placement
+
+
+def test_the_status_line_says_slurm_is_unavailable_like_docker():
+    from gputui.ui.widgets.status import PollStatus, snapshot_warnings
+
+    machine = open_machine(demo=True, demo_clock=lambda: FROZEN_EPOCH)
+    snap = machine.poller(Settings()).poll()
+    down = replace(snap, slurm=SlurmStatus(node="vm", available=False, error="slurmctld is not responding"))
+    assert "Slurm unavailable: slurmctld is not responding" in snapshot_warnings(down, PollStatus(interval=2.0))
+    assert not any("Slurm" in w for w in snapshot_warnings(snap, PollStatus(interval=2.0)))

@@ -53,6 +53,8 @@ def snapshot_warnings(snapshot: Snapshot | None, status: PollStatus) -> list[str
         out.extend(snapshot.warnings)
         if status.containers_enabled and not snapshot.docker.available and snapshot.docker.error:
             out.append(f"containers unavailable: {snapshot.docker.error}")
+        if snapshot.slurm is not None and not snapshot.slurm.available:
+            out.append(f"Slurm unavailable: {snapshot.slurm.error or 'unknown reason'}")
     return out
 
 
