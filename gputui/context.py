@@ -165,6 +165,8 @@ class Context:
             try:
                 if not watch and poller.watcher is not None:
                     poller.watcher.stop()
+                if not watch and poller.slurm is not None:
+                    poller.slurm.stop()  # no squeue while the body runs: nothing polls again
                 yield Polled(machine, poller, snap, all_gpus)
             finally:
                 poller.close()

@@ -10,6 +10,7 @@ need=()
 command -v gcc >/dev/null || need+=(gcc libc6-dev)
 command -v tmux >/dev/null || need+=(tmux)
 command -v dockerd >/dev/null || need+=(docker.io)
+for b in slurmctld slurmd sbatch munged; do command -v $b >/dev/null || { need+=(slurmctld slurmd slurm-client munge); break; }; done
 command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
 command -v dpkg >/dev/null && ! dpkg -s busybox-static >/dev/null 2>&1 && need+=(busybox-static)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -9,6 +9,7 @@ pytest_plugins = [
     "tests.fixtures.fakenvml",
     "tests.fixtures.dockerd",
     "tests.fixtures.prometheus",
+    "tests.fixtures.slurm",
 ]
 
 #: In CI the integration tests must run: a missing compiler, dockerd or tmux fails instead of skipping.

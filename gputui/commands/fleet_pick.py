@@ -18,7 +18,8 @@ def run(ctx) -> int:
     reader = open_reader(ctx)
     try:
         _, result = pick_fleet(reader, count=args.count, min_free=args.min_free, max_util=args.max_util,
-                               window=args.prom_window if args.prom_window is not None else 60.0)
+                               window=args.prom_window if args.prom_window is not None else 60.0,
+                               include_allocated=bool(getattr(args, "include_allocated", False)))
     except PrometheusError as exc:
         print(f"gputui: {exc}", file=ctx.stderr)
         return EXIT_UNAVAILABLE

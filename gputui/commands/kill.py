@@ -35,7 +35,10 @@ def add_parser(sub, common):
         ),
     )
     common(p)
-    p.add_argument("pids", nargs="+", type=pid_arg, metavar="PID", help="process IDs as NVML and gputui show them")
+    p.add_argument("pids", nargs="*", type=pid_arg, metavar="PID", help="process IDs as NVML and gputui show them")
+    p.add_argument("--job", metavar="JOBID",
+                   help="cancel this Slurm job through scancel instead (its owner or root; TERM is Slurm's own "
+                        "cancel, INT/KILL are sent to every process of the job)")
     p.add_argument("--signal", "-s", type=signal_arg, default="TERM", metavar="TERM|INT|KILL",
                    help="the signal to send (default TERM)")
     p.add_argument("--timeout", type=seconds_arg, default=TIMEOUT, metavar="SECONDS",
@@ -52,6 +55,12 @@ def add_parser(sub, common):
 def run(ctx) -> int:
     args = ctx.args
     out, err = ctx.stdout, ctx.stderr
+    if args.job is not None:
+        if args.pids:
+            raise UsageError("Give PIDs or --job, not both.")
+        return _run_job(ctx)
+    if not args.pids:
+        raise UsageError("Name the PIDs to kill, or --job JOBID to cancel a Slurm job.")
     if ctx.settings.read_only:
         plan = read_only_plan(args.pids, signal=args.signal, timeout=args.timeout, escalate=args.escalate)
         for note in audit_refusals(plan.refusals, ctx.demo):
@@ -111,3 +120,38 @@ def _progress(err: TextIO) -> Callable[[str], None]:
         err.flush()
 
     return say
+
+
+def _run_job(ctx) -> int:
+    """``kill --job``: plan from a fresh poll, confirm, scancel, wait for Slurm, audit."""
+    from gputui.actions.kill.job import decline_job_kill, execute_job_kill, plan_job_kill, refuse_job_kill
+
+    args, out, err = ctx.args, ctx.stdout, ctx.stderr
+    if not ctx.settings.read_only:
+        try:
+            check_audit_writable(ctx.demo)
+        except KillError as exc:
+            print(clean(f"gputui: {exc}"), file=err)
+            return EXIT_NO
+    with ctx.polling(docker=False) as polled:
+        plan = plan_job_kill(polled.snapshot, args.job, signal=args.signal, read_only=ctx.settings.read_only)
+        source = polled.machine.slurm
+        if not plan.ok or source is None:
+            if not ctx.settings.read_only:
+                refuse_job_kill(plan)
+            print(clean(f"gputui: {plan.refusal}"), file=err)
+            return EXIT_NO
+        for line in plan.lines():
+            print(clean(line), file=out)
+        out.flush()
+        if not args.yes:
+            if not interactive():
+                raise UsageError("Refusing to cancel without confirmation: stdin is not a terminal; add --yes.")
+            if ask("Proceed? [y/N] ", out) not in ("y", "yes"):
+                decline_job_kill(plan)
+                print(NOTHING_KILLED, file=out)
+                return EXIT_NO
+        result = execute_job_kill(plan, source, timeout=max(args.timeout, 30.0),
+                                  progress=_progress(err) if interactive() else None)
+    print(clean(result.message), file=out if result.ok else err)
+    return EXIT_OK if result.ok else EXIT_NO

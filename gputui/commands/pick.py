@@ -33,7 +33,7 @@ from gputui.commands.fleet import add_prometheus_options
 from gputui.context import EXIT_NO, EXIT_OK, EXIT_USAGE, UsageError, count_arg, percent_arg, sample_arg, size_arg
 from gputui.core.fleet.pick import FORMATS as FLEET_FORMATS
 from gputui.core.judges.mig_placement import format_mig_pick, mig_loads, mig_reservations, pick_mig, whole_gpus
-from gputui.core.judges.placement import FORMATS, format_pick, gpu_loads, pick, reservations
+from gputui.core.judges.placement import FORMATS, allocations, format_pick, gpu_loads, pick, reservations
 from gputui.core.judges.rules import house_holds, invoking_user
 from gputui.core.plausible import uuid_problems
 
@@ -64,6 +64,9 @@ def add_parser(sub, common):
     add_prometheus_options(p)
     p.add_argument("--window", dest="prom_window", type=sample_arg, default=None, metavar="SECONDS",
                    help="with --prometheus: average over this many seconds (default 60)")
+    p.add_argument("--include-allocated", action="store_true",
+                   help="on a Slurm node, also offer GPUs Slurm has allocated to jobs (never offered otherwise, "
+                        "even when idle)")
     p.add_argument("--mig", action="store_true",
                    help="pick MIG devices (A100/H100/H200 in MIG mode) by free memory instead of whole GPUs; "
                         "prints GPU:instance or the MIG-... UUID")
@@ -105,10 +108,17 @@ def run(ctx) -> int:
         return EXIT_OK
     whole, split = whole_gpus(snap.gpus)
     loads = gpu_loads(history, whole, None)
+    allocated = None
+    if snap.slurm is not None and not args.include_allocated:
+        if not snap.slurm.available and not any(g.allocated_to for g in all_gpus) and not snap.slurm.jobs:
+            print(f"gputui: Slurm's allocations are unknown ({snap.slurm.error}), so no GPU can be shown to be "
+                  "free of jobs; --include-allocated picks anyway.", file=ctx.stderr)
+            return EXIT_NO
+        allocated = allocations(all_gpus)
     held, mine = house_holds(snap.reservations, invoking_user())
     result = pick(loads, reservations(snap, all_gpus), count=args.count, min_free=args.min_free,
-                  max_util=args.max_util, observed=history.span, suspect=uuid_problems(all_gpus), held=held,
-                  prefer=mine)
+                  max_util=args.max_util, observed=history.span, suspect=uuid_problems(all_gpus),
+                  allocated=allocated, held=held, prefer=mine)
     if not result.ok:
         note = ""
         if split:

@@ -6,6 +6,7 @@ actions) receives a :class:`Machine` and runs the same code either way.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from gputui.core.sources import ContainerSource, GpuSource, ProcessSource
 
 if TYPE_CHECKING:
     from gputui.core.demo import DemoMachine
+    from gputui.core.sources.slurm import SlurmSource
 
 
 @record(frozen=False)
@@ -26,6 +28,8 @@ class Machine:
     containers: ContainerSource | None
     #: The simulated server, when running --demo (actions act on it instead of Docker/signals).
     demo: DemoMachine | None = None
+    #: This node's Slurm, None off Slurm.
+    slurm: SlurmSource | None = None
 
     def poller(self, settings: Settings, gpu_filter: Callable[[Gpu], bool] | None = None,
                container_wait: float = 0.0, clock: Callable[[], float] | None = None) -> Poller:
@@ -40,6 +44,10 @@ class Machine:
             from gputui.core.sources.house_rules import HouseRulesSource
 
             kwargs["house_rules"] = HouseRulesSource(settings.rules_path)
+        if self.slurm is not None:
+            from gputui.core.jobs import SlurmJoin
+
+            kwargs["slurm"] = SlurmJoin(self.slurm, settings)
         return Poller(self.gpu, self.processes, self.containers, settings=settings, gpu_filter=gpu_filter,
                       container_wait=container_wait, **kwargs)
 
@@ -71,4 +79,16 @@ def open_machine(demo: bool = False, docker: bool = True, demo_clock: Callable[[
 
         timeout = settings.docker_timeout if settings is not None else 5.0
         containers = DockerSource(timeout=timeout)
-    return Machine(gpu=gpu, processes=HostProcessSource(), containers=containers)
+    return Machine(gpu=gpu, processes=HostProcessSource(), containers=containers, slurm=_slurm(settings))
+
+
+def _slurm(settings: Settings | None) -> SlurmSource | None:
+    """This node's Slurm source, or None (one stat when there is no slurm.conf)."""
+    if not os.path.exists(os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"):
+        return None  # no Slurm here: not even the Slurm module is imported
+    from gputui.core.sources.slurm import SlurmSource, find_slurm
+
+    node = find_slurm()
+    if node is None:
+        return None
+    return SlurmSource(node, timeout=settings.docker_timeout if settings is not None else 5.0)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 
+from gputui.core.jobs_model import Allocation, JobRef, SlurmStatus
 from gputui.core.record import field, fields, is_record, record
 
 ProcessType = Literal["compute", "graphics", "compute+graphics"]
@@ -205,6 +206,8 @@ class Process:
     stale: tuple[Finding, ...] = ()
     #: Index (within its GPU) of the MIG device it runs on, None outside MIG mode.
     mig_device: int | None = None
+    #: The batch job (Slurm) it belongs to, None off a Slurm node or outside any job.
+    job: JobRef | None = None
 
     @property
     def mig_label(self) -> str | None:
@@ -232,6 +235,7 @@ class Process:
             "container": self.container.to_json() if self.container else None,
             "stale": [{"kind": f.kind, "message": f.message} for f in self.stale],
             "mig_device": self.mig_device,
+            "job": self.job.to_json() if self.job is not None else None,
         }
 
 
@@ -268,6 +272,8 @@ class Gpu(MemoryFigures):
     mig_mode: MigMode | None = None
     #: Its MIG devices while MIG mode is on (current), in index order.
     mig_devices: tuple[MigDevice, ...] = ()
+    #: The batch jobs (Slurm) this GPU is allocated to.
+    allocated_to: tuple[Allocation, ...] = ()
 
     @property
     def mig_enabled(self) -> bool:
@@ -311,6 +317,7 @@ class Gpu(MemoryFigures):
             "processes": [p.to_json() for p in self.processes],
             "mig_mode": self.mig_mode.to_json() if self.mig_mode is not None else None,
             "mig_devices": [m.to_json() for m in self.mig_devices],
+            "allocated_to": [a.to_json() for a in self.allocated_to],
         }
 
 
@@ -539,6 +546,8 @@ class Snapshot:
     reservations: tuple[ReservationView, ...] = ()
     #: One sentence when the rules or reservations file was refused.
     rules_error: str | None = None
+    #: The Slurm node's scheduler status, None off Slurm.
+    slurm: SlurmStatus | None = None
 
     def gpu(self, index: int) -> Gpu | None:
         for g in self.gpus:
@@ -576,6 +585,7 @@ class Snapshot:
             "rule_violations": [v.to_json() for v in self.rule_violations],
             "reservations": [r.to_json() for r in self.reservations],
             "rules_error": self.rules_error,
+            "slurm": self.slurm.to_json() if self.slurm is not None else None,
         }
 
 

@@ -42,6 +42,8 @@ from gputui.core.record import replace
 from gputui.core.sources import ContainerSource, GpuSource, ProcessSource, cgroups
 
 if TYPE_CHECKING:
+    from gputui.core.jobs import SlurmJoin
+    from gputui.core.jobs_model import SlurmStatus
     from gputui.core.sources.house_rules import HouseRulesSource
 
 
@@ -130,6 +132,7 @@ class Poller:
         gpu_filter: Callable[[Gpu], bool] | None = None,
         container_wait: float = 0.0,
         house_rules: HouseRulesSource | None = None,
+        slurm: SlurmJoin | None = None,
     ) -> None:
         self.gpu_source = gpu_source
         self.process_source = process_source
@@ -146,6 +149,8 @@ class Poller:
         )
         #: how long the first poll waits for the first container inventory
         self.container_wait = container_wait
+        #: Slurm's jobs joined to each poll, None off a Slurm node (nothing is run then)
+        self.slurm = slurm
         self._imbalance = ImbalanceJudge(self.settings)
         self._alerts = AlertJudge(self.settings)
         self._idle = IdleTracker()
@@ -164,6 +169,8 @@ class Poller:
     def close(self) -> None:
         if self.watcher is not None:
             self.watcher.stop()
+        if self.slurm is not None:
+            self.slurm.stop()
         try:
             self.gpu_source.close()
         except Exception:
@@ -213,6 +220,11 @@ class Poller:
         self._rows = rows
         self._gpus = gpus_built
         all_gpus = tuple(built)
+        slurm_status: SlurmStatus | None = None
+        slurm_alerts: tuple[Alert, ...] = ()
+        if self.slurm is not None:
+            all_gpus, slurm_status, slurm_alerts = self.slurm.apply(
+                all_gpus, facts, now, wait=self.container_wait if self.polls == 0 else 0.0)
 
         stamp = datetime.fromtimestamp(now, tz=timezone.utc).astimezone()
         snap = Snapshot(
@@ -224,6 +236,7 @@ class Poller:
             gpus=all_gpus,
             docker=DockerStatus(inventory.available, inventory.error),
             warnings=tuple(warnings),
+            slurm=slurm_status,
         )
         # History first: the judges read windows that end with this poll.
         self.history.add(snap, records.keys())
@@ -234,7 +247,7 @@ class Poller:
         snap = replace(snap, gpus=judged_gpus, containers=containers, window=self.history.span)
         imbalance = self._imbalance.update(self.history, snap)
         snap = replace(snap, imbalance=imbalance)
-        snap = replace(snap, alerts=self._alerts.update(self.history, snap))
+        snap = replace(snap, alerts=self._alerts.update(self.history, snap) + slurm_alerts)
         if self.house_rules is not None:
             snap = self._judge_rules(snap, now)
         if self.gpu_filter is not None:

@@ -90,10 +90,10 @@ _PROC_HEADER = "  ".join(
 )
 
 
-def _proc_row(p: Process, now: float) -> str:
+def _proc_row(p: Process, now: float, width: int = 20) -> str:
     uptime = None if p.started is None else fmt_duration(now - p.started.timestamp())
     mem = fmt_size(p.gpu_memory)
-    container = p.container.label if p.container else "-"
+    container = p.job.label if p.job is not None else p.container.label if p.container else "-"
     command = p.command if p.visible else f"[{invisible_phrase(p.invisible_reason)}]"
     flags = f"  <{','.join(f.kind for f in p.stale)}>" if p.stale else ""
     return "  ".join(
@@ -105,7 +105,7 @@ def _proc_row(p: Process, now: float) -> str:
             _cell(None if p.sm_utilization is None else f"{p.sm_utilization}%", 4, right=True),
             _cell(None if p.cpu_percent is None else f"{p.cpu_percent:.0f}%", 5, right=True),
             _cell(uptime, 6, right=True),
-            _cell(container, 20),
+            _cell(container, width),
             clean(command or NA) + flags,
         ]
     ).rstrip()
@@ -123,11 +123,23 @@ def render_text(snap: Snapshot, now: float | None = None) -> str:
         lines.append(_gpu_row(g))
         lines += _mig_rows(g)
     procs = [p for g in snap.gpus for p in g.processes]
-    lines += ["", _PROC_HEADER]
+    # a job label ("job 123 · alice · 1h58m left") needs a wider column than a container name
+    width = 28 if any(p.job is not None for p in procs) else 20
+    header = _PROC_HEADER if width == 20 else \
+        _PROC_HEADER.replace("Container".ljust(20), "Job / container".ljust(width))
+    lines += ["", header]
     if procs:
-        lines += [_proc_row(p, now) for p in procs]
+        lines += [_proc_row(p, now, width) for p in procs]
     else:
         lines.append("  (no GPU processes)")
+    if snap.slurm is not None and snap.slurm.jobs:
+        lines += ["", "Slurm jobs on " + snap.slurm.node + ": job, user, name, state, GPUs granted (GRES) / used"]
+        for j in snap.slurm.jobs:
+            granted = ",".join(map(str, j.gpus)) or "-"
+            used = ",".join(map(str, snap.slurm.used.get(j.id, ()))) or "-"
+            left = "" if j.time_left_s is None else f"  {fmt_duration(j.time_left_s)} left"
+            lines.append(f"  job {j.id}  {j.user or NA}  {j.name or NA}  {j.state or NA}  GPUs {granted} / "
+                         f"{used}{left}")
     notes = []
     if snap.imbalance.flagged and snap.imbalance.message:
         label = "IMBALANCE (provisional: observed for less than the hold)" if snap.imbalance.provisional \
@@ -153,6 +165,8 @@ def render_text(snap: Snapshot, now: float | None = None) -> str:
     for p in procs:
         for f in p.stale:
             notes.append(f"PID {p.pid} on GPU {p.gpu_index} [{f.kind}]: {f.message}")
+    if snap.slurm is not None and not snap.slurm.available:
+        notes.append(f"Slurm unavailable: {snap.slurm.error or 'unknown reason'}")
     if not snap.docker.available:
         notes.append(f"containers unavailable: {snap.docker.error or 'unknown reason'}")
     notes += [f"warning: {w}" for w in snap.warnings]

@@ -172,23 +172,24 @@ def _process_families(snap: Snapshot, cap: int, memo: dict[str, object] | None =
     uuid_of = {g.index: g.uuid for g in snap.gpus}
     mig_of = {(g.index, m.index): m.uuid for g in snap.gpus for m in g.mig_devices}
     procs = [p for g in snap.gpus for p in g.processes]
-    key = (cap, uuid_of, mig_of)
+    key = (cap, uuid_of, mig_of, snap.slurm is not None)
     last = memo.get("processes") if memo is not None else None
     if isinstance(last, tuple) and last[0] == key and len(last[1]) == len(procs) \
             and all(a is b for a, b in zip(last[1], procs, strict=True)):
         families: list[Metric] = last[2]
         return families
-    families = _build_process_families(list(procs), cap, uuid_of, mig_of)
+    families = _build_process_families(list(procs), cap, uuid_of, mig_of, slurm=snap.slurm is not None)
     if memo is not None:
         memo["processes"] = (key, procs, families)
     return families
 
 
 def _build_process_families(procs: list[Process], cap: int, uuid_of: dict[int, str],
-                            mig_of: dict[tuple[int, int], str]) -> list[Metric]:
+                            mig_of: dict[tuple[int, int], str], slurm: bool = False) -> list[Metric]:
+    # on a Slurm node each process series names its job (slurm_job: Prometheus owns the label "job")
     memory = _gauge("gputui_process_gpu_memory_bytes",
                     "GPU memory a process holds, bytes; container labels are empty for host processes.",
-                    PROCESS_LABELS)
+                    PROCESS_LABELS + ["slurm_job"] if slurm else PROCESS_LABELS)
     sm = _gauge("gputui_process_sm_utilization_ratio", "A process's share of the GPU's SMs, 0-1.",
                 ["gpu", "uuid", "pid", "mig_uuid"])
     dropped = _gauge("gputui_process_series_dropped",
@@ -206,7 +207,8 @@ def _build_process_families(procs: list[Process], cap: int, uuid_of: dict[int, s
         # the MIG device it runs on ("" on a whole GPU, like the container labels of a host process)
         mig = _s(mig_of.get((p.gpu_index, p.mig_device), "")) if p.mig_device is not None else ""
         if p.gpu_memory is not None:
-            memory.add_metric(head + [_s(p.user), _s(p.exe or "")] + _container_labels(p) + [mig],
+            job = [p.job.id if p.job is not None else ""] if slurm else []
+            memory.add_metric(head + [_s(p.user), _s(p.exe or "")] + _container_labels(p) + [mig] + job,
                               p.gpu_memory)
         if p.sm_utilization is not None:
             sm.add_metric(head + [mig], p.sm_utilization / 100)
@@ -231,6 +233,24 @@ def _container_families(containers: Iterable[Container], gpus: tuple[Gpu, ...]) 
         for kind in sorted({f.kind for f in c.findings}):
             finding.add_metric([name, kind], 1)
     return [memory, granted, finding]
+
+
+def _slurm_families(snap: Snapshot) -> list[Metric]:
+    """A Slurm node's jobs: one info series per allocated GPU (join on gpu; the job is not a label of
+    every GPU series), and when each job's time limit ends."""
+    info = _gauge("gputui_slurm_job_info", "1 per GPU allocated to a Slurm job, with the job as labels.",
+                  ["slurm_job", "user", "name", "gpu", "uuid"])
+    end = _gauge("gputui_slurm_job_end_timestamp_seconds", "When a Slurm job's time limit ends, Unix time.",
+                 ["slurm_job"])
+    uuid_of = {g.index: g.uuid for g in snap.gpus}
+    assert snap.slurm is not None
+    for j in snap.slurm.jobs:
+        for i in j.gpus:
+            if i in uuid_of:
+                info.add_metric([_s(j.id), _s(j.user), _s(j.name), str(i), uuid_of[i]], 1)
+        if j.end_time is not None:
+            end.add_metric([_s(j.id)], j.end_time)
+    return [info, end]
 
 
 def _judgement_families(snap: Snapshot) -> list[Metric]:
@@ -325,6 +345,8 @@ def build_families(status: PollStatus, options: ExportOptions,
     up.add_metric(["nvml"], 1 if status.nvml_up else 0)
     if options.docker:
         up.add_metric(["docker"], 1 if snap is not None and snap.docker.available else 0)
+    if snap is not None and snap.slurm is not None:
+        up.add_metric(["slurm"], 1 if snap.slurm.available else 0)
     yield up
     if status.last_poll is not None:
         last = _gauge("gputui_last_poll_timestamp_seconds", "When the last successful poll ran, Unix time.", [])
@@ -338,5 +360,7 @@ def build_families(status: PollStatus, options: ExportOptions,
     yield from _judgement_families(snap)
     if snap.rule_violations or snap.reservations:
         yield from _rule_families(snap)
+    if snap.slurm is not None:
+        yield from _slurm_families(snap)
     if options.dcgm_names:
         yield from _dcgm_families(snap, hostname)

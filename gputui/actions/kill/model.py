@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal as _signal
 from typing import TYPE_CHECKING, Any
 
+from gputui.core.jobs_model import JobRef
 from gputui.core.model import ContainerRef, Finding
 from gputui.core.record import record
 from gputui.core.safe_text import clean
@@ -62,6 +63,8 @@ class KillTarget:
     status: str | None = None
     #: GPU index -> the MIG device ("5:1") it runs on, for GPUs in MIG mode.
     mig: tuple[tuple[int, str], ...] = ()
+    #: The Slurm job it belongs to: killing it leaves the job holding its GPUs.
+    job: JobRef | None = None
 
     @property
     def gpu_memory(self) -> int | None:
@@ -84,6 +87,7 @@ class KillTarget:
             "container_id": self.container.id if self.container else None,
             "container_main": self.container_main,
             "stale": [f.kind for f in self.stale],
+            "job": self.job.id if self.job is not None else None,
         }
 
 

@@ -29,7 +29,7 @@ def targets_from_snapshot(snapshot: Snapshot) -> dict[int, KillTarget]:
                 out[p.pid] = KillTarget(
                     pid=p.pid, create_time=p.create_time, user=p.user, uid=p.uid, command=p.command,
                     gpus=((g.index, p.gpu_memory),), container=p.container, stale=p.stale, status=p.status,
-                    mig=((g.index, p.mig_label),) if p.mig_label else (),
+                    mig=((g.index, p.mig_label),) if p.mig_label else (), job=p.job,
                 )
             else:
                 stale = prev.stale + tuple(f for f in p.stale if f not in prev.stale)

@@ -37,6 +37,10 @@ def describe_target(t: KillTarget) -> list[str]:
                          f"Docker, {why}.")
         else:
             lines.append(f"    in container {name}")
+    if t.job is not None:
+        j = t.job
+        lines.append(f"    in Slurm job {j.id} ({j.user or 'unknown user'}{', ' + j.name if j.name else ''}): the job "
+                     f"keeps its GPUs and runs on; 'gputui kill --job {j.id}' cancels the job through Slurm.")
     for f in t.stale:
         lines.append(f"    stale ({f.kind}): {f.message}")
     if t.status == "disk-sleep":

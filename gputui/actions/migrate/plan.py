@@ -470,6 +470,12 @@ def _admit(attrs: dict[str, Any], gpus: tuple[Gpu, ...], target: str | int, *, o
     if read_only:
         raise MigrationRefused("read-only", READ_ONLY)
     preflight(attrs, others)
+    job = next((p.job for g in gpus for p in g.processes
+                if p.job is not None and p.container is not None and p.container.id == attrs.get("Id")), None)
+    if job is not None:
+        raise MigrationRefused("slurm-job", f"{name} runs inside Slurm job {job.id}: Slurm owns its placement, so "
+                                            f"gputui does not move it ('scontrol requeue {job.id}' if the job is "
+                                            "requeueable).")
     tgt, tmig = resolve_destination(gpus, str(target))
     host = HostGpus.of(gpus)
     grant = read_grant(attrs, host)

@@ -30,6 +30,7 @@ from gputui.core.doctor.facts import (
     RulesFacts,
 )
 from gputui.core.doctor.mig import check_mig
+from gputui.core.doctor.slurm import check_slurm
 from gputui.core.grants import is_nvidia_runtime
 from gputui.core.judges.text import gpus_phrase, plural
 from gputui.core.record import record
@@ -526,6 +527,8 @@ def judge(facts: DoctorFacts) -> list[Check]:
                                                 containers_error=facts.containers_error)]
         checks += check_health(facts.nvml)
     checks += check_rules(facts.rules)
+    if facts.slurm is not None:  # on Slurm nodes only, after the checklist every run lists
+        checks += [Check(n, s, m, f) for n, s, m, f in check_slurm(facts.slurm)]  # type: ignore[arg-type]
     return complete(checks, facts)
 
 

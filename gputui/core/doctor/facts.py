@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from gputui.core.doctor.mig import MigFacts
+from gputui.core.doctor.slurm import SlurmFacts
 from gputui.core.record import field, record
 
 
@@ -169,3 +170,5 @@ class DoctorFacts:
     #: MIG modes, MIG devices and MIG grants (empty: no GPU reports MIG mode); None when NVML could not be read.
     mig: MigFacts | None = field(default_factory=MigFacts)
     rules: RulesFacts = field(default_factory=RulesFacts)
+    #: This Slurm node's facts; None off Slurm (then no Slurm check is listed).
+    slurm: SlurmFacts | None = None

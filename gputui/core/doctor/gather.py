@@ -22,6 +22,7 @@ from gputui.core.doctor.facts import (
     NvmlFacts,
 )
 from gputui.core.doctor.mig import MigFacts
+from gputui.core.doctor.slurm import SlurmFacts
 from gputui.core.machine import Machine
 from gputui.core.model import Snapshot
 from gputui.core.sources import NvmlUnavailable
@@ -46,9 +47,13 @@ def gather(session: Session, *, docker_on: bool, docker_timeout: float, demo: bo
         return _gather_demo(session, docker_on)
     host = socket.gethostname()
     snapshot: Snapshot | None = None
+    slurm: SlurmFacts | None = None
     try:
         with session() as polled:  # NVML stays open for the health facts; the session closes it
             snapshot = polled.snapshot
+            slurm_source = getattr(polled.machine, "slurm", None)
+            if slurm_source is not None:
+                slurm = probes.probe_slurm(slurm_source, snapshot)
             nvml = nvml_facts(polled.machine, snapshot)
     except NvmlUnavailable as exc:
         nvml = NvmlFacts(ok=False, error=str(exc), error_kind=init_error_kind(str(exc)),
@@ -70,7 +75,7 @@ def gather(session: Session, *, docker_on: bool, docker_timeout: float, demo: bo
         findings, why = probes.container_findings(snapshot)
     return DoctorFacts(nvml=nvml, devices=devices, container_env=env, docker=docker, container_findings=findings,
                        containers_error=why, demo=False, host=host,
-                       mig=MigFacts.of(snapshot) if snapshot is not None else None,
+                       mig=MigFacts.of(snapshot) if snapshot is not None else None, slurm=slurm,
                        rules=probes.probe_rules(docker))
 
 

@@ -30,6 +30,7 @@ from gputui.core.doctor.facts import (
     DockerFacts,
     RulesFacts,
 )
+from gputui.core.doctor.slurm import SlurmFacts
 from gputui.core.model import Snapshot
 from gputui.core.sources.processes import INIT_PID_NS_INODE, ns_inode
 
@@ -490,3 +491,30 @@ def _plugin_answers(name: str) -> str | None:
     except (ValueError, IndexError):
         return f"{path} answered something that is not a plugin's activation"
     return None if "authz" in (doc.get("Implements") or []) else f"{path} does not implement authz"
+
+
+def probe_slurm(source: Any, snapshot: Snapshot | None) -> SlurmFacts:
+    """This Slurm node's facts: ``scontrol ping``, slurm.conf's plugins, cgroup.conf, gres.conf's devices."""
+    from gputui.core.sources.slurm import SlurmError, gres_minor, read_conf
+
+    node = source.node
+    up, why = False, None
+    try:
+        text = source.call(["scontrol", "ping"]).decode("utf-8", "replace")
+        up = " is UP" in text
+        why = None if up else (text.strip().splitlines() or ["no reply"])[0][:200]
+    except SlurmError as exc:
+        why = str(exc).rstrip(".")
+    constrain = None
+    try:
+        cgroup = read_conf(os.path.join(os.path.dirname(node.conf_path), "cgroup.conf"))
+        if "constraindevices" in cgroup:
+            constrain = cgroup["constraindevices"].lower() in ("yes", "true", "1")
+    except (OSError, UnicodeDecodeError):
+        pass
+    nvml = tuple((g.index, g.minor_number) for g in snapshot.gpus) if snapshot is not None else ()
+    return SlurmFacts(node=node.name, conf_path=node.conf_path, slurmd_pid=node.slurmd_pid, controller_up=up,
+                      controller_error=why, proctrack=node.conf.get("proctracktype"),
+                      task_plugin=node.conf.get("taskplugin"), constrain_devices=constrain,
+                      gres_files=node.gres_files, gres_minors=tuple(gres_minor(f) for f in node.gres_files),
+                      nvml_minors=nvml)

@@ -113,6 +113,8 @@ class FleetHost:
     findings: tuple[ContainerFinding, ...] = ()
     #: (GPU UUID, container) for every explicit grant (``--gpus all`` reserves no GPU in particular).
     grants: tuple[tuple[str, str], ...] = ()
+    #: (GPU UUID, Slurm job, user) for every GPU a Slurm job is allocated (gputui_slurm_job_info).
+    slurm_jobs: tuple[tuple[str, str, str], ...] = ()
     #: One sentence about what this host cannot show (dcgm-only: no processes).
     note: str | None = None
     #: What a person calls it on screen: the hostname, with the instance when two targets share it.
@@ -177,6 +179,9 @@ class FleetHost:
                 {"container": c, "kinds": sorted({f.kind for f in self.findings if f.container == c})}
                 for c in self.containers_with_findings],
             "note": self.note,
+            "slurm_jobs": [{"job": j, "user": u or None, "gpu": next((g.index for g in self.gpus if g.uuid == uuid),
+                                                                     None), "uuid": uuid}
+                           for uuid, j, u in self.slurm_jobs],
         }
 
 

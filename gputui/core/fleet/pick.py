@@ -83,8 +83,18 @@ def _reserved(host: FleetHost) -> dict[int, tuple[str, ...]]:
     return {i: tuple(sorted(names)) for i, names in out.items()}
 
 
+def _allocated(host: FleetHost) -> dict[int, tuple[str, ...]]:
+    """GPU index -> the Slurm jobs it is allocated to, as "job 7 (alice)"."""
+    by_uuid = {g.uuid: g.index for g in host.gpus}
+    out: dict[int, list[str]] = {}
+    for uuid, job, user in host.slurm_jobs:
+        if uuid in by_uuid:
+            out.setdefault(by_uuid[uuid], []).append(f"job {job} ({user or 'unknown user'})")
+    return {i: tuple(names) for i, names in out.items()}
+
+
 def pick_fleet(reader: FleetReader, count: int = 1, min_free: int | None = None, max_util: float | None = None,
-               window: float = 60.0) -> tuple[FleetSnapshot, FleetPick]:
+               window: float = 60.0, include_allocated: bool = False) -> tuple[FleetSnapshot, FleetPick]:
     """Read the fleet and choose. Raises PrometheusError."""
     now = reader.clock()
     results = reader.run_queries(FLEET_QUERIES + windowed_queries(window), now)
@@ -98,11 +108,12 @@ def pick_fleet(reader: FleetReader, count: int = 1, min_free: int | None = None,
             if k is not None and index is not None and s.value == s.value:
                 values[(k[0], k[1], index)] = s.value
         per_gpu.append(values)
-    return snap, choose(snap, per_gpu[0], per_gpu[1], per_gpu[2], count, min_free, max_util, window)
+    return snap, choose(snap, per_gpu[0], per_gpu[1], per_gpu[2], count, min_free, max_util, window,
+                        include_allocated)
 
 
 def choose(snap: FleetSnapshot, util: PerGpu, mean_used: PerGpu, peak_used: PerGpu, count: int,
-           min_free: int | None, max_util: float | None, window: float) -> FleetPick:
+           min_free: int | None, max_util: float | None, window: float, include_allocated: bool = False) -> FleetPick:
     if not snap.hosts:
         return FleetPick(None, (), f"Prometheus at {clean(snap.prometheus)} knows no GPU host (no gputui_* or "
                                    f"DCGM_FI_DEV_* series in the last hour).")
@@ -116,7 +127,9 @@ def choose(snap: FleetSnapshot, util: PerGpu, mean_used: PerGpu, peak_used: PerG
     for host in up:
         loads = host_loads(host, util, mean_used, peak_used)
         reserved = _reserved(host)
-        result = pick(loads, reserved, count=count, min_free=min_free, max_util=max_util, observed=window)
+        allocated = {} if include_allocated else _allocated(host)
+        result = pick(loads, reserved, count=count, min_free=min_free, max_util=max_util, observed=window,
+                      allocated=allocated)
         if result.ok:
             chosen = [loads[i] for i in result.chosen]  # ranked as rank_key ranks one GPU, summed over the set
             key = (any(g.score is None for g in chosen), sum(g.score or 0.0 for g in chosen),
@@ -124,7 +137,8 @@ def choose(snap: FleetSnapshot, util: PerGpu, mean_used: PerGpu, peak_used: PerG
             if best is None or key < best[0]:
                 best = (key, host, result.chosen)
         else:
-            usable = sum(1 for g in loads.values() if not g.lost and g.index not in reserved)
+            usable = sum(1 for g in loads.values()
+                         if not g.lost and g.index not in reserved and g.index not in allocated)
             ckey = (-usable, host.host, host.instance)
             if closest is None or ckey < closest[0]:
                 closest = (ckey, host, result.problem or "")

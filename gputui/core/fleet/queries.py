@@ -36,7 +36,7 @@ from gputui.core.fleet.model import (
     Source,
 )
 from gputui.core.fleet.prom import PromClient, PrometheusError, PrometheusUnreachable, RangeSeries, Sample
-from gputui.core.record import record, replace
+from gputui.core.record import field, record, replace
 
 MIB = 1024**2
 #: How far back a host that stopped answering is still listed (as down).
@@ -55,7 +55,7 @@ DCGM_GPU_METRICS = (
 )
 STATE_METRICS = (
     "gputui_alert_active", "gputui_imbalance_flagged", "gputui_stale_processes", "gputui_stale_gpu_memory_bytes",
-    "gputui_container_finding", "gputui_container_gpu_granted",
+    "gputui_container_finding", "gputui_container_gpu_granted", "gputui_slurm_job_info",
 )
 
 
@@ -291,6 +291,7 @@ class _State:
     findings: list[ContainerFinding]
     grants: list[tuple[str, str]]
     imbalance: bool | None = None
+    jobs: list[tuple[str, str, str]] = field(default_factory=list)
     stale_count: int = 0
     stale_memory: int | None = None
 
@@ -317,6 +318,8 @@ def _states(samples: Sequence[Sample]) -> dict[tuple[str, str], _State]:
         elif (metric == "gputui_container_gpu_granted" and s.value >= 1 and labels.get("via") != "all"
               and labels.get("uuid")):
             st.grants.append((labels["uuid"], labels.get("container", "")))
+        elif metric == "gputui_slurm_job_info" and s.value >= 1 and labels.get("uuid") and labels.get("slurm_job"):
+            st.jobs.append((labels["uuid"], labels["slurm_job"], labels.get("user", "")))
     return out
 
 
@@ -359,6 +362,7 @@ def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequenc
             alerts=tuple(sorted(st.alerts, key=lambda a: (a.gpu is not None, a.gpu or 0, a.kind))) if st else (),
             findings=tuple(st.findings) if st else (),
             grants=tuple(st.grants) if st else (),
+            slurm_jobs=tuple(sorted(set(st.jobs))) if st else (),
             note=note,
         ))
     built, warnings = _label(built)

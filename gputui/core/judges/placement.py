@@ -255,6 +255,12 @@ def reservations(snapshot: Snapshot, gpus: Iterable[Gpu] | None = None) -> dict[
     return {i: tuple(names) for i, names in out.items()}
 
 
+def allocations(gpus: Iterable[Gpu]) -> dict[int, tuple[str, ...]]:
+    """GPU index -> the batch jobs (Slurm) it is allocated to, as "job 7 (alice)"."""
+    return {g.index: tuple(f"job {a.job} ({a.user or 'unknown user'})" for a in g.allocated_to)
+            for g in gpus if g.allocated_to}
+
+
 @record
 class Pick:
     """The answer of :func:`pick`: chosen GPU indices (best first), or why none qualify."""
@@ -277,6 +283,7 @@ def pick(
     suspect: dict[int, str] | None = None,
     held: dict[int, str] | None = None,
     prefer: Collection[int] = (),
+    allocated: dict[int, tuple[str, ...]] | None = None,
 ) -> Pick:
     """The best ``count`` GPUs, or one sentence naming the constraint that could not be met.
 
@@ -307,6 +314,20 @@ def pick(
         note = f", {gpus_phrase(lost)} {'is' if len(lost) == 1 else 'are'} lost" if lost else ""
         return Pick((), f"Only {plural(len(alive), 'GPU')} can be picked "
                         f"({index_ranges(g.index for g in alive)}{note}); {asked}.")
+
+    allocated = allocated or {}
+    unallocated = [g for g in alive if g.index not in allocated]
+    if len(unallocated) < count:
+        taken = ", ".join(f"GPU {i} to {' and '.join(allocated[i])}" for i in sorted(allocated)
+                          if i in {g.index for g in alive})
+        whom = "the only GPU considered is" if len(alive) == 1 else f"all {len(alive)} GPUs considered are"
+        if unallocated:
+            whom = (f"only {plural(len(unallocated), 'GPU')} ({index_ranges(g.index for g in unallocated)}) "
+                    f"{'is' if len(unallocated) == 1 else 'are'} free of Slurm jobs and {asked}")
+        else:
+            whom += " allocated"
+        return Pick((), f"Slurm owns these GPUs: {whom} ({taken}); --include-allocated offers them anyway.")
+    alive = unallocated
 
     if held:  # reserved by the house rules for someone else: never offered
         mine = [g for g in alive if g.index not in held]

@@ -164,6 +164,25 @@ def processes_table(c: Container, snapshot: Snapshot) -> Table | Text:
     return t
 
 
+#: Table keys of Slurm job rows (container ids are hexadecimal, never this).
+JOB_KEY = "slurm:"
+
+
+def job_detail(job_id: str, snapshot: Snapshot) -> Text:
+    """A Slurm job's row, opened: who, how long, GRES against use, its processes."""
+    j = next((j for j in snapshot.slurm.jobs if j.id == job_id), None) if snapshot.slurm is not None else None
+    if j is None:
+        return Text(f"Job {job_id} is no longer listed.", style="dim")
+    used = snapshot.slurm.used.get(j.id, ()) if snapshot.slurm is not None else ()
+    lines = [f"Slurm {j.label} · {j.name or '-'} · {j.state or '?'}",
+             f"granted (GRES): GPUs {indices(j.gpus)}    uses: GPUs {indices(used)}"]
+    for p in snapshot.processes:
+        if p.job is not None and p.job.id == j.id:
+            lines.append(f"  GPU {p.gpu_index}  PID {p.pid}  step {p.job.step or '?'}  {fmt.size(p.gpu_memory)}  "
+                         f"{p.command or fmt.NA}")
+    return Text("\n".join(plain(ln) for ln in lines))
+
+
 class ContainersScreen(GpuScreen["str | None"]):
     """Containers with GPUs: grant, use, memory, findings; the highlighted one's GPUs and processes below."""
 
@@ -269,6 +288,18 @@ class ContainersScreen(GpuScreen["str | None"]):
                 fmt.size(c.gpu_memory) if c.pids else "-", str(len(c.pids)), kinds, key=c.id,
             )
             self._order.append(c.id)
+        for j in snapshot.slurm.jobs if snapshot.slurm is not None else ():
+            # a Slurm job is listed like a container: its grant is its GRES, its use the GPUs its processes are on
+            procs = [p for p in snapshot.processes if p.job is not None and p.job.id == j.id]
+            job_kinds = sorted({a.kind for a in snapshot.alerts if f"job {j.id} " in a.message})
+            table.add_row(
+                markup(f"job {j.id} ({j.user or '?'})"), markup(j.state or fmt.NA), indices(j.gpus), "slurm GRES",
+                indices(snapshot.slurm.used.get(j.id, ())) if snapshot.slurm is not None else "-",
+                fmt.size(sum(p.gpu_memory or 0 for p in procs)) if procs else "-", str(len({p.pid for p in procs})),
+                Text(", ".join(job_kinds) or "-", style=FINDING_STYLE if job_kinds else "dim"),
+                key=f"{JOB_KEY}{j.id}",
+            )
+            self._order.append(f"{JOB_KEY}{j.id}")
         if not self._order:
             self._set_selected(None)
             return
@@ -287,6 +318,11 @@ class ContainersScreen(GpuScreen["str | None"]):
         strip_widget = self.query_one("#container-gpus", Static)
         body = self.query_one("#container-detail", Static)
         if snapshot is None:
+            return
+        if self.selected_id is not None and self.selected_id.startswith(JOB_KEY):
+            self.strip = None
+            strip_widget.update("")
+            body.update(job_detail(self.selected_id[len(JOB_KEY):], snapshot))
             return
         c = snapshot.container(self.selected_id) if self.selected_id else None
         if c is None:
@@ -327,7 +363,8 @@ class ContainersScreen(GpuScreen["str | None"]):
             settings = self.gpu_app.settings
             if settings is not None and settings.read_only:
                 return None  # greyed: read-only mode turns migration off
-            return True if self.selected_id is not None else None
+            is_job = self.selected_id is not None and self.selected_id.startswith(JOB_KEY)
+            return True if self.selected_id is not None and not is_job else None  # Slurm owns a job's placement
         return True
 
     def action_migrate(self) -> None:
@@ -342,5 +379,8 @@ class ContainersScreen(GpuScreen["str | None"]):
 
     def action_show_processes(self) -> None:
         """Back to the dashboard with its process filter set to the highlighted container."""
+        if self.selected_id is not None and self.selected_id.startswith(JOB_KEY):
+            self.dismiss(f"job {self.selected_id[len(JOB_KEY):]}")  # the process filter matches the job label
+            return
         c = self.snapshot.container(self.selected_id) if self.snapshot and self.selected_id else None
         self.dismiss(c.name if c is not None else None)

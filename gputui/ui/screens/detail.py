@@ -103,6 +103,8 @@ def _fmt_field(name: str, value, gpu: Gpu, settings) -> str:
         return f"{value} MHz"
     if name in ("utilization_gpu", "utilization_memory", "fan_speed"):
         return f"{value} %"
+    if name == "allocated_to":  # Slurm jobs holding this GPU
+        return ", ".join(f"Slurm job {a.job} ({a.user or '?'})" for a in value) if value else "none"
     if name == "throttle_reasons":
         return ", ".join(value) if value else "none"
     if name == "pstate":
@@ -242,7 +244,7 @@ class GpuDetailScreen(GpuScreen[None]):
         table.add_row(Text("processes", style="bold"), Text(str(len(gpu.processes))))
         for p in sorted(gpu.processes, key=lambda p: -(p.gpu_memory or 0)):
             who = f"{p.user or '?'}"
-            where = f" [{p.container.label}]" if p.container else ""
+            where = f" [{p.job.label}]" if p.job is not None else f" [{p.container.label}]" if p.container else ""
             sm = fmt.NA if p.sm_utilization is None else p.sm_utilization
             table.add_row(f"{p.pid}", markup(f"{who} {fmt.size(p.gpu_memory)} SM {sm}%{where} {p.command or ''}"))
         return table

@@ -33,7 +33,8 @@ PROCESS_COLUMNS = (("gpu", "GPU"), ("pid", "PID"), ("user", "User"), ("exe", "Ex
 SPARK_WIDTH = 40
 
 
-def card_text(gpu: FleetGpu, history: HostHistory | None, selected: bool) -> Text:
+def card_text(gpu: FleetGpu, history: HostHistory | None, selected: bool,
+              jobs: tuple[tuple[str, str, str], ...] = ()) -> Text:
     text = Text()
     text.append(f"GPU {gpu.index} ", style="bold reverse" if selected else "bold")
     text.append(clean(gpu.name or "N/A"))
@@ -43,6 +44,9 @@ def card_text(gpu: FleetGpu, history: HostHistory | None, selected: bool) -> Tex
     text.append(f"memory {fmt.size_pair(gpu.memory_used, gpu.memory_total)}  ")
     text.append(f"{fmt.temperature(gpu.temperature)}  ")
     text.append(f"{len(gpu.processes)} proc" if gpu.processes else "")
+    mine = [f"job {j} ({u or 'unknown user'})" for uuid, j, u in jobs if uuid == gpu.uuid]
+    if mine:
+        text.append("  Slurm " + ", ".join(clean(m) for m in mine), style="bold")
     if history is not None:
         util = history.util.get(gpu.index, ())
         memory = history.memory.get(gpu.index, ())
@@ -61,7 +65,7 @@ def process_cells(gpu: FleetGpu, p: FleetProcess) -> tuple[Text, ...]:
 
 def best_target(host: FleetHost, avoid: int) -> FleetGpu | None:
     """The least loaded other GPU of the host (utilization + memory percent), not granted to a container."""
-    granted = {u for u, _ in host.grants}
+    granted = {u for u, _ in host.grants} | {u for u, _, _ in host.slurm_jobs}
     options = [g for g in host.gpus if g.index != avoid and not g.lost and g.uuid not in granted]
     if not options:
         return None
@@ -240,7 +244,8 @@ class HostScreen(Screen[None]):
                          style="dim")
         self.query_one("#host-title", Static).update(title)
         gpus = [g for g in host.gpus if self.gpu_filter is None or g.index == self.gpu_filter]
-        cards = Text("\n").join(card_text(g, self.history, g.index == self.gpu_filter) for g in gpus)
+        cards = Text("\n").join(card_text(g, self.history, g.index == self.gpu_filter, host.slurm_jobs)
+                                for g in gpus)
         self.query_one("#host-cards-text", Static).update(cards if gpus else Text("No GPUs to show.", style="dim"))
         self._fill_table(gpus)
 

@@ -10,7 +10,8 @@ the kill (it waits for processes to exit) run in thread workers; the result is
 a notification and a fresh poll, and the dialog closes.
 
 Keys: ``y`` kill, ``t`` / ``i`` / ``x`` choose SIGTERM / SIGINT / SIGKILL, ``e``
-escalate to SIGKILL after the timeout, ``n`` or ``escape`` cancel.
+escalate to SIGKILL after the timeout, ``n`` or ``escape`` cancel. On a process of a
+Slurm job, ``j`` cancels the whole job through ``scancel`` instead (``kill --job``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class KillScreen(GpuModal["KillReport | None"]):
         Binding("i", "signal('INT')", "SIGINT", id="kill-int"),
         Binding("x", "signal('KILL')", "SIGKILL", id="kill-kill"),
         Binding("e", "toggle_escalate", "Escalate", id="kill-escalate"),
+        Binding("j", "cancel_job", "Cancel job", id="kill-job"),
         Binding("escape", "cancel", "Cancel", id="kill-cancel"),
         Binding("n", "cancel", "Cancel", show=False, id="kill-no"),
     ]
@@ -86,6 +88,12 @@ class KillScreen(GpuModal["KillReport | None"]):
             self.report = report
             self.error = error
 
+    class JobDone(Message, bubble=False):
+        def __init__(self, ok: bool, text: str) -> None:
+            super().__init__()
+            self.ok = ok
+            self.text = text
+
     def __init__(self, snapshot: Snapshot | None, process: Process | None = None, force: bool = False, *,
                  processes: Sequence[Process] | None = None, timeout: float = TIMEOUT) -> None:
         super().__init__()
@@ -93,6 +101,8 @@ class KillScreen(GpuModal["KillReport | None"]):
         chosen = list(processes) if processes is not None else ([process] if process is not None else [])
         #: PIDs in the order shown (a process on several GPUs appears once)
         self.pids: list[int] = list(dict.fromkeys(p.pid for p in chosen))
+        #: the Slurm job of a single chosen process: ``j`` cancels it through Slurm
+        self.job = chosen[0].job if len(self.pids) == 1 else None
         self.signal = "KILL" if force else "TERM"
         self.escalate = False
         self.timeout = timeout
@@ -112,7 +122,9 @@ class KillScreen(GpuModal["KillReport | None"]):
                 yield Static("Checking the processes…", id="kill-plan")
             yield Static("", id="kill-options")
             yield Static("", id="kill-progress")
-            yield Static("y kill · t/i/x SIGTERM/SIGINT/SIGKILL · e escalate · n/escape cancel", id="kill-hint")
+            job = f" · j cancel job {self.job.id} (scancel)" if self.job is not None else ""
+            yield Static(text(f"y kill · t/i/x SIGTERM/SIGINT/SIGKILL · e escalate{job} · n/escape cancel"),
+                         id="kill-hint")
 
     def _title(self) -> str:
         if len(self.pids) == 1:
@@ -182,7 +194,46 @@ class KillScreen(GpuModal["KillReport | None"]):
             return True if self.state in ("planning", "ready") and self.pids else None
         if action == "cancel":
             return True if self.state != "running" else None
+        if action == "cancel_job":
+            ok = self.job is not None and self.state == "ready" and self.gpu_app.machine.slurm is not None
+            return True if ok else None
         return True
+
+    def action_cancel_job(self) -> None:
+        if self.job is None or self.state != "ready":
+            return
+        self.state = "running"
+        self.refresh_bindings()
+        self.query_one("#kill-progress", Static).update(text(f"Cancelling job {self.job.id} through Slurm…"))
+        self._job_worker(self.job.id, self.signal)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="kill-run", description="cancel a Slurm job")
+    def _job_worker(self, job_id: str, signal: str) -> None:
+        from gputui.actions.kill.job import execute_job_kill, plan_job_kill, refuse_job_kill
+
+        app = self.gpu_app
+        snapshot = self.snapshot or app.snapshot
+        source = app.machine.slurm
+        assert snapshot is not None and source is not None
+        try:
+            plan = plan_job_kill(snapshot, job_id, signal=signal, read_only=bool(app.settings.read_only))
+            if not plan.ok:
+                refuse_job_kill(plan)
+                self.post_message(self.JobDone(False, plan.refusal or "The job cannot be cancelled."))
+                return
+            result = execute_job_kill(plan, source, progress=lambda t: self.post_message(self.Progress(t)))
+        except Exception as exc:  # never a traceback in the dashboard: one sentence
+            self.post_message(self.JobDone(False, f"The job was not cancelled: {exc}."))
+            return
+        self.post_message(self.JobDone(result.ok, result.message))
+
+    @on(JobDone)
+    def _job_done(self, message: JobDone) -> None:
+        self.state = "done"
+        self.app.notify(markup(message.text), title="Cancel job", severity="information" if message.ok else "error",
+                        timeout=5)
+        self.gpu_app.request_poll()
+        self.dismiss(None)
 
     def action_signal(self, name: str) -> None:
         if self.signal != name:

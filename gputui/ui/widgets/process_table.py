@@ -94,6 +94,8 @@ def sort_value(p: Process, column: str, now_ts: float):
     if column == "uptime":
         return None if p.started is None else now_ts - p.started.timestamp()
     if column == "container":
+        if p.job is not None:
+            return f"job {p.job.id}"
         return p.container.label.lower() if p.container else None
     if column == "command":
         return (p.command or "").lower() or None
@@ -122,6 +124,8 @@ def matches(p: Process, text: str) -> bool:
         hay.append(p.mig_label)  # "6:1" shows the processes of MIG device 1 of GPU 6
     if p.container is not None:
         hay += [p.container.label, p.container.image or "", p.container.id[:12]]
+    if p.job is not None:
+        hay += [p.job.label, p.job.name or ""]
     return any(needle in h.lower() for h in hay)
 
 
@@ -141,7 +145,7 @@ def process_cells(p: Process, snapshot_time) -> tuple[str, ...]:
         fmt.cpu(p.cpu_percent),
         fmt.size(p.host_memory),
         fmt.uptime(p.started, snapshot_time),
-        p.container.label if p.container else "-",
+        p.job.label if p.job is not None else p.container.label if p.container else "-",
         command,
         marker,
     )

@@ -53,6 +53,8 @@ def snapshot_warnings(snapshot: Snapshot | None, status: PollStatus) -> list[str
         out.extend(snapshot.warnings)
         if status.containers_enabled and not snapshot.docker.available and snapshot.docker.error:
             out.append(f"containers unavailable: {snapshot.docker.error}")
+        if snapshot.slurm is not None and not snapshot.slurm.available:
+            out.append(f"Slurm unavailable: {snapshot.slurm.error or 'unknown reason'}")
     return out
 
 
@@ -219,7 +221,7 @@ class SelectionBar(_OneLine):
         """Only what the bar draws: a process's numbers moving must not repaint it."""
         if p is None:
             return None
-        return (p.pid, p.gpu_index, p.container, p.stale, p.visible, p.invisible_reason, p.command)
+        return (p.pid, p.gpu_index, p.container, p.job, p.stale, p.visible, p.invisible_reason, p.command)
 
     def _draw(self, width: int) -> Strip:
         def st(name: str) -> Style:
@@ -231,6 +233,10 @@ class SelectionBar(_OneLine):
             line.add("No process selected.", st("dim"))
         else:
             line.add(f"PID {p.pid}", st("key")).add(f" on GPU {p.gpu_index}", st("dim"))
+            if p.job is not None:
+                line.add("  ", st("dim")).add(p.job.label, st("text"))
+                if p.job.name:
+                    line.add(f" ({p.job.name})", st("dim"))
             if p.container is not None:
                 line.add("  container ", st("dim")).add(p.container.label, st("text"))
                 if p.container.image:
