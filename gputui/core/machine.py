@@ -63,8 +63,19 @@ def open_machine(demo: bool = False, docker: bool = True, demo_clock: Callable[[
     gpu.open()  # raises NvmlUnavailable with one sentence
     containers = None
     if docker:
-        from gputui.core.sources.docker_source import DockerSource
-
-        timeout = settings.docker_timeout if settings is not None else 5.0
-        containers = DockerSource(timeout=timeout)
+        containers = container_sources(settings)
     return Machine(gpu=gpu, processes=HostProcessSource(), containers=containers)
+
+
+def container_sources(settings: Settings | None = None) -> ContainerSource:
+    """Every container engine this host runs, as one source: Docker's socket and podman's (see
+    ``engine_hosts``), each read through the Docker Engine API."""
+    from gputui.core.sources.combined import CombinedContainers
+    from gputui.core.sources.docker_source import DockerSource, engine_hosts
+
+    timeout = settings.docker_timeout if settings is not None else 5.0
+    hosts = engine_hosts()
+    parts: list[tuple[str, ContainerSource]] = [(h, DockerSource(timeout=timeout, host=h)) for h in hosts]
+    if len(parts) == 1:
+        return parts[0][1]
+    return CombinedContainers(parts)

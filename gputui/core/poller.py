@@ -318,7 +318,8 @@ def attribute(fact: ProcessFacts, records: dict[str, ContainerRecord], docker_av
     if record is not None:
         return record.ref()
     if match.runtime == "kubernetes":
-        return ContainerRef(id=match.id, runtime="kubernetes", pod=match.pod, namespace=match.namespace)
+        return ContainerRef(id=match.id, runtime="kubernetes", pod=match.pod, namespace=match.namespace,
+                            pod_uid=match.pod_uid)
     if match.runtime == "docker" and docker_available:
         # The cgroup says docker, the daemon does not know it: another engine's container.
         return ContainerRef(id=match.id, runtime="other")

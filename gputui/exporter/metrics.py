@@ -29,8 +29,8 @@ from gputui.core.record import record
 MIB = 1024 * 1024
 DEFAULT_MAX_PROCESSES = 200
 PROCESS_LABELS = ["gpu", "uuid", "pid", "user", "exe", "container", "image", "compose_project", "compose_service",
-                  "mig_uuid"]
-CONTAINER_LABELS = ["container", "image", "compose_project", "compose_service"]
+                  "runtime", "pod", "namespace", "mig_uuid"]
+CONTAINER_LABELS = ["container", "image", "compose_project", "compose_service", "runtime", "pod", "namespace"]
 DCGM_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname", "container"]
 
 
@@ -175,8 +175,9 @@ def _gpu_families(gpus: tuple[Gpu, ...], memo: dict[str, object] | None) -> list
 def _container_labels(p: Process) -> list[str]:
     c = p.container
     if c is None:
-        return ["", "", "", ""]
-    return [_s(c.label), _s(c.image), _s(c.compose_project), _s(c.compose_service)]
+        return ["", "", "", "", "", "", ""]
+    return [_s(c.label), _s(c.image), _s(c.compose_project), _s(c.compose_service), c.runtime, _s(c.pod),
+            _s(c.namespace)]
 
 
 def _process_families(snap: Snapshot, cap: int, memo: dict[str, object] | None = None) -> list[Metric]:
@@ -239,7 +240,8 @@ def _container_families(containers: Iterable[Container], gpus: tuple[Gpu, ...]) 
     uuid_of = {g.index: g.uuid for g in gpus}
     for c in containers:
         name = _s(c.name)
-        memory.add_metric([name, _s(c.image), _s(c.compose_project), _s(c.compose_service)], c.gpu_memory)
+        memory.add_metric([name, _s(c.image), _s(c.compose_project), _s(c.compose_service), c.runtime, _s(c.pod),
+                           _s(c.namespace)], c.gpu_memory)
         for index in c.granted_gpus:
             granted.add_metric([name, uuid_of.get(index, ""), str(index), c.grant_source], 1)
         for kind in sorted({f.kind for f in c.findings}):

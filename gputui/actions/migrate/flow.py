@@ -21,6 +21,7 @@ from gputui.actions.migrate.model import (
     MigrationResult,
     ProgressFn,
 )
+from gputui.actions.migrate.plan import runtime_refusal
 from gputui.actions.migrate.record import audit_refusal
 from gputui.core.record import record
 
@@ -68,6 +69,10 @@ class MigrateFlow:
     def plan(self, container: str, target: str | int, *, force: bool = False, from_gpu: str | int | None = None,
              peak_memory: int | None = None) -> MigrationPlan:
         """The plan (pure: nothing changes). Raises MigrationRefused, MigrationNotFound, MigrationUnavailable."""
+        found = self.snapshot.container(container) if self.snapshot is not None else None
+        why = runtime_refusal(found.name, found.runtime) if found is not None else None
+        if why is not None:
+            raise MigrationRefused("runtime", why)
         return self.engine.plan(container, target, self.snapshot, force=force, from_gpu=from_gpu,
                                 peak_memory=peak_memory)
 
