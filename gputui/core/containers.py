@@ -353,4 +353,6 @@ def grant_phrase(r: ContainerRecord) -> str:
         return f"NVIDIA_VISIBLE_DEVICES={','.join(raw) or 'all'} with {how}"
     if r.grant_source in ("cdi", "devices"):
         return "--device " + ",".join(raw)
+    if r.grant_source == "kubelet":
+        return "nvidia.com/gpu " + ",".join(raw) + " (the kubelet's allocation)"
     return "no GPU grant"

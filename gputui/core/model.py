@@ -19,7 +19,8 @@ ProcessType = Literal["compute", "graphics", "compute+graphics"]
 #: Who runs a container: Docker, podman (its Docker-compatible API), containerd outside Kubernetes
 #: (nerdctl, ctr), a Kubernetes pod (any CRI), or an engine gputui only sees in a cgroup path.
 Runtime = Literal["docker", "podman", "containerd", "kubernetes", "other"]
-GrantSource = Literal["device_request", "nvidia_runtime_env", "cdi", "devices", "none"]
+#: How a container was granted GPUs: Docker's and podman's forms, or the kubelet's device list (Kubernetes).
+GrantSource = Literal["device_request", "nvidia_runtime_env", "cdi", "devices", "kubelet", "none"]
 Severity = Literal["warning", "critical"]
 
 #: A container's GPU grant: a tuple of GPU UUIDs, or the string "all".

@@ -317,6 +317,8 @@ def attribute(fact: ProcessFacts, records: dict[str, ContainerRecord], docker_av
     record = records.get(match.id)
     if record is not None:
         return record.ref()
+    if match.tentative:
+        return None  # any two-level cgroup reads like containerd's /<namespace>/<id>: only containerd can say
     if match.runtime == "kubernetes":
         return ContainerRef(id=match.id, runtime="kubernetes", pod=match.pod, namespace=match.namespace,
                             pod_uid=match.pod_uid)

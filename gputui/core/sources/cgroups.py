@@ -13,7 +13,9 @@ Podman                         ``/machine.slice/libpod-<id>.scope[/container]``;
 containerd CRI (Kubernetes)    ``/kubepods.slice/…-pod<uid_with_underscores>.slice/cri-containerd-<id>.scope``
                                or, cgroupfs driver, ``/kubepods/<qos>/pod<uid>/<id>``
 CRI-O (Kubernetes)             ``…/crio-<id>.scope``; ``crio-conmon-<id>`` is its monitor
-nerdctl (plain containerd)     ``…/nerdctl-<id>.scope``
+nerdctl (plain containerd)     ``…/nerdctl-<id>.scope`` (rootless: under ``user@UID.service``)
+containerd, cgroupfs (ctr)     ``/<namespace>/<id>``, ids need not be hex: *tentative* (any two-level
+                               path reads so), kept only when containerd confirms the id
 =============================  ==============================================================
 
 cgroup v1 has one ``N:controllers:path`` line per hierarchy, cgroup v2 a single
@@ -54,19 +56,26 @@ _PREFIXED = (
     ("libpod-", "podman"),
     ("cri-containerd-", "containerd"),
     ("crio-", "crio"),
-    ("nerdctl-", "other"),
+    ("nerdctl-", "containerd"),
 )
-#: The runtimes a CgroupMatch names; containerd and CRI-O containers outside Kubernetes are "other".
-_RUNTIMES: dict[str, Runtime] = {"docker": "docker", "podman": "podman"}
+#: The runtimes a CgroupMatch names; CRI-O containers outside Kubernetes are "other".
+_RUNTIMES: dict[str, Runtime] = {"docker": "docker", "podman": "podman", "containerd": "containerd"}
+#: A containerd namespace and a container id as containerd allows them (``/<namespace>/<id>``).
+_NAMESPACE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?)*")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,75}")
+#: First components of two-level cgroup paths that are not containerd namespaces.
+_NOT_NAMESPACES = frozenset({"docker", "libpod_parent", "machine", "lxc", "kubepods", "system", "user", "init"})
 
 
 @record
 class CgroupMatch:
     """A container found in a cgroup path.
 
-    ``runtime`` is "docker", "podman", "kubernetes" or "other". For Kubernetes,
-    ``pod_uid`` comes from the path; ``pod`` and ``namespace`` are names filled in
-    by :func:`name_pod` when the kubelet's log directories tell them.
+    ``runtime`` is "docker", "podman", "containerd", "kubernetes" or "other". For
+    Kubernetes, ``pod_uid`` comes from the path; ``pod`` and ``namespace`` are names
+    filled in by :func:`name_pod` when the kubelet's log directories tell them. A
+    ``tentative`` match (containerd's ``/<namespace>/<id>``) names a container only
+    when containerd confirms the id.
     """
 
     runtime: Runtime
@@ -74,6 +83,7 @@ class CgroupMatch:
     pod: str | None = None
     namespace: str | None = None
     pod_uid: str | None = None
+    tentative: bool = False
 
 
 def parse_cgroup(text: str | None) -> CgroupMatch | None:
@@ -88,8 +98,9 @@ def parse_cgroup(text: str | None) -> CgroupMatch | None:
         match = parse_path(parts[2])
         if match is None:
             continue
-        # Hierarchies normally agree; prefer the line that also tells the pod.
-        if best is None or (best.pod_uid is None and match.pod_uid is not None):
+        # Hierarchies normally agree; prefer a sure match, and the line that also tells the pod.
+        if best is None or (best.tentative and not match.tentative) or \
+                (best.pod_uid is None and match.pod_uid is not None and not match.tentative):
             best = match
     return best
 
@@ -116,7 +127,18 @@ def parse_path(path: str) -> CgroupMatch | None:
                 return CgroupMatch("kubernetes", cid, pod_uid=pod_uid)
             return CgroupMatch(_RUNTIMES.get(runtime, "other"), cid)
         prev = comp
+    if len(comps) == 2 and not relative and not kube and _containerd_pair(comps[0], comps[1]):
+        return CgroupMatch("containerd", comps[1], namespace=comps[0], tentative=True)
     return None
+
+
+def _containerd_pair(namespace: str, cid: str) -> bool:
+    """Whether ``/<namespace>/<id>`` can be a containerd container's cgroupfs path."""
+    if namespace in _NOT_NAMESPACES or namespace.endswith((".slice", ".scope", ".service")):
+        return False
+    if cid.endswith((".slice", ".scope", ".service")):
+        return False
+    return len(namespace) <= 76 and _NAMESPACE.fullmatch(namespace) is not None and _ID.fullmatch(cid) is not None
 
 
 def _container_component(comp: str, prev: str | None, under_pod: bool, first_relative: bool) -> tuple[str, str] | None:

@@ -37,6 +37,7 @@ VIA = {
     "nvidia_runtime_env": "nvidia runtime",
     "cdi": "CDI",
     "devices": "device node",
+    "kubelet": "nvidia.com/gpu",
     "none": "-",
 }
 #: The engines whose grants gputui reads, as named when they are down.
