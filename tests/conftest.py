@@ -9,6 +9,8 @@ pytest_plugins = [
     "tests.fixtures.fakenvml",
     "tests.fixtures.dockerd",
     "tests.fixtures.prometheus",
+    "tests.fixtures.podman",
+    "tests.fixtures.containerd",
 ]
 
 #: In CI the integration tests must run: a missing compiler, dockerd or tmux fails instead of skipping.

@@ -19,7 +19,7 @@ from gputui.core.sources.docker_source import DockerSource, engine_hosts
 from gputui.core.sources.podman import cdi_names, podman_grant_attrs
 from tests.exporter_helpers import Exporter
 from tests.fakenvml.scenario import GiB, fake_uuid, gpu, process, scenario
-from tests.fixtures.podman import IMAGE, Podman, podman_cleanup, podmand  # noqa: F401  (fixtures)
+from tests.fixtures.podman import IMAGE, Podman
 
 #: the tests that start podman and run gputui over the fake driver
 real = pytest.mark.integration
@@ -39,7 +39,7 @@ def _three(pod: Podman) -> dict[str, tuple[str, int]]:
 
 
 @real
-def test_the_podman_source_lists_names_runtime_and_stored_grants(podman_cleanup):  # noqa: F811
+def test_the_podman_source_lists_names_runtime_and_stored_grants(podman_cleanup):
     pod = podman_cleanup
     made = _three(pod)
     inv = DockerSource(timeout=10, environ={"DOCKER_HOST": pod.host, "PATH": os.environ.get("PATH", "")}) \
@@ -57,7 +57,7 @@ def test_the_podman_source_lists_names_runtime_and_stored_grants(podman_cleanup)
 
 
 @real
-def test_every_face_names_podman_containers_and_judges_their_grants(podman_cleanup, fake_nvml):  # noqa: F811
+def test_every_face_names_podman_containers_and_judges_their_grants(podman_cleanup, fake_nvml):
     pod = podman_cleanup
     made = _three(pod)
     pid = {n: p for n, (_, p) in made.items()}
@@ -112,7 +112,7 @@ def test_every_face_names_podman_containers_and_judges_their_grants(podman_clean
 
 
 @real
-def test_migrate_refuses_a_podman_container_and_changes_nothing(podman_cleanup, fake_nvml):  # noqa: F811
+def test_migrate_refuses_a_podman_container_and_changes_nothing(podman_cleanup, fake_nvml):
     pod = podman_cleanup
     cid, pid = pod.run("pm-move", env={"NVIDIA_VISIBLE_DEVICES": "0"})
     fake_nvml.write(scenario([gpu(0, processes=[process(pid, 1 * GiB)]), gpu(1)]))

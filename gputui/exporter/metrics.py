@@ -31,7 +31,7 @@ DEFAULT_MAX_PROCESSES = 200
 PROCESS_LABELS = ["gpu", "uuid", "pid", "user", "exe", "container", "image", "compose_project", "compose_service",
                   "runtime", "pod", "namespace", "mig_uuid"]
 CONTAINER_LABELS = ["container", "image", "compose_project", "compose_service", "runtime", "pod", "namespace"]
-DCGM_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname", "container"]
+DCGM_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname", "container", "pod", "namespace"]
 
 
 @record
@@ -268,17 +268,21 @@ def _judgement_families(snap: Snapshot) -> list[Metric]:
     return [flagged, suggestion, alert]
 
 
-def _dcgm_container(g: Gpu, snap: Snapshot) -> str:
-    """The one container to name on a GPU's dcgm series: the one holding most memory on it,
-    else the only container granted it; empty when none or ambiguous."""
-    held: dict[str, int] = {}
+def _dcgm_container(g: Gpu, snap: Snapshot) -> tuple[str, str, str]:
+    """The one container to name on a GPU's dcgm series, as dcgm-exporter's (container, pod, namespace):
+    the one holding most memory on it, else the only container granted it; empty when none or ambiguous.
+    pod and namespace are a Kubernetes container's (empty for others, as dcgm-exporter leaves them)."""
+    held: dict[tuple[str, str, str], int] = {}
     for p in g.processes:
-        if p.container is not None:
-            held[p.container.label] = held.get(p.container.label, 0) + (p.gpu_memory or 0)
+        c = p.container
+        if c is not None:
+            key = (c.label, _s(c.pod), _s(c.namespace)) if c.runtime == "kubernetes" else (c.label, "", "")
+            held[key] = held.get(key, 0) + (p.gpu_memory or 0)
     if held:
-        return max(sorted(held), key=lambda name: held[name])
-    granted = [c.name for c in snap.containers if g.index in c.granted_gpus]
-    return granted[0] if len(granted) == 1 else ""
+        return max(sorted(held), key=lambda key: held[key])
+    granted = [(c.name, _s(c.pod), _s(c.namespace)) if c.runtime == "kubernetes" else (c.name, "", "")
+               for c in snap.containers if g.index in c.granted_gpus]
+    return granted[0] if len(granted) == 1 else ("", "", "")
 
 
 def _dcgm_families(snap: Snapshot, hostname: str) -> list[Metric]:
@@ -303,7 +307,7 @@ def _dcgm_families(snap: Snapshot, hostname: str) -> list[Metric]:
                 continue
             device = f"nvidia{g.minor_number if g.minor_number is not None else g.index}"
             family.add_metric([str(g.index), _s(g.uuid), device, _s(g.name), _s(hostname),
-                               _s(_dcgm_container(g, snap))], value)
+                               *(_s(v) for v in _dcgm_container(g, snap))], value)
         out.append(family)
     return out
 

@@ -70,7 +70,7 @@ class MigrateFlow:
              peak_memory: int | None = None) -> MigrationPlan:
         """The plan (pure: nothing changes). Raises MigrationRefused, MigrationNotFound, MigrationUnavailable."""
         found = self.snapshot.container(container) if self.snapshot is not None else None
-        why = runtime_refusal(found.name, found.runtime) if found is not None else None
+        why = runtime_refusal(found.name, found.runtime, found.pod, found.namespace) if found is not None else None
         if why is not None:
             raise MigrationRefused("runtime", why)
         return self.engine.plan(container, target, self.snapshot, force=force, from_gpu=from_gpu,

@@ -133,6 +133,28 @@ class ContainerFinding:
 
 
 @record
+class RuntimeProbe:
+    """One container runtime's socket as doctor found it."""
+
+    #: "Docker", "podman", "containerd", "kubelet"
+    name: str
+    address: str
+    ok: bool
+    #: one sentence when it could not be read
+    error: str | None = None
+    #: what it told (namespaces, pods), for the message
+    detail: str | None = None
+
+
+@record
+class RuntimeFacts:
+    checked: bool = True
+    probes: tuple[RuntimeProbe, ...] = ()
+    #: Kubernetes containers running GPU processes whose pod names no source told (pod UID only)
+    unnamed_pods: tuple[str, ...] = ()
+
+
+@record
 class DoctorFacts:
     nvml: NvmlFacts
     devices: DeviceFacts
@@ -146,3 +168,5 @@ class DoctorFacts:
     host: str = ""
     #: MIG modes, MIG devices and MIG grants (empty: no GPU reports MIG mode); None when NVML could not be read.
     mig: MigFacts | None = field(default_factory=MigFacts)
+    #: which container runtimes answer (Docker, podman, containerd, the kubelet)
+    runtimes: RuntimeFacts = field(default_factory=lambda: RuntimeFacts(checked=False))

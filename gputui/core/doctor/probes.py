@@ -22,7 +22,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gputui.core.doctor.facts import ContainerEnvFacts, ContainerFinding, DeviceFacts, DeviceNode, DockerFacts
+from gputui.core.doctor.facts import (
+    ContainerEnvFacts,
+    ContainerFinding,
+    DeviceFacts,
+    DeviceNode,
+    DockerFacts,
+    RuntimeFacts,
+    RuntimeProbe,
+)
 from gputui.core.model import Snapshot
 from gputui.core.sources.processes import INIT_PID_NS_INODE, ns_inode
 
@@ -398,3 +406,53 @@ def foreign_bound_gpus(sysfs: str = "/sys/bus/pci/devices") -> tuple[tuple[str, 
         if driver != "nvidia":
             out.append((name, driver))
     return tuple(out)
+
+
+# -- container runtimes -------------------------------------------------------------------------
+
+
+def probe_runtimes(snapshot: Snapshot | None, *, timeout: float, containerd: str | None = None,
+                   kubelet: str | None = None) -> RuntimeFacts:
+    """Ask every container runtime gputui would read (Docker's and podman's sockets, containerd, the
+    kubelet) whether it answers, each once with ``timeout``; the configured sockets are always asked,
+    the default ones where they exist."""
+    from gputui.core.sources.containerd_source import DEFAULT_ADDRESS, ContainerdSource
+    from gputui.core.sources.docker_source import DockerSource, engine_hosts
+    from gputui.core.sources.kubelet_source import DEFAULT_SOCKET, KubeletReader
+
+    found: list[RuntimeProbe] = []
+    for host in engine_hosts():
+        src = DockerSource(timeout=timeout, host=host)
+        try:
+            inv = src.inventory((), {})
+        finally:
+            src.close()
+        name = "podman" if src.engine == "podman" or "podman" in host else "Docker"
+        found.append(RuntimeProbe(name, host, inv.available, inv.error,
+                                  f"{len(inv.containers)} running" if inv.available else None))
+    address = containerd or (DEFAULT_ADDRESS if os.path.exists(DEFAULT_ADDRESS) else None)
+    if address is not None:
+        ctd = ContainerdSource(address, timeout=timeout)
+        try:
+            inv = ctd.inventory((), {})
+        finally:
+            ctd.close()
+        found.append(RuntimeProbe("containerd", address, inv.available, inv.error,
+                                  f"namespaces {', '.join(ctd.namespaces) or 'none'}" if inv.available else None))
+    socket_path = kubelet or (DEFAULT_SOCKET if os.path.exists(DEFAULT_SOCKET) else None)
+    if socket_path is not None:
+        reader = KubeletReader(socket_path, timeout=timeout)
+        try:
+            grants = reader.grants()
+        finally:
+            reader.close()
+        found.append(RuntimeProbe("kubelet", socket_path, grants is not None, reader.error,
+                                  f"{reader.pods} pods" if grants is not None else None))
+    unnamed: list[str] = []
+    for p in snapshot.processes if snapshot is not None else ():
+        c = p.container
+        if c is not None and c.runtime == "kubernetes" and not c.pod:
+            label = f"pod UID {c.pod_uid}" if c.pod_uid else f"container {c.id[:12]}"
+            if label not in unnamed:
+                unnamed.append(label)
+    return RuntimeFacts(checked=True, probes=tuple(found), unnamed_pods=tuple(unnamed))

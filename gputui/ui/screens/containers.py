@@ -112,6 +112,12 @@ def detail(c: Container, snapshot: Snapshot) -> Table:
         out.add_row("Image", markup(c.image))
     if c.compose_project:
         out.add_row("Compose", markup(f"project {c.compose_project}, service {c.compose_service or '-'}"))
+    if c.runtime == "kubernetes" and (c.pod or c.pod_uid):
+        uid = f"  UID {c.pod_uid}" if c.pod_uid else ""
+        out.add_row("Pod", markup(f"{c.namespace}/{c.pod}{uid}" if c.pod else f"UID {c.pod_uid} (name unknown)"))
+    elif c.runtime != "docker":
+        where = f", namespace {c.namespace}" if c.namespace else ""
+        out.add_row("Runtime", markup(f"{c.runtime}{where}"))
     if c.restart_policy:
         out.add_row("Restart", markup(c.restart_policy))
     n = len(snapshot.gpus)
