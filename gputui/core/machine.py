@@ -85,7 +85,8 @@ def container_sources(settings: Settings | None = None) -> ContainerSource:
         parts.append((f"containerd {containerd.address}", containerd))
     if len(parts) == 1:
         return parts[0][1]
-    return CombinedContainers(parts)
+    # each part has its own timeout; the whole answers a little sooner than the watcher gives up on it
+    return CombinedContainers(parts, timeout=max(0.5, 0.8 * timeout))
 
 
 def _containerd(settings: Settings) -> ContainerdSource | None:
