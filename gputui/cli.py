@@ -84,7 +84,7 @@ def _common(p: argparse.ArgumentParser, top: bool) -> None:
     p.add_argument("--read-only", action="store_true", default=d if not top else False,
                    help="disable every action that changes the machine (migrate, kill)")
     p.add_argument("--no-docker", action="store_true", default=d if not top else False,
-                   help="do not ask Docker about containers")
+                   help="do not ask the container runtimes (Docker, podman, containerd) about containers")
     p.add_argument("--config", metavar="PATH", default=d, help=f"config file (default {config_path()})")
     p.add_argument("--containerd", metavar="ADDR", type=socket_arg, default=d,
                    help="containerd's socket (default /run/containerd/containerd.sock where it exists)")

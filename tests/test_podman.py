@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -178,3 +180,32 @@ def test_cdi_names_come_from_the_create_command_and_replace_the_nodes_they_made(
     link.symlink_to(spec)
     assert podman_grant_attrs(attrs, {"OCIConfigPath": str(link)}, (os.geteuid(),)) is attrs
     assert attrs == {"HostConfig": {"Devices": []}}
+
+
+@real
+def test_docker_and_podman_side_by_side_both_list_their_containers(docker_cleanup, podman_cleanup, fake_nvml,
+                                                                   tmp_path):
+    """Without DOCKER_HOST gputui reads Docker's socket and podman's: here the rootless places under
+    XDG_RUNTIME_DIR (docker.sock, podman/podman.sock), pointed at the test daemons."""
+    if os.path.exists("/var/run/docker.sock") or os.path.exists("/run/podman/podman.sock"):
+        pytest.skip("this host's own Docker or podman socket would be read first")
+    d, pod = docker_cleanup, podman_cleanup
+    runtime_dir = tmp_path / "xdg"
+    (runtime_dir / "podman").mkdir(parents=True)
+    (runtime_dir / "docker.sock").symlink_to(d.host[len("unix://"):])
+    (runtime_dir / "podman" / "podman.sock").symlink_to(pod.host[len("unix://"):])
+    docker_pid = d.run("dk-side", gpus="device=0").attrs["State"]["Pid"]
+    _, podman_pid = pod.run("pm-side", env={"NVIDIA_VISIBLE_DEVICES": "1"})
+    fake_nvml.write(scenario([gpu(0, processes=[process(docker_pid, 1 * GiB)]),
+                              gpu(1, processes=[process(podman_pid, 1 * GiB)])]))
+    env = {**fake_nvml.env(), "XDG_RUNTIME_DIR": str(runtime_dir)}
+    env.pop("DOCKER_HOST", None)
+    res = subprocess.run([sys.executable, "-m", "gputui", "snapshot", "--json"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    snap = json.loads(res.stdout)
+    owner = {p["pid"]: p["container"] for g in snap["gpus"] for p in g["processes"]}
+    assert (owner[docker_pid]["name"], owner[docker_pid]["runtime"]) == ("dk-side", "docker")
+    assert (owner[podman_pid]["name"], owner[podman_pid]["runtime"]) == ("pm-side", "podman")
+    granted = {c["name"]: (c["runtime"], c["granted_gpus"]) for c in snap["containers"]}
+    assert granted["dk-side"] == ("docker", [0]) and granted["pm-side"] == ("podman", [1])
