@@ -255,3 +255,44 @@ def test_without_the_sockets_a_pod_is_its_uid_and_doctor_says_how_to_name_it(kub
     assert names["status"] == "warn" and f"pod UID {POD_UID}" in names["message"]
     assert "--kubelet-socket" in names["fix"] and "--containerd" in names["fix"]
     assert "containerd is not running (no socket at" in checks["container-runtimes"]["message"]
+
+
+@pytest.mark.tmux
+def test_the_dashboard_and_containers_view_name_the_pod_and_judge_its_grant(containerd_cleanup, kubelet,
+                                                                           fake_nvml, tmp_path):
+    import shlex
+    import shutil
+    import sys
+
+    from tests.conftest import require
+    from tests.test_tmux_dashboard import Tmux
+
+    gputui = Path(sys.executable).parent / "gputui"
+    require(shutil.which("tmux") is not None and gputui.exists(), "tmux and the installed gputui are needed")
+    ctd = containerd_cleanup
+    pids = _start_three(ctd)
+    stand_in = kubelet([("ml", "trainer-0", [("cuda", {"nvidia.com/gpu": [fake_uuid(1), fake_uuid(2)]})])])
+    fake_nvml.write(scenario([gpu(0, processes=[process(pids["cuda"], 3 * GiB, sm=20)]),
+                              gpu(1, processes=[process(pids["web"], 2 * GiB)]), gpu(2), gpu(3)]))
+    env = fake_nvml.env()
+    keep = {k: env[k] for k in ("LD_LIBRARY_PATH", "GPUTUI_FAKE_NVML_SCENARIO", "GPUTUI_FAKE_NVML_CALLS",
+                                "XDG_CONFIG_HOME", "XDG_STATE_HOME", "HOME", "PATH") if k in env}
+    keep["DOCKER_HOST"] = f"unix://{tmp_path}/no-docker.sock"
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in keep.items())
+    command = (f"env {assignments} TERM=tmux-256color {shlex.quote(str(gputui))} --containerd {ctd.address} "
+               f"--kubelet-socket {stand_in.path} --interval 1")
+    tmux = Tmux()
+    try:
+        tmux.run("new-session", "-d", "-s", "dash", "-x", "200", "-y", "50", command)
+        screen = tmux.wait_for(lambda s: str(pids["cuda"]) in s and "cuda" in s and "web" in s, 30,
+                               "the processes with their containers")
+        row = next(line for line in screen.splitlines() if str(pids["cuda"]) in line)
+        assert "cuda" in row
+        tmux.run("send-keys", "-t", "dash", "c")
+        screen = tmux.wait_for(lambda s: "nvidia.com/gpu" in s and "misplaced" in s, 20, "the containers view")
+        cuda = next(line for line in screen.splitlines() if "cuda" in line and "nvidia.com/gpu" in line)
+        assert "1,2" in cuda  # the kubelet's grant; its process runs on GPU 0, outside it
+        tmux.run("send-keys", "-t", "dash", "q")
+        tmux.run("send-keys", "-t", "dash", "q")
+    finally:
+        tmux.kill()
