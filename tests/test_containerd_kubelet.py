@@ -141,9 +141,16 @@ def test_containerd_source_names_every_namespace_but_dockers(containerd_cleanup,
     pids = _start_three(ctd)
     stand_in = kubelet([("ml", "trainer-0", [("cuda", {"nvidia.com/gpu": [fake_uuid(1) + "::3", fake_uuid(2)],
                                                        "example.com/nic": ["eth9"]})])])
-    reader = KubeletReader(stand_in.path, timeout=5)
-    inv = ContainerdSource(ctd.address, timeout=5, pod_grants=reader.grants).inventory(UUIDS, MINORS)
+    reader = KubeletReader(stand_in.path, timeout=5, max_age=0)
+    source = ContainerdSource(ctd.address, timeout=5, pod_grants=reader.grants)
+    inv = source.inventory(UUIDS, MINORS)
     assert inv.available, inv.error
+    # Steady state: the same tasks, so containerd's specs are not fetched again; the kubelet's answer is
+    # reused for a few seconds.
+    assert source.inventory(UUIDS, MINORS) == inv and source.list_calls == 2  # default and k8s.io once each
+    cached = KubeletReader(stand_in.path, timeout=5)
+    calls = stand_in.calls
+    assert cached.grants() == cached.grants() and stand_in.calls == calls + 1
     by_id = {r.id: r for r in inv.containers}
     assert set(by_id) == {"web-1x", K8S_ID}  # moby's container is Docker's to list
     web, cuda = by_id["web-1x"], by_id[K8S_ID]
@@ -155,7 +162,7 @@ def test_containerd_source_names_every_namespace_but_dockers(containerd_cleanup,
     # the kubelet's allocation is the grant (time-slicing suffix stripped), not the environment
     assert (cuda.gpus, cuda.grant_source) == ((fake_uuid(1), fake_uuid(2)), "kubelet")
     stand_in.stop()
-    down = ContainerdSource(ctd.address, timeout=5, pod_grants=reader.grants).inventory(UUIDS, MINORS)
+    down = source.inventory(UUIDS, MINORS)
     assert down.available and {r.id: r.gpus for r in down.containers}[K8S_ID] == (fake_uuid(3),)
     assert reader.error is not None and "kubelet" in reader.error
 

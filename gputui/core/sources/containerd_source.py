@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -150,9 +151,16 @@ class ContainerdSource:
 
     def __init__(self, address: str = DEFAULT_ADDRESS, timeout: float = 5.0,
                  pod_grants: PodGrants | None = None, skip_namespaces: tuple[str, ...] = (DOCKER_NAMESPACE,),
-                 kubelet: object = None) -> None:
+                 kubelet: object = None, refresh_after: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.address = channel_target(address)
         self.timeout = timeout
+        self.refresh_after = refresh_after
+        #: Containers.List calls made (the steady state makes none)
+        self.list_calls = 0
+        self._clock = clock
+        #: namespace -> (the live tasks, when listed, their containers)
+        self._listed: dict[str, tuple[frozenset[tuple[str, int]], float, list[Any]]] = {}
         self.pod_grants = pod_grants
         #: the kubelet reader behind ``pod_grants``, kept for doctor and closed with this source
         self.kubelet = kubelet
@@ -227,13 +235,25 @@ class ContainerdSource:
             # a task is its container's init process: id = the container id (container_id is left empty)
             live = {t.id: t for t in tasks if t.status in (_RUNNING, _PAUSED) and t.container_id in ("", t.id)}
             if not live:
+                self._listed.pop(ns, None)
                 continue
-            listed = containers_api.List(containers_pb2.ListContainersRequest(), timeout=self.timeout,
-                                         metadata=meta).containers
-            for c in listed[:_MAX_CONTAINERS]:
-                task = live.get(c.id)
-                if task is not None:
-                    records.append(self._record(ns, c, task, host, pod_grants))
+            # The containers (labels, image, spec) are fetched again only when the tasks changed, or
+            # after refresh_after seconds (labels can be updated in place): specs are kilobytes each.
+            key = frozenset((t.id, t.pid) for t in live.values())
+            kept = self._listed.get(ns)
+            now = self._clock()
+            if kept is not None and kept[0] == key and now - kept[1] < self.refresh_after:
+                listed = kept[2]
+            else:
+                self.list_calls += 1
+                answer = containers_api.List(containers_pb2.ListContainersRequest(), timeout=self.timeout,
+                                             metadata=meta).containers
+                listed = [c for c in answer[:_MAX_CONTAINERS] if c.id in live]
+                self._listed[ns] = (key, now, listed)
+            for c in listed:
+                records.append(self._record(ns, c, live[c.id], host, pod_grants))
+        for gone in [ns for ns in self._listed if ns not in namespaces]:
+            del self._listed[gone]
         return records
 
     def _record(self, ns: str, c: Any, task: Any, host: HostGpus,

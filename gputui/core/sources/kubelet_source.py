@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -48,9 +49,16 @@ def device_id(raw: str) -> str | None:
 class KubeletReader:
     """The kubelet's GPU allocations, read on demand; see the module docstring."""
 
-    def __init__(self, socket: str = DEFAULT_SOCKET, timeout: float = 5.0) -> None:
+    def __init__(self, socket: str = DEFAULT_SOCKET, timeout: float = 5.0, max_age: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.socket = socket[len("unix://"):] if socket.startswith("unix://") else socket
         self.timeout = timeout
+        #: an answer is reused for this many seconds (allocations change when pods start, not every poll)
+        self.max_age = max_age
+        #: List calls made
+        self.calls = 0
+        self._clock = clock
+        self._last: tuple[float, dict[tuple[str, str, str], tuple[str, ...]]] | None = None
         #: one sentence when the last read failed, else None
         self.error: str | None = None
         #: pods listed by the last read that succeeded
@@ -61,13 +69,18 @@ class KubeletReader:
     def grants(self) -> Mapping[tuple[str, str, str], tuple[str, ...]] | None:
         """(pod namespace, pod name, container name) -> GPU and MIG UUIDs; None when the kubelet cannot be read."""
         with self._lock:
+            if self._last is not None and self._clock() - self._last[0] < self.max_age:
+                return self._last[1]
             try:
-                return self._read()
+                answer = self._read()
+                self._last = (self._clock(), answer)
+                return answer
             except ImportError:
                 self.error = f"grpcio is not installed ({INSTALL})"
             except Exception as exc:
                 self.error = self._describe(exc)
                 self._drop()
+            self._last = None
             return None
 
     def close(self) -> None:
@@ -97,6 +110,7 @@ class KubeletReader:
         if self._channel is None:
             self._channel = grpc.insecure_channel(f"unix://{self.socket}")
         stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
+        self.calls += 1
         answer = stub.List(api_pb2.ListPodResourcesRequest(), timeout=self.timeout)
         out: dict[tuple[str, str, str], tuple[str, ...]] = {}
         for pod in answer.pod_resources[:_MAX_PODS]:
