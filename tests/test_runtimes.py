@@ -173,3 +173,19 @@ def test_the_containers_view_shows_a_pods_grant_and_pod():
     console.print(detail(c, snap))
     text = console.export_text()
     assert "ml/trainer-0  UID 1b2c" in text and "GPU 1 via nvidia.com/gpu" in text
+
+
+def test_the_kubelets_log_links_name_a_container_of_any_cri(tmp_path):
+    from gputui.core.sources.cgroups import ContainerLogs, name_pod
+
+    crio = "0123456789abcdef" * 4
+    logs = ContainerLogs(str(tmp_path))
+    match = parse_cgroup(f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_5f60_4718_"
+                         f"8a9b_0c1d2e3f4a5b.slice/crio-{crio}.scope\n")
+    assert match is not None and match.runtime == "kubernetes"
+    assert name_pod(match, containers=logs.lookup) == match  # no links: unnamed
+    (tmp_path / f"trainer-0_ml_cuda-{crio}.log").symlink_to("/nonexistent")
+    (tmp_path / "not_a_link_name.log").touch()
+    named = name_pod(match, containers=logs.lookup)
+    assert (named.namespace, named.pod, named.name, named.pod_uid) == \
+        ("ml", "trainer-0", "cuda", "1b2c3d4e-5f60-4718-8a9b-0c1d2e3f4a5b")

@@ -320,8 +320,8 @@ def attribute(fact: ProcessFacts, records: dict[str, ContainerRecord], docker_av
     if match.tentative:
         return None  # any two-level cgroup reads like containerd's /<namespace>/<id>: only containerd can say
     if match.runtime == "kubernetes":
-        return ContainerRef(id=match.id, runtime="kubernetes", pod=match.pod, namespace=match.namespace,
-                            pod_uid=match.pod_uid)
+        return ContainerRef(id=match.id, runtime="kubernetes", name=match.name, pod=match.pod,
+                            namespace=match.namespace, pod_uid=match.pod_uid)
     if match.runtime == "docker" and docker_available:
         # The cgroup says docker, the daemon does not know it: another engine's container.
         return ContainerRef(id=match.id, runtime="other")

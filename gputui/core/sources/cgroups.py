@@ -84,6 +84,8 @@ class CgroupMatch:
     namespace: str | None = None
     pod_uid: str | None = None
     tentative: bool = False
+    #: Kubernetes: the container's name in its pod, where the kubelet's log links tell it
+    name: str | None = None
 
 
 def parse_cgroup(text: str | None) -> CgroupMatch | None:
@@ -218,16 +220,67 @@ class PodDirectory:
 
 _default_pods = PodDirectory()
 
+#: Where the kubelet links every container's log as ``<pod>_<namespace>_<container>-<container id>.log``.
+CONTAINER_LOG_DIR = "/var/log/containers"
+_LOG_LINK = re.compile(r"([a-z0-9][-a-z0-9.]*)_([a-z0-9][-a-z0-9]*)_([a-z0-9][-a-z0-9]*)-([0-9a-f]{64})\.log")
+
+
+class ContainerLogs:
+    """Container id -> (namespace, pod, container name), from the kubelet's ``/var/log/containers`` links.
+
+    The kubelet makes them for every CRI (containerd, CRI-O), so they name a container whose
+    id a cgroup path gives even where no runtime API is readable. Pod, namespace and container
+    names are DNS labels (no underscores), so a link name splits unambiguously; anything else is
+    ignored. Re-read only when the directory's mtime changes.
+    """
+
+    def __init__(self, root: str = CONTAINER_LOG_DIR) -> None:
+        self.root = root
+        self._mtime: float | None = None
+        self._names: dict[str, tuple[str, str, str]] = {}
+        self._lock = threading.Lock()
+
+    def lookup(self, container_id: str) -> tuple[str, str, str] | None:
+        with self._lock:
+            try:
+                mtime = os.stat(self.root).st_mtime
+            except OSError:
+                self._mtime, self._names = None, {}
+                return None
+            if mtime != self._mtime:
+                names: dict[str, tuple[str, str, str]] = {}
+                try:
+                    entries = os.listdir(self.root)[:100_000]
+                except OSError:
+                    entries = []
+                for entry in entries:
+                    m = _LOG_LINK.fullmatch(entry)
+                    if m is not None and len(entry) < 600:
+                        names[m.group(4)] = (m.group(2), m.group(1), m.group(3))
+                self._mtime, self._names = mtime, names
+            return self._names.get(container_id)
+
+
+_default_logs = ContainerLogs()
+
 
 def name_pod(match: CgroupMatch | None,
-             lookup: Callable[[str], tuple[str, str] | None] | None = None) -> CgroupMatch | None:
-    """Fill a Kubernetes match's pod name and namespace where they can be found.
+             lookup: Callable[[str], tuple[str, str] | None] | None = None,
+             containers: Callable[[str], tuple[str, str, str] | None] | None = None) -> CgroupMatch | None:
+    """Fill a Kubernetes match's pod name, namespace (and container name) where they can be found.
 
-    ``lookup`` maps a pod UID to (namespace, name); the default reads the kubelet's
-    pod log directories. Another resolver (kubelet PodResources, crictl) can be
-    passed the same way.
+    ``containers`` maps a container id to (namespace, pod, container) and ``lookup`` a pod
+    UID to (namespace, pod); the defaults read the kubelet's ``/var/log/containers`` links and
+    pod log directories (a caller giving ``lookup`` alone reads no links). Another resolver
+    (kubelet PodResources, crictl) can be passed the same way.
     """
-    if match is None or match.runtime != "kubernetes" or match.pod_uid is None or match.pod is not None:
+    if match is None or match.runtime != "kubernetes" or match.pod is not None:
+        return match
+    by_id = containers or (_default_logs.lookup if lookup is None else None)
+    named = by_id(match.id) if by_id is not None else None
+    if named is not None:
+        return replace(match, namespace=named[0], pod=named[1], name=named[2])
+    if match.pod_uid is None:
         return match
     found = (lookup or _default_pods.lookup)(match.pod_uid)
     if found is None:
