@@ -189,3 +189,12 @@ def test_the_kubelets_log_links_name_a_container_of_any_cri(tmp_path):
     named = name_pod(match, containers=logs.lookup)
     assert (named.namespace, named.pod, named.name, named.pod_uid) == \
         ("ml", "trainer-0", "cuda", "1b2c3d4e-5f60-4718-8a9b-0c1d2e3f4a5b")
+
+
+def test_a_podman_socket_that_went_away_is_named_as_podmans(tmp_path):
+    from gputui.core.sources.docker_source import DockerSource
+
+    gone = f"unix://{tmp_path}/podman/podman.sock"
+    inv = DockerSource(timeout=1, environ={"PATH": ""}, host=gone).inventory((), {})
+    assert inv == ContainerInventory(False, f"podman's API service is not running (no socket at {tmp_path}/podman/"
+                                            "podman.sock)")

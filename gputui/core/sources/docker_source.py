@@ -257,6 +257,8 @@ class DockerSource:
                  clock: Callable[[], float] = time.monotonic, host: str | None = None) -> None:
         self.timeout = timeout
         self.environ = dict(os.environ if environ is None else environ)
+        #: whether the address is the user's (DOCKER_HOST) rather than a socket gputui found
+        self._user_host = bool(self.environ.get("DOCKER_HOST"))
         if host is not None and host != docker_host(self.environ):
             self.environ["DOCKER_HOST"] = host
         self.host = docker_host(self.environ)
@@ -356,7 +358,13 @@ class DockerSource:
 
     def _fail(self, exc: BaseException) -> ContainerInventory:
         self._drop()
-        return ContainerInventory(False, describe_error(exc, self.host, self.timeout))
+        sentence = describe_error(exc, self.host, self.timeout)
+        if self.engine == "podman" or "podman" in (socket_path(self.host) or ""):
+            # podman's socket found by gputui itself: say podman, not Docker and DOCKER_HOST
+            sentence = sentence.replace("the Docker daemon", "podman's API service")
+            if not self._user_host:
+                sentence = sentence.replace(" (DOCKER_HOST)", "")
+        return ContainerInventory(False, sentence)
 
     def _record(self, client: Any, summary: Mapping[str, Any], attrs: dict[str, Any] | None = None
                 ) -> ContainerRecord | None:

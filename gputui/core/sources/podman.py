@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,6 +45,7 @@ SPEC_LIMIT = 4 << 20
 _MAX_DEVICES = 512
 _MAX_ARGS = 4096
 _LIBPOD_API = "v4.0.0"
+_ID = re.compile(r"[0-9a-f]{12,64}")
 
 
 def podman_sockets(environ: Mapping[str, str], rootful: str = ROOTFUL_SOCKET) -> list[str]:
@@ -120,6 +122,8 @@ def spec_minors(path: Any, owners: tuple[int, ...]) -> list[int] | None:
 
 def libpod_inspect(client: Any, container_id: str) -> dict[str, Any] | None:
     """podman's own inspect of a container (CreateCommand, OCIConfigPath), or None when it cannot be had."""
+    if not _ID.fullmatch(container_id):  # it goes into a URL path: hex ids only
+        return None
     api = client.api
     try:
         resp = api._get(f"{api.base_url}/{_LIBPOD_API}/libpod/containers/{container_id}/json")
