@@ -198,3 +198,19 @@ def test_a_podman_socket_that_went_away_is_named_as_podmans(tmp_path):
     inv = DockerSource(timeout=1, environ={"PATH": ""}, host=gone).inventory((), {})
     assert inv == ContainerInventory(False, f"podman's API service is not running (no socket at {tmp_path}/podman/"
                                             "podman.sock)")
+
+
+def test_two_pods_with_a_container_of_the_same_name_make_distinct_series():
+    from gputui.core.model import Finding, Gpu
+    from gputui.exporter.metrics import _container_families
+
+    def pod(name: str, uid: str) -> Container:
+        return Container(id=uid * 32, name="cuda", image="img", state="running", gpus=("GPU-0",),
+                         grant_source="kubelet", cuda_visible_devices=None, gpu_memory=1, pids=(),
+                         findings=(Finding("misplaced", "m"),), runtime="kubernetes", granted_gpus=(0,), pod=name,
+                         namespace="ml", pod_uid=uid)
+
+    families = _container_families([pod("a-0", "a1"), pod("b-0", "b1")], (Gpu(index=0, uuid="GPU-0", name="X"),))
+    for family in families:
+        keys = [tuple(sorted(s.labels.items())) for s in family.samples]
+        assert len(keys) == 2 and len(set(keys)) == 2, family.name

@@ -234,18 +234,32 @@ def _container_families(containers: Iterable[Container], gpus: tuple[Gpu, ...]) 
                     CONTAINER_LABELS)
     granted = _gauge("gputui_container_gpu_granted",
                      "1 per GPU a container is granted ('all' grants expand to every GPU); via = how.",
-                     ["container", "uuid", "gpu", "via"])
+                     ["container", "uuid", "gpu", "via", "pod", "namespace"])
     finding = _gauge("gputui_container_finding", "1 per finding about a container's GPU grant or use.",
-                     ["container", "kind"])
+                     ["container", "kind", "pod", "namespace"])
     uuid_of = {g.index: g.uuid for g in gpus}
+    # Two pods may both name a container "cuda": pod and namespace keep their series apart, and a
+    # series is never given twice (Prometheus would reject the whole scrape).
+    seen: set[tuple[str, ...]] = set()
+
+    def once(*labels: str) -> bool:
+        if labels in seen:
+            return False
+        seen.add(labels)
+        return True
+
     for c in containers:
-        name = _s(c.name)
-        memory.add_metric([name, _s(c.image), _s(c.compose_project), _s(c.compose_service), c.runtime, _s(c.pod),
-                           _s(c.namespace)], c.gpu_memory)
+        name, pod, ns = _s(c.name), _s(c.pod), _s(c.namespace)
+        head = [name, _s(c.image), _s(c.compose_project), _s(c.compose_service), c.runtime, pod, ns]
+        if once("m", *head):
+            memory.add_metric(head, c.gpu_memory)
         for index in c.granted_gpus:
-            granted.add_metric([name, uuid_of.get(index, ""), str(index), c.grant_source], 1)
+            labels = [name, uuid_of.get(index, ""), str(index), c.grant_source, pod, ns]
+            if once("g", *labels):
+                granted.add_metric(labels, 1)
         for kind in sorted({f.kind for f in c.findings}):
-            finding.add_metric([name, kind], 1)
+            if once("f", name, kind, pod, ns):
+                finding.add_metric([name, kind, pod, ns], 1)
     return [memory, granted, finding]
 
 
