@@ -23,6 +23,7 @@ from gputui.context import (
     celsius_arg,
     interval_arg,
     seconds_arg,
+    socket_arg,
     window_arg,
 )
 from gputui.core.config import DRIVERS, MIN_INTERVAL, ConfigError, config_path, load_settings
@@ -83,10 +84,15 @@ def _common(p: argparse.ArgumentParser, top: bool) -> None:
     p.add_argument("--read-only", action="store_true", default=d if not top else False,
                    help="disable every action that changes the machine (migrate, kill)")
     p.add_argument("--no-docker", action="store_true", default=d if not top else False,
-                   help="do not ask Docker about containers")
+                   help="do not ask the container runtimes (Docker, podman, containerd) about containers")
     p.add_argument("--config", metavar="PATH", default=d, help=f"config file (default {config_path()})")
     p.add_argument("--rules", metavar="PATH", default=d,
                    help="house rules file (default $GPUTUI_RULES, else /etc/gputui/rules.toml)")
+    p.add_argument("--containerd", metavar="ADDR", type=socket_arg, default=d,
+                   help="containerd's socket (default /run/containerd/containerd.sock where it exists)")
+    p.add_argument("--kubelet-socket", metavar="PATH", type=socket_arg, default=d,
+                   help="the kubelet's pod-resources socket (default "
+                        "/var/lib/kubelet/pod-resources/kubelet.sock where it exists)")
 
 
 #: Subcommands implemented in gputui.commands, with their one-line help. Their modules
@@ -176,6 +182,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 _FAST_COMMON: dict[str, tuple[str, Any]] = {
     "--demo": ("demo", None), "--read-only": ("read_only", None), "--no-docker": ("no_docker", None),
     "--gpu": ("gpu", "append"), "--config": ("config", str), "--rules": ("rules", str),
+    "--containerd": ("containerd", socket_arg), "--kubelet-socket": ("kubelet_socket", socket_arg),
 }
 _FAST_TOP: dict[str, tuple[str, Any]] = {
     **_FAST_COMMON, "--once": ("once", None), "--slow-link": ("slow_link", None), "--bell": ("bell", None),
@@ -191,7 +198,7 @@ _FAST_SNAPSHOT: dict[str, tuple[str, Any]] = {
 _TOP_DEFAULTS: dict[str, Any] = {
     "demo": False, "gpu": None, "read_only": False, "no_docker": False, "config": None, "rules": None, "once": False,
     "interval": None, "theme": None, "slow_link": None, "bell": None, "window": None, "temp_warning": None,
-    "temp_critical": None, "prometheus": None, "command": None,
+    "temp_critical": None, "prometheus": None, "command": None, "containerd": None, "kubelet_socket": None,
 }
 _SNAPSHOT_DEFAULTS: dict[str, Any] = {"json": False, "observe": None}
 
@@ -342,6 +349,8 @@ def load_context(args: argparse.Namespace) -> Context:
         driver=_driver_from_env(),
         slow_link=getattr(args, "slow_link", None),
         rules_path=getattr(args, "rules", None),
+        containerd_address=getattr(args, "containerd", None),
+        kubelet_socket=getattr(args, "kubelet_socket", None),
     )
     return Context(args=args, settings=settings)
 

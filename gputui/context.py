@@ -85,6 +85,16 @@ def pid_arg(text: str) -> int:
     return value
 
 
+def socket_arg(text: str) -> str:
+    """--containerd / --kubelet-socket: the absolute path of a unix socket (or ``unix://PATH``)."""
+    from gputui.core.config import socket_address
+
+    try:
+        return socket_address(text)
+    except ValueError as exc:
+        raise _bad(f"{exc}.") from None
+
+
 def signal_arg(text: str) -> str:
     from gputui.actions.kill.model import signal_name
 

@@ -13,6 +13,9 @@ command -v dockerd >/dev/null || need+=(docker.io)
 for b in slurmctld slurmd sbatch munged; do command -v $b >/dev/null || { need+=(slurmctld slurmd slurm-client munge); break; }; done
 command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
 command -v dpkg >/dev/null && ! dpkg -s busybox-static >/dev/null 2>&1 && need+=(busybox-static)
+command -v podman >/dev/null || need+=(podman)
+command -v containerd >/dev/null && command -v ctr >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

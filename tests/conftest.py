@@ -10,6 +10,8 @@ pytest_plugins = [
     "tests.fixtures.dockerd",
     "tests.fixtures.prometheus",
     "tests.fixtures.slurm",
+    "tests.fixtures.podman",
+    "tests.fixtures.containerd",
 ]
 
 #: In CI the integration tests must run: a missing compiler, dockerd or tmux fails instead of skipping.

@@ -73,7 +73,7 @@ def test_snapshot_attributes_real_container_pids_and_judges_grants(docker_cleanu
     for pid in index_pids:
         assert owner[pid] == {"id": by_index.id, "name": "e2e-index", "image": d.image,
                               "compose_project": "research", "compose_service": "trainer",
-                              "runtime": "docker", "pod": None, "namespace": None}
+                              "runtime": "docker", "pod": None, "namespace": None, "pod_uid": None}
     assert {owner[pid]["name"] for name, pid in main.items()} == set(main)
 
     containers = {c["name"]: c for c in snap["containers"]}

@@ -41,7 +41,8 @@ def run(ctx) -> int:
     try:
         docker_on = not getattr(ctx.args, "no_docker", False)
         facts = gather(lambda: ctx.polling(docker=docker_on, container_wait=2.0 if ctx.demo else None),
-                       docker_on=docker_on, docker_timeout=ctx.settings.docker_timeout, demo=ctx.demo)
+                       docker_on=docker_on, docker_timeout=ctx.settings.docker_timeout, demo=ctx.demo,
+                       containerd=ctx.settings.containerd_address, kubelet=ctx.settings.kubelet_socket)
         checks = C.judge(facts)
     except UsageError:
         raise

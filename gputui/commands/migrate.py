@@ -43,6 +43,7 @@ from gputui.actions.migrate import (
     leftover_backups,
 )
 from gputui.actions.migrate.flow import COMPOSE_REMINDER, DEMO_NOTICE, NOTHING_CHANGED, MigrateFlow
+from gputui.actions.migrate.plan import runtime_refusal
 from gputui.actions.migrate.record import unreachable
 from gputui.commands.prompt import ask, interactive
 from gputui.context import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, UsageError, seconds_arg
@@ -119,6 +120,13 @@ def run(ctx) -> int:
 
     with ctx.polling(docker=True, apply_gpu=False) as polled:
         engine = None
+        # A container that is not Docker's is refused before Docker is asked (it may not even run).
+        found = polled.snapshot.container(args.container) if args.container and not ctx.demo else None
+        why = runtime_refusal(found.name, found.runtime, found.pod, found.namespace) if found is not None else None
+        if why is not None:
+            audit_refusal(args.container, args.to, why, demo=False)
+            print(clean(f"gputui: {why}"), file=err)
+            return EXIT_NO
         try:
             engine = engine_for(polled.machine, ctx.settings.with_overrides(read_only=False)
                                 if args.dry_run else ctx.settings)

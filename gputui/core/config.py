@@ -72,6 +72,10 @@ class Settings:
     #: the house rules file (``--rules``; never from the config file): None is GPUTUI_RULES, else
     #: /etc/gputui/rules.toml
     rules_path: str | None = None
+    #: containerd's gRPC socket (None: /run/containerd/containerd.sock where it exists)
+    containerd_address: str | None = None
+    #: the kubelet's pod-resources socket (None: /var/lib/kubelet/pod-resources/kubelet.sock where it exists)
+    kubelet_socket: str | None = None
 
     def with_overrides(self, **overrides: Any) -> Settings:
         clean = {k: v for k, v in overrides.items() if v is not None}
@@ -80,7 +84,8 @@ class Settings:
 
 #: config-file keys -> Settings fields; sections flatten with their key names.
 _SECTIONS = {
-    "": {"interval", "theme", "read_only", "bell", "driver", "slow_link", "slow_link_graphs", "prometheus_url"},
+    "": {"interval", "theme", "read_only", "bell", "driver", "slow_link", "slow_link_graphs", "prometheus_url",
+         "containerd_address", "kubelet_socket"},
     "imbalance": {"window": "imbalance_window", "util_high": "util_high", "util_low": "util_low",
                   "util_spread": "util_spread", "memory_high": "memory_high", "memory_low": "memory_low",
                   "hold": "imbalance_hold", "margin": "imbalance_margin"},
@@ -203,6 +208,10 @@ def _coerce(path: str | os.PathLike[str], text: str, key: str, target: str, valu
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError("expected a number")
             return float(_in_range(target, value, key))
+        if target in SOCKET_KEYS:
+            if not isinstance(value, str):
+                raise ValueError("expected a string")
+            return socket_address(value)
         if kind in ("str", "str | None"):
             if not isinstance(value, str):
                 raise ValueError("expected a string")
@@ -212,6 +221,18 @@ def _coerce(path: str | os.PathLike[str], text: str, key: str, target: str, valu
     except ValueError as exc:
         raise ConfigError(_where(path, text, key, f"{key} has a bad value ({exc})")) from None
     return value
+
+
+#: settings that name a unix socket (containerd's, the kubelet's)
+SOCKET_KEYS = frozenset({"containerd_address", "kubelet_socket"})
+
+
+def socket_address(value: str) -> str:
+    """A unix socket as a path or ``unix://`` address, checked: absolute, no control characters, bounded."""
+    path = value[len("unix://"):] if value.startswith("unix://") else value
+    if not path.startswith("/") or len(path) > 1024 or any(ord(ch) < 32 or ord(ch) == 127 for ch in path):
+        raise ValueError(f"{value[:80]!r} is not the absolute path of a unix socket")
+    return path
 
 
 def _in_range(target: str, value: float, key: str = "the value") -> float:

@@ -131,7 +131,8 @@ def _unmanaged(ref: ContainerRef, procs: list[Process]) -> Container:
         id=ref.id, name=ref.label, image=ref.image, state="running", gpus=(), grant_source="none",
         cuda_visible_devices=None, gpu_memory=memory, pids=pids, findings=(),
         compose_project=ref.compose_project, compose_service=ref.compose_service, runtime=ref.runtime,
-        used_gpus=used, granted_gpus=(),
+        used_gpus=used, granted_gpus=(), grant_known=False,
+        namespace=ref.namespace, pod=ref.pod, pod_uid=ref.pod_uid,
     )
 
 
@@ -214,6 +215,7 @@ def _judge(r: ContainerRecord, procs: list[Process], host: _Host, history: Histo
         cuda_visible_devices=r.cuda_visible_devices, gpu_memory=memory, pids=pids, findings=tuple(findings),
         compose_project=r.compose_project, compose_service=r.compose_service, runtime=r.runtime,
         used_gpus=used, granted_gpus=granted, restart_policy=r.restart_policy,
+        namespace=r.namespace, pod=r.pod, pod_uid=r.pod_uid,
     )
 
 
@@ -347,7 +349,10 @@ def grant_phrase(r: ContainerRecord) -> str:
             return f"--gpus {raw[0][len('count='):]}"
         return "--gpus device=" + ",".join(raw) if raw else "a device request"
     if r.grant_source == "nvidia_runtime_env":
-        return f"NVIDIA_VISIBLE_DEVICES={','.join(raw) or 'all'} with the nvidia runtime"
+        how = "the NVIDIA hook" if r.runtime == "podman" else "the nvidia runtime"
+        return f"NVIDIA_VISIBLE_DEVICES={','.join(raw) or 'all'} with {how}"
     if r.grant_source in ("cdi", "devices"):
         return "--device " + ",".join(raw)
+    if r.grant_source == "kubelet":
+        return "nvidia.com/gpu " + ",".join(raw) + " (the kubelet's allocation)"
     return "no GPU grant"

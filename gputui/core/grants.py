@@ -275,8 +275,11 @@ def node_minor(dev: Mapping[str, Any]) -> int | None:
     return None
 
 
-def read_grant(attrs: Mapping[str, Any], host: HostGpus) -> Grant:
-    """Every GPU grant in a container's inspect data (or a create body), combined and resolved."""
+def read_grant(attrs: Mapping[str, Any], host: HostGpus, env_is_grant: bool = False) -> Grant:
+    """Every GPU grant in a container's inspect data (or a create body), combined and resolved.
+
+    ``env_is_grant``: ``NVIDIA_VISIBLE_DEVICES`` grants GPUs whatever the runtime is called (podman,
+    where the NVIDIA OCI hook reads it from every container)."""
     hc = attrs.get("HostConfig") or {}
     cfg = attrs.get("Config")
     env = env_dict((cfg if cfg is not None else attrs).get("Env"))
@@ -311,7 +314,7 @@ def read_grant(attrs: Mapping[str, Any], host: HostGpus) -> Grant:
                                           *host.resolve(str(index), f"its request for {n} GPUs")))
 
     nvd = env.get("NVIDIA_VISIBLE_DEVICES")
-    if is_nvidia_runtime(hc.get("Runtime")) and nvd is not None and \
+    if (env_is_grant or is_nvidia_runtime(hc.get("Runtime"))) and nvd is not None and \
             not any(e.form == "device_request" for e in entries) and nvd.strip().lower() not in ("", "none", "void"):
         for ident in (v.strip() for v in nvd.split(",") if v.strip()):
             named("nvidia_runtime_env", ident, ident, "NVIDIA_VISIBLE_DEVICES")

@@ -18,6 +18,7 @@ from gputui.core.sources import ContainerSource, GpuSource, ProcessSource
 
 if TYPE_CHECKING:
     from gputui.core.demo import DemoMachine
+    from gputui.core.sources.containerd_source import ContainerdSource
     from gputui.core.sources.slurm import SlurmSource
 
 
@@ -75,11 +76,47 @@ def open_machine(demo: bool = False, docker: bool = True, demo_clock: Callable[[
     gpu.open()  # raises NvmlUnavailable with one sentence
     containers = None
     if docker:
-        from gputui.core.sources.docker_source import DockerSource
-
-        timeout = settings.docker_timeout if settings is not None else 5.0
-        containers = DockerSource(timeout=timeout)
+        containers = container_sources(settings)
     return Machine(gpu=gpu, processes=HostProcessSource(), containers=containers, slurm=_slurm(settings))
+
+
+def container_sources(settings: Settings | None = None) -> ContainerSource:
+    """Every container engine this host runs, as one source: Docker's socket and podman's (see
+    ``engine_hosts``), each read through the Docker Engine API; containerd (nerdctl, ctr, the CRI) through
+    its gRPC API where its socket exists or is configured, with the kubelet's GPU allocations as the grants
+    of Kubernetes containers."""
+    from gputui.core.sources.combined import CombinedContainers
+    from gputui.core.sources.docker_source import DockerSource, engine_hosts
+
+    settings = settings or Settings()
+    timeout = settings.docker_timeout
+    hosts = engine_hosts()
+    parts: list[tuple[str, ContainerSource]] = [(h, DockerSource(timeout=timeout, host=h)) for h in hosts]
+    containerd = _containerd(settings)
+    if containerd is not None:
+        parts.append((f"containerd {containerd.address}", containerd))
+    if len(parts) == 1:
+        return parts[0][1]
+    # each part has its own timeout; the whole answers a little sooner than the watcher gives up on it
+    return CombinedContainers(parts, timeout=max(0.5, 0.8 * timeout))
+
+
+def _containerd(settings: Settings) -> ContainerdSource | None:
+    """containerd's source when its socket is configured or exists (the kubelet's reader likewise)."""
+    import os
+
+    from gputui.core.sources.containerd_source import DEFAULT_ADDRESS, ContainerdSource
+    from gputui.core.sources.kubelet_source import DEFAULT_SOCKET, KubeletReader
+
+    address = settings.containerd_address
+    if address is None and not os.path.exists(DEFAULT_ADDRESS):
+        return None
+    kubelet_socket = settings.kubelet_socket
+    if kubelet_socket is None and os.path.exists(DEFAULT_SOCKET):
+        kubelet_socket = DEFAULT_SOCKET
+    kubelet = KubeletReader(kubelet_socket, timeout=settings.docker_timeout) if kubelet_socket else None
+    return ContainerdSource(address or DEFAULT_ADDRESS, timeout=settings.docker_timeout,
+                            pod_grants=kubelet.grants if kubelet is not None else None, kubelet=kubelet)
 
 
 def _slurm(settings: Settings | None) -> SlurmSource | None:

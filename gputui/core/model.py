@@ -17,8 +17,11 @@ from gputui.core.jobs_model import Allocation, JobRef, SlurmStatus
 from gputui.core.record import field, fields, is_record, record
 
 ProcessType = Literal["compute", "graphics", "compute+graphics"]
-Runtime = Literal["docker", "podman", "kubernetes", "other"]
-GrantSource = Literal["device_request", "nvidia_runtime_env", "cdi", "devices", "none"]
+#: Who runs a container: Docker, podman (its Docker-compatible API), containerd outside Kubernetes
+#: (nerdctl, ctr), a Kubernetes pod (any CRI), or an engine gputui only sees in a cgroup path.
+Runtime = Literal["docker", "podman", "containerd", "kubernetes", "other"]
+#: How a container was granted GPUs: Docker's and podman's forms, or the kubelet's device list (Kubernetes).
+GrantSource = Literal["device_request", "nvidia_runtime_env", "cdi", "devices", "kubelet", "none"]
 Severity = Literal["warning", "critical"]
 
 #: A container's GPU grant: a tuple of GPU UUIDs, or the string "all".
@@ -48,11 +51,13 @@ class ContainerRef:
     compose_project: str | None = None
     compose_service: str | None = None
     runtime: Runtime = "docker"
-    #: Kubernetes only: pod name and namespace where known.
+    #: Kubernetes: pod name and namespace where known (containerd: its namespace).
     pod: str | None = None
     namespace: str | None = None
     #: Docker only: whether the id was confirmed by the Docker API.
     confirmed: bool = False
+    #: Kubernetes: the pod's UID (from the cgroup path or the CRI labels).
+    pod_uid: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +69,7 @@ class ContainerRef:
             "runtime": self.runtime,
             "pod": self.pod,
             "namespace": self.namespace,
+            "pod_uid": self.pod_uid,
         }
 
     @property
@@ -360,6 +366,10 @@ class ContainerRecord:
     grant_problems: tuple[str, ...] = ()
     #: When the container (last) started, as a POSIX timestamp (State.StartedAt), or None.
     started_at: float | None = None
+    #: containerd: its namespace; Kubernetes: the pod's namespace, name and UID.
+    namespace: str | None = None
+    pod: str | None = None
+    pod_uid: str | None = None
 
     def ref(self) -> ContainerRef:
         return ContainerRef(
@@ -370,6 +380,9 @@ class ContainerRecord:
             compose_service=self.compose_service,
             runtime=self.runtime,
             confirmed=True,
+            pod=self.pod,
+            namespace=self.namespace,
+            pod_uid=self.pod_uid,
         )
 
 
@@ -404,6 +417,11 @@ class Container:
     #: Indices of GPUs it is granted (resolved against this host).
     granted_gpus: tuple[int, ...] = ()
     restart_policy: str | None = None
+    #: False for a container seen only in a cgroup path: no engine told its grant.
+    grant_known: bool = True
+    namespace: str | None = None
+    pod: str | None = None
+    pod_uid: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -422,6 +440,9 @@ class Container:
             "runtime": self.runtime,
             "used_gpus": list(self.used_gpus),
             "granted_gpus": list(self.granted_gpus),
+            "namespace": self.namespace,
+            "pod": self.pod,
+            "pod_uid": self.pod_uid,
         }
 
 

@@ -367,8 +367,11 @@ def attribute(fact: ProcessFacts, records: dict[str, ContainerRecord], docker_av
     record = records.get(match.id)
     if record is not None:
         return record.ref()
+    if match.tentative:
+        return None  # any two-level cgroup reads like containerd's /<namespace>/<id>: only containerd can say
     if match.runtime == "kubernetes":
-        return ContainerRef(id=match.id, runtime="kubernetes", pod=match.pod, namespace=match.namespace)
+        return ContainerRef(id=match.id, runtime="kubernetes", name=match.name, pod=match.pod,
+                            namespace=match.namespace, pod_uid=match.pod_uid)
     if match.runtime == "docker" and docker_available:
         # The cgroup says docker, the daemon does not know it: another engine's container.
         return ContainerRef(id=match.id, runtime="other")

@@ -30,9 +30,9 @@ from gputui.core.record import record
 MIB = 1024 * 1024
 DEFAULT_MAX_PROCESSES = 200
 PROCESS_LABELS = ["gpu", "uuid", "pid", "user", "exe", "container", "image", "compose_project", "compose_service",
-                  "mig_uuid"]
-CONTAINER_LABELS = ["container", "image", "compose_project", "compose_service"]
-DCGM_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname", "container"]
+                  "runtime", "pod", "namespace", "mig_uuid"]
+CONTAINER_LABELS = ["container", "image", "compose_project", "compose_service", "runtime", "pod", "namespace"]
+DCGM_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname", "container", "pod", "namespace"]
 
 
 @record
@@ -161,8 +161,9 @@ def _gpu_families(gpus: tuple[Gpu, ...], memo: dict[str, object] | None) -> list
 def _container_labels(p: Process) -> list[str]:
     c = p.container
     if c is None:
-        return ["", "", "", ""]
-    return [_s(c.label), _s(c.image), _s(c.compose_project), _s(c.compose_service)]
+        return ["", "", "", "", "", "", ""]
+    return [_s(c.label), _s(c.image), _s(c.compose_project), _s(c.compose_service), c.runtime, _s(c.pod),
+            _s(c.namespace)]
 
 
 def _process_families(snap: Snapshot, cap: int, memo: dict[str, object] | None = None) -> list[Metric]:
@@ -221,17 +222,32 @@ def _container_families(containers: Iterable[Container], gpus: tuple[Gpu, ...]) 
                     CONTAINER_LABELS)
     granted = _gauge("gputui_container_gpu_granted",
                      "1 per GPU a container is granted ('all' grants expand to every GPU); via = how.",
-                     ["container", "uuid", "gpu", "via"])
+                     ["container", "uuid", "gpu", "via", "pod", "namespace"])
     finding = _gauge("gputui_container_finding", "1 per finding about a container's GPU grant or use.",
-                     ["container", "kind"])
+                     ["container", "kind", "pod", "namespace"])
     uuid_of = {g.index: g.uuid for g in gpus}
+    # Two pods may both name a container "cuda": pod and namespace keep their series apart, and a
+    # series is never given twice (Prometheus would reject the whole scrape).
+    seen: set[tuple[str, ...]] = set()
+
+    def once(*labels: str) -> bool:
+        if labels in seen:
+            return False
+        seen.add(labels)
+        return True
+
     for c in containers:
-        name = _s(c.name)
-        memory.add_metric([name, _s(c.image), _s(c.compose_project), _s(c.compose_service)], c.gpu_memory)
+        name, pod, ns = _s(c.name), _s(c.pod), _s(c.namespace)
+        head = [name, _s(c.image), _s(c.compose_project), _s(c.compose_service), c.runtime, pod, ns]
+        if once("m", *head):
+            memory.add_metric(head, c.gpu_memory)
         for index in c.granted_gpus:
-            granted.add_metric([name, uuid_of.get(index, ""), str(index), c.grant_source], 1)
+            labels = [name, uuid_of.get(index, ""), str(index), c.grant_source, pod, ns]
+            if once("g", *labels):
+                granted.add_metric(labels, 1)
         for kind in sorted({f.kind for f in c.findings}):
-            finding.add_metric([name, kind], 1)
+            if once("f", name, kind, pod, ns):
+                finding.add_metric([name, kind, pod, ns], 1)
     return [memory, granted, finding]
 
 
@@ -289,17 +305,21 @@ def _rule_families(snap: Snapshot) -> list[Metric]:
     return [broken, reserved]
 
 
-def _dcgm_container(g: Gpu, snap: Snapshot) -> str:
-    """The one container to name on a GPU's dcgm series: the one holding most memory on it,
-    else the only container granted it; empty when none or ambiguous."""
-    held: dict[str, int] = {}
+def _dcgm_container(g: Gpu, snap: Snapshot) -> tuple[str, str, str]:
+    """The one container to name on a GPU's dcgm series, as dcgm-exporter's (container, pod, namespace):
+    the one holding most memory on it, else the only container granted it; empty when none or ambiguous.
+    pod and namespace are a Kubernetes container's (empty for others, as dcgm-exporter leaves them)."""
+    held: dict[tuple[str, str, str], int] = {}
     for p in g.processes:
-        if p.container is not None:
-            held[p.container.label] = held.get(p.container.label, 0) + (p.gpu_memory or 0)
+        c = p.container
+        if c is not None:
+            key = (c.label, _s(c.pod), _s(c.namespace)) if c.runtime == "kubernetes" else (c.label, "", "")
+            held[key] = held.get(key, 0) + (p.gpu_memory or 0)
     if held:
-        return max(sorted(held), key=lambda name: held[name])
-    granted = [c.name for c in snap.containers if g.index in c.granted_gpus]
-    return granted[0] if len(granted) == 1 else ""
+        return max(sorted(held), key=lambda key: held[key])
+    granted = [(c.name, _s(c.pod), _s(c.namespace)) if c.runtime == "kubernetes" else (c.name, "", "")
+               for c in snap.containers if g.index in c.granted_gpus]
+    return granted[0] if len(granted) == 1 else ("", "", "")
 
 
 def _dcgm_families(snap: Snapshot, hostname: str) -> list[Metric]:
@@ -324,7 +344,7 @@ def _dcgm_families(snap: Snapshot, hostname: str) -> list[Metric]:
                 continue
             device = f"nvidia{g.minor_number if g.minor_number is not None else g.index}"
             family.add_metric([str(g.index), _s(g.uuid), device, _s(g.name), _s(hostname),
-                               _s(_dcgm_container(g, snap))], value)
+                               *(_s(v) for v in _dcgm_container(g, snap))], value)
         out.append(family)
     return out
 

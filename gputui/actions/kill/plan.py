@@ -5,10 +5,11 @@ target runs here and gives one sentence.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from gputui.core.model import Snapshot
+from gputui.core.model import ContainerRef, Snapshot
 from gputui.core.record import replace
 
 if TYPE_CHECKING:
@@ -88,6 +89,11 @@ def plan_kill(
             target = KillTarget(pid=pid, create_time=f.create_time, user=f.user, uid=f.uid, command=f.command,
                                 status=f.status)
         container = target.container
+        if container is not None and container.runtime == "kubernetes":
+            why = _pod_owned(pid, container, backend)
+            if why is not None:
+                refusals.append(Refusal(pid, why))
+                continue
         if container is not None and container.runtime == "docker":
             record, error = backend.container_record(container.id)
             if record is not None and record.main_pid == pid:
@@ -104,6 +110,28 @@ def plan_kill(
                 continue
         targets.append(target)
     return KillPlan(tuple(targets), tuple(refusals), sig, timeout, escalate)
+
+
+#: A Kubernetes name as kubectl takes it (DNS subdomain): anything else is not put in a command line.
+_K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def _pod_owned(pid: int, container: ContainerRef, backend: KillBackend) -> str | None:
+    """Why a Kubernetes container's main process is not gputui's to signal (the kubelet would start it
+    again), with the command that stops it for good; None for its other processes."""
+    record, _ = backend.container_record(container.id)
+    main = record.main_pid == pid if record is not None and record.main_pid is not None \
+        else backend.is_container_init(pid)
+    if not main:
+        return None
+    pod = record.pod if record is not None and record.pod else container.pod
+    namespace = record.namespace if record is not None and record.namespace else container.namespace
+    what = f"PID {pid} is the main process of Kubernetes container {container.label}"
+    if pod and namespace and _K8S_NAME.fullmatch(pod) and _K8S_NAME.fullmatch(namespace):
+        return (f"{what} in pod {namespace}/{pod}, which the kubelet would restart; stop it with "
+                f"'kubectl delete pod -n {namespace} {pod}'.")
+    uid = f" (UID {container.pod_uid})" if container.pod_uid else ""
+    return f"{what}, which the kubelet would restart; delete its pod{uid} with kubectl instead."
 
 
 READ_ONLY = "Kills are disabled: gputui runs read-only (--read-only or read_only in the config)."

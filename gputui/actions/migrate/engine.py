@@ -44,7 +44,7 @@ from gputui.actions.migrate.model import (
     MigrationUnavailable,
     ProgressFn,
 )
-from gputui.actions.migrate.plan import container_usage, observed_peak, plan_migration
+from gputui.actions.migrate.plan import container_usage, observed_peak, plan_migration, runtime_refusal
 from gputui.actions.migrate.record import audit_intent, audit_migration, notify, unreachable
 from gputui.actions.migrate.verify import verify_container
 from gputui.core.errors import clause
@@ -97,6 +97,15 @@ class DockerMigrationEngine:
                             "endpoint": endpoint[:500]}
         return dict(self._daemon)
 
+    def _podman(self) -> bool:
+        """Whether the daemon is podman's Docker-compatible service (DOCKER_HOST may point there)."""
+        from gputui.core.sources.podman import is_podman
+
+        try:
+            return is_podman(self.client.version())
+        except Exception:
+            return False
+
     # -- planning ----------------------------------------------------------------
     def inspect(self, container: str) -> dict[str, Any]:
         import docker
@@ -124,6 +133,8 @@ class DockerMigrationEngine:
         if self.read_only:
             raise MigrationRefused("read-only", READ_ONLY)
         attrs = self.inspect(container)
+        if self._podman():
+            raise MigrationRefused("runtime", runtime_refusal(name_of(attrs), "podman") or "")
         try:
             others = []
             for c in self.api.containers(all=True):

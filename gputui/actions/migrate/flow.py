@@ -21,6 +21,7 @@ from gputui.actions.migrate.model import (
     MigrationResult,
     ProgressFn,
 )
+from gputui.actions.migrate.plan import runtime_refusal
 from gputui.actions.migrate.record import audit_refusal
 from gputui.core.record import record
 
@@ -69,6 +70,10 @@ class MigrateFlow:
              peak_memory: int | None = None, discard_changes: bool = False) -> MigrationPlan:
         """The plan (pure: nothing changes). Raises MigrationRefused, MigrationNotFound, MigrationUnavailable.
         ``discard_changes``: the copy starts from the image, without the files the container changed."""
+        found = self.snapshot.container(container) if self.snapshot is not None else None
+        why = runtime_refusal(found.name, found.runtime, found.pod, found.namespace) if found is not None else None
+        if why is not None:
+            raise MigrationRefused("runtime", why)
         return self.engine.plan(container, target, self.snapshot, force=force, from_gpu=from_gpu,
                                 peak_memory=peak_memory, discard_changes=discard_changes)
 

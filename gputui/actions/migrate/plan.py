@@ -205,6 +205,26 @@ def _stopped_note(name: str, start_once: bool) -> str:
             f"fail when it is started).")
 
 
+def runtime_refusal(name: str, runtime: str, pod: str | None = None, namespace: str | None = None) -> str | None:
+    """Why a container of this runtime cannot be migrated (one sentence naming what owns its placement),
+    or None for Docker. gputui recreates containers through the Docker Engine API only: podman's compat
+    API does not give back the devices, CDI names and hooks it would have to recreate identically."""
+    if runtime == "docker":
+        return None
+    if runtime == "podman":
+        return (f"{name} is a podman container, which gputui does not migrate (podman's API does not return "
+                f"everything needed to recreate it identically); recreate it with "
+                f"'podman run --device nvidia.com/gpu=N' on the GPU you want.")
+    if runtime == "kubernetes":
+        where = f" {namespace}/{pod}" if pod else ""
+        return (f"{name} runs in Kubernetes pod{where}, whose placement the controller and its nvidia.com/gpu "
+                f"limits own; gputui does not migrate pods.")
+    if runtime == "containerd":
+        return (f"{name} is a containerd container, whose placement its creator (nerdctl, a compose file) owns; "
+                f"gputui migrates Docker containers only.")
+    return f"{name} runs in a container Docker does not manage ({runtime}); gputui migrates Docker containers."
+
+
 def plan_migration(
     attrs: dict[str, Any],
     gpus: tuple[Gpu, ...],

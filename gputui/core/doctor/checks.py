@@ -28,6 +28,7 @@ from gputui.core.doctor.facts import (
     DoctorFacts,
     NvmlFacts,
     RulesFacts,
+    RuntimeFacts,
 )
 from gputui.core.doctor.mig import check_mig
 from gputui.core.doctor.slurm import check_slurm
@@ -42,8 +43,8 @@ Status = Literal["pass", "warn", "fail", "skip"]
 ALL_CHECKS = (
     "nvml", "nvml-functions", "gpu-models", "gpu-drivers", "persistence-mode", "device-nodes", "container",
     "cgroup-namespace", "docker-socket", "docker-daemon", "nvidia-runtime", "docker-gpus", "containers-unpinned",
-    "containers-env", "mig-devices", "mig-mode-change", "mig-grants", "gpu-lost", "ecc-errors", "memory-repair",
-    "throttling", "house-rules", "guard",
+    "containers-env", "container-runtimes", "kubernetes-names", "mig-devices", "mig-mode-change", "mig-grants",
+    "gpu-lost", "ecc-errors", "memory-repair", "throttling", "house-rules", "guard",
 )
 #: Judged by :func:`gputui.core.doctor.mig.check_mig`.
 MIG_CHECKS = ("mig-devices", "mig-mode-change", "mig-grants")
@@ -425,6 +426,56 @@ def check_containers(findings: tuple[ContainerFinding, ...] | None, error: str |
     return out
 
 
+# -- container runtimes ------------------------------------------------------------------------
+
+_RUNTIME_FIXES = {
+    "Docker": "Start Docker (`sudo systemctl start docker`) or, if it should not run here, ignore this.",
+    "podman": "Start podman's API service: `sudo systemctl enable --now podman.socket` (rootless: "
+              "`systemctl --user enable --now podman.socket`).",
+    "containerd": "Start containerd (`sudo systemctl start containerd`), point gputui at its socket with "
+                  "--containerd ADDR or containerd_address in the config, and install grpcio "
+                  "(`pip install 'gputui[kubernetes]'`).",
+    "kubelet": "Give gputui the kubelet's pod-resources socket: run it as root on the node (or mount "
+               "/var/lib/kubelet/pod-resources into its pod) and pass --kubelet-socket PATH if it is elsewhere.",
+}
+_DENIED_FIX = "Run gputui as root (sudo gputui doctor), or give this user access to the socket."
+
+
+def check_runtimes(r: RuntimeFacts) -> list[Check]:
+    """Which container runtimes answer, which sockets could not be read and why; and whether
+    Kubernetes pods could be named."""
+    if not r.checked:
+        return [_skip("container-runtimes", "Not checked: --no-docker was given."),
+                _skip("kubernetes-names", "Not checked: --no-docker was given.")]
+    up = [p for p in r.probes if p.ok]
+    down = [p for p in r.probes if not p.ok]
+    found = "; ".join(f"{p.name} at {p.address}" + (f" ({p.detail})" if p.detail else "") for p in up)
+    out: list[Check]
+    if down:
+        first = down[0]
+        denied = "permission denied" in (first.error or "")
+        why = "; ".join(f"{p.name} at {p.address}: {p.error}" for p in down)
+        message = (f"Found {found}; cannot read {why}." if up else f"No container runtime answers: {why}.")
+        out = [_warn("container-runtimes", message, _DENIED_FIX if denied else _RUNTIME_FIXES[first.name])]
+    elif up:
+        out = [_pass("container-runtimes", f"Found {found}.")]
+    else:
+        out = [_skip("container-runtimes", "No container runtime socket found (Docker, podman, containerd).")]
+    if r.unnamed_pods:
+        more = f" and {len(r.unnamed_pods) - 3} more" if len(r.unnamed_pods) > 3 else ""
+        out.append(_warn(
+            "kubernetes-names",
+            f"GPU processes run in Kubernetes containers that gputui can only name by {', '.join(r.unnamed_pods[:3])}"
+            f"{more}: no source told their pod names.",
+            "Run gputui as root on the node with containerd's socket (--containerd, default "
+            "/run/containerd/containerd.sock) and the kubelet's pod-resources socket (--kubelet-socket, default "
+            "/var/lib/kubelet/pod-resources/kubelet.sock) readable, and grpcio installed "
+            "(`pip install 'gputui[kubernetes]'`); /var/log/pods names pods too where readable."))
+    else:
+        out.append(_pass("kubernetes-names", "Every Kubernetes container on a GPU is named (or none runs here)."))
+    return out
+
+
 # -- health --------------------------------------------------------------------------------------
 
 
@@ -522,6 +573,8 @@ def judge(facts: DoctorFacts) -> list[Check]:
     checks += check_container_env(facts.container_env)
     checks += check_docker(facts.docker)
     checks += check_containers(facts.container_findings, facts.containers_error, facts.demo)
+    if not facts.demo:
+        checks += check_runtimes(facts.runtimes)
     if facts.nvml.ok:
         checks += [Check(*v) for v in check_mig(facts.mig, containers_checked=facts.container_findings is not None,
                                                 containers_error=facts.containers_error)]

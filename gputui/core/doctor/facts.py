@@ -156,6 +156,28 @@ class RulesFacts:
 
 
 @record
+class RuntimeProbe:
+    """One container runtime's socket as doctor found it."""
+
+    #: "Docker", "podman", "containerd", "kubelet"
+    name: str
+    address: str
+    ok: bool
+    #: one sentence when it could not be read
+    error: str | None = None
+    #: what it told (namespaces, pods), for the message
+    detail: str | None = None
+
+
+@record
+class RuntimeFacts:
+    checked: bool = True
+    probes: tuple[RuntimeProbe, ...] = ()
+    #: Kubernetes containers running GPU processes whose pod names no source told (pod UID only)
+    unnamed_pods: tuple[str, ...] = ()
+
+
+@record
 class DoctorFacts:
     nvml: NvmlFacts
     devices: DeviceFacts
@@ -172,3 +194,5 @@ class DoctorFacts:
     rules: RulesFacts = field(default_factory=RulesFacts)
     #: This Slurm node's facts; None off Slurm (then no Slurm check is listed).
     slurm: SlurmFacts | None = None
+    #: which container runtimes answer (Docker, podman, containerd, the kubelet)
+    runtimes: RuntimeFacts = field(default_factory=lambda: RuntimeFacts(checked=False))

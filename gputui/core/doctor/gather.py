@@ -20,6 +20,7 @@ from gputui.core.doctor.facts import (
     DoctorFacts,
     GpuHealth,
     NvmlFacts,
+    RuntimeFacts,
 )
 from gputui.core.doctor.mig import MigFacts
 from gputui.core.doctor.slurm import SlurmFacts
@@ -41,8 +42,10 @@ class Polled(Protocol):
 Session = Callable[[], AbstractContextManager[Polled]]
 
 
-def gather(session: Session, *, docker_on: bool, docker_timeout: float, demo: bool) -> DoctorFacts:
-    """Every fact doctor judges. ``docker_on`` is False for --no-docker."""
+def gather(session: Session, *, docker_on: bool, docker_timeout: float, demo: bool,
+           containerd: str | None = None, kubelet: str | None = None) -> DoctorFacts:
+    """Every fact doctor judges. ``docker_on`` is False for --no-docker; ``containerd`` and ``kubelet``:
+    the sockets the user configured (else the default ones, where they exist)."""
     if demo:
         return _gather_demo(session, docker_on)
     host = socket.gethostname()
@@ -73,10 +76,12 @@ def gather(session: Session, *, docker_on: bool, docker_timeout: float, demo: bo
         findings, why = None, "NVML is not reachable, so containers could not be matched to GPUs"
     else:
         findings, why = probes.container_findings(snapshot)
+    runtimes = probes.probe_runtimes(snapshot, timeout=docker_timeout, containerd=containerd, kubelet=kubelet) \
+        if docker_on else RuntimeFacts(checked=False)
     return DoctorFacts(nvml=nvml, devices=devices, container_env=env, docker=docker, container_findings=findings,
                        containers_error=why, demo=False, host=host,
                        mig=MigFacts.of(snapshot) if snapshot is not None else None, slurm=slurm,
-                       rules=probes.probe_rules(docker))
+                       rules=probes.probe_rules(docker), runtimes=runtimes)
 
 
 def init_error_kind(sentence: str) -> str:

@@ -29,6 +29,8 @@ from gputui.core.doctor.facts import (
     DeviceNode,
     DockerFacts,
     RulesFacts,
+    RuntimeFacts,
+    RuntimeProbe,
 )
 from gputui.core.doctor.slurm import SlurmFacts
 from gputui.core.model import Snapshot
@@ -518,3 +520,53 @@ def probe_slurm(source: Any, snapshot: Snapshot | None) -> SlurmFacts:
                       task_plugin=node.conf.get("taskplugin"), constrain_devices=constrain,
                       gres_files=node.gres_files, gres_minors=tuple(gres_minor(f) for f in node.gres_files),
                       nvml_minors=nvml)
+
+
+# -- container runtimes -------------------------------------------------------------------------
+
+
+def probe_runtimes(snapshot: Snapshot | None, *, timeout: float, containerd: str | None = None,
+                   kubelet: str | None = None) -> RuntimeFacts:
+    """Ask every container runtime gputui would read (Docker's and podman's sockets, containerd, the
+    kubelet) whether it answers, each once with ``timeout``; the configured sockets are always asked,
+    the default ones where they exist."""
+    from gputui.core.sources.containerd_source import DEFAULT_ADDRESS, ContainerdSource
+    from gputui.core.sources.docker_source import DockerSource, engine_hosts
+    from gputui.core.sources.kubelet_source import DEFAULT_SOCKET, KubeletReader
+
+    found: list[RuntimeProbe] = []
+    for host in engine_hosts():
+        src = DockerSource(timeout=timeout, host=host)
+        try:
+            inv = src.inventory((), {})
+        finally:
+            src.close()
+        name = "podman" if src.engine == "podman" or "podman" in host else "Docker"
+        found.append(RuntimeProbe(name, host, inv.available, inv.error,
+                                  f"{len(inv.containers)} running" if inv.available else None))
+    address = containerd or (DEFAULT_ADDRESS if os.path.exists(DEFAULT_ADDRESS) else None)
+    if address is not None:
+        ctd = ContainerdSource(address, timeout=timeout)
+        try:
+            inv = ctd.inventory((), {})
+        finally:
+            ctd.close()
+        found.append(RuntimeProbe("containerd", address, inv.available, inv.error,
+                                  f"namespaces {', '.join(ctd.namespaces) or 'none'}" if inv.available else None))
+    socket_path = kubelet or (DEFAULT_SOCKET if os.path.exists(DEFAULT_SOCKET) else None)
+    if socket_path is not None:
+        reader = KubeletReader(socket_path, timeout=timeout)
+        try:
+            grants = reader.grants()
+        finally:
+            reader.close()
+        found.append(RuntimeProbe("kubelet", socket_path, grants is not None, reader.error,
+                                  f"{reader.pods} pods" if grants is not None else None))
+    unnamed: list[str] = []
+    for p in snapshot.processes if snapshot is not None else ():
+        c = p.container
+        if c is not None and c.runtime == "kubernetes" and not c.pod:
+            label = f"pod UID {c.pod_uid}" if c.pod_uid else f"container {c.id[:12]}"
+            if label not in unnamed:
+                unnamed.append(label)
+    return RuntimeFacts(checked=True, probes=tuple(found), unnamed_pods=tuple(unnamed))

@@ -38,10 +38,26 @@ class FleetProcess:
     gpu_memory: int | None
     container: str | None
     image: str | None = None
+    #: the exporter's runtime, pod and namespace labels (None from exporters that predate them)
+    runtime: str | None = None
+    pod: str | None = None
+    namespace: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"pid": self.pid, "user": self.user, "exe": self.exe, "gpu_memory": self.gpu_memory,
-                "container": self.container}
+                "container": self.container, "runtime": self.runtime, "pod": self.pod, "namespace": self.namespace}
+
+    @property
+    def owner(self) -> str | None:
+        """The container as a person names it: Kubernetes as namespace/pod/container, other engines
+        than Docker with the engine in brackets."""
+        if not self.container:
+            return None
+        if self.runtime == "kubernetes" and self.pod:
+            return f"{self.namespace}/{self.pod}/{self.container}" if self.namespace else f"{self.pod}/{self.container}"
+        if self.runtime and self.runtime != "docker":
+            return f"{self.container} ({self.runtime})"
+        return self.container
 
 
 @record

@@ -279,6 +279,9 @@ def _processes(samples: Sequence[Sample], problems: _Problems) -> dict[tuple[str
             gpu_memory=int(s.value) if _finite(s.value) else None,
             container=s.labels.get("container") or None,
             image=s.labels.get("image") or None,
+            runtime=s.labels.get("runtime") or None,
+            pod=s.labels.get("pod") or None,
+            namespace=s.labels.get("namespace") or None,
         ))
     for procs in out.values():
         procs.sort(key=lambda p: (-(p.gpu_memory or 0), p.pid))

@@ -157,6 +157,7 @@ _ALL_GRANT = {
     "nvidia_runtime_env": "NVIDIA_VISIBLE_DEVICES=all",
     "cdi": "nvidia.com/gpu=all",
     "devices": "every /dev/nvidia* device",
+    "kubelet": "every GPU",
     "none": "no GPU grant",
 }
 

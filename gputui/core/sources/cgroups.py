@@ -13,7 +13,9 @@ Podman                         ``/machine.slice/libpod-<id>.scope[/container]``;
 containerd CRI (Kubernetes)    ``/kubepods.slice/…-pod<uid_with_underscores>.slice/cri-containerd-<id>.scope``
                                or, cgroupfs driver, ``/kubepods/<qos>/pod<uid>/<id>``
 CRI-O (Kubernetes)             ``…/crio-<id>.scope``; ``crio-conmon-<id>`` is its monitor
-nerdctl (plain containerd)     ``…/nerdctl-<id>.scope``
+nerdctl (plain containerd)     ``…/nerdctl-<id>.scope`` (rootless: under ``user@UID.service``)
+containerd, cgroupfs (ctr)     ``/<namespace>/<id>``, ids need not be hex: *tentative* (any two-level
+                               path reads so), kept only when containerd confirms the id
 =============================  ==============================================================
 
 cgroup v1 has one ``N:controllers:path`` line per hierarchy, cgroup v2 a single
@@ -54,19 +56,26 @@ _PREFIXED = (
     ("libpod-", "podman"),
     ("cri-containerd-", "containerd"),
     ("crio-", "crio"),
-    ("nerdctl-", "other"),
+    ("nerdctl-", "containerd"),
 )
-#: The runtimes a CgroupMatch names; containerd and CRI-O containers outside Kubernetes are "other".
-_RUNTIMES: dict[str, Runtime] = {"docker": "docker", "podman": "podman"}
+#: The runtimes a CgroupMatch names; CRI-O containers outside Kubernetes are "other".
+_RUNTIMES: dict[str, Runtime] = {"docker": "docker", "podman": "podman", "containerd": "containerd"}
+#: A containerd namespace and a container id as containerd allows them (``/<namespace>/<id>``).
+_NAMESPACE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?)*")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,75}")
+#: First components of two-level cgroup paths that are not containerd namespaces.
+_NOT_NAMESPACES = frozenset({"docker", "libpod_parent", "machine", "lxc", "kubepods", "system", "user", "init"})
 
 
 @record
 class CgroupMatch:
     """A container found in a cgroup path.
 
-    ``runtime`` is "docker", "podman", "kubernetes" or "other". For Kubernetes,
-    ``pod_uid`` comes from the path; ``pod`` and ``namespace`` are names filled in
-    by :func:`name_pod` when the kubelet's log directories tell them.
+    ``runtime`` is "docker", "podman", "containerd", "kubernetes" or "other". For
+    Kubernetes, ``pod_uid`` comes from the path; ``pod`` and ``namespace`` are names
+    filled in by :func:`name_pod` when the kubelet's log directories tell them. A
+    ``tentative`` match (containerd's ``/<namespace>/<id>``) names a container only
+    when containerd confirms the id.
     """
 
     runtime: Runtime
@@ -74,6 +83,9 @@ class CgroupMatch:
     pod: str | None = None
     namespace: str | None = None
     pod_uid: str | None = None
+    tentative: bool = False
+    #: Kubernetes: the container's name in its pod, where the kubelet's log links tell it
+    name: str | None = None
 
 
 def parse_cgroup(text: str | None) -> CgroupMatch | None:
@@ -88,8 +100,9 @@ def parse_cgroup(text: str | None) -> CgroupMatch | None:
         match = parse_path(parts[2])
         if match is None:
             continue
-        # Hierarchies normally agree; prefer the line that also tells the pod.
-        if best is None or (best.pod_uid is None and match.pod_uid is not None):
+        # Hierarchies normally agree; prefer a sure match, and the line that also tells the pod.
+        if best is None or (best.tentative and not match.tentative) or \
+                (best.pod_uid is None and match.pod_uid is not None and not match.tentative):
             best = match
     return best
 
@@ -116,7 +129,18 @@ def parse_path(path: str) -> CgroupMatch | None:
                 return CgroupMatch("kubernetes", cid, pod_uid=pod_uid)
             return CgroupMatch(_RUNTIMES.get(runtime, "other"), cid)
         prev = comp
+    if len(comps) == 2 and not relative and not kube and _containerd_pair(comps[0], comps[1]):
+        return CgroupMatch("containerd", comps[1], namespace=comps[0], tentative=True)
     return None
+
+
+def _containerd_pair(namespace: str, cid: str) -> bool:
+    """Whether ``/<namespace>/<id>`` can be a containerd container's cgroupfs path."""
+    if namespace in _NOT_NAMESPACES or namespace.endswith((".slice", ".scope", ".service")):
+        return False
+    if cid.endswith((".slice", ".scope", ".service")):
+        return False
+    return len(namespace) <= 76 and _NAMESPACE.fullmatch(namespace) is not None and _ID.fullmatch(cid) is not None
 
 
 def _container_component(comp: str, prev: str | None, under_pod: bool, first_relative: bool) -> tuple[str, str] | None:
@@ -196,16 +220,67 @@ class PodDirectory:
 
 _default_pods = PodDirectory()
 
+#: Where the kubelet links every container's log as ``<pod>_<namespace>_<container>-<container id>.log``.
+CONTAINER_LOG_DIR = "/var/log/containers"
+_LOG_LINK = re.compile(r"([a-z0-9][-a-z0-9.]*)_([a-z0-9][-a-z0-9]*)_([a-z0-9][-a-z0-9]*)-([0-9a-f]{64})\.log")
+
+
+class ContainerLogs:
+    """Container id -> (namespace, pod, container name), from the kubelet's ``/var/log/containers`` links.
+
+    The kubelet makes them for every CRI (containerd, CRI-O), so they name a container whose
+    id a cgroup path gives even where no runtime API is readable. Pod, namespace and container
+    names are DNS labels (no underscores), so a link name splits unambiguously; anything else is
+    ignored. Re-read only when the directory's mtime changes.
+    """
+
+    def __init__(self, root: str = CONTAINER_LOG_DIR) -> None:
+        self.root = root
+        self._mtime: float | None = None
+        self._names: dict[str, tuple[str, str, str]] = {}
+        self._lock = threading.Lock()
+
+    def lookup(self, container_id: str) -> tuple[str, str, str] | None:
+        with self._lock:
+            try:
+                mtime = os.stat(self.root).st_mtime
+            except OSError:
+                self._mtime, self._names = None, {}
+                return None
+            if mtime != self._mtime:
+                names: dict[str, tuple[str, str, str]] = {}
+                try:
+                    entries = os.listdir(self.root)[:100_000]
+                except OSError:
+                    entries = []
+                for entry in entries:
+                    m = _LOG_LINK.fullmatch(entry)
+                    if m is not None and len(entry) < 600:
+                        names[m.group(4)] = (m.group(2), m.group(1), m.group(3))
+                self._mtime, self._names = mtime, names
+            return self._names.get(container_id)
+
+
+_default_logs = ContainerLogs()
+
 
 def name_pod(match: CgroupMatch | None,
-             lookup: Callable[[str], tuple[str, str] | None] | None = None) -> CgroupMatch | None:
-    """Fill a Kubernetes match's pod name and namespace where they can be found.
+             lookup: Callable[[str], tuple[str, str] | None] | None = None,
+             containers: Callable[[str], tuple[str, str, str] | None] | None = None) -> CgroupMatch | None:
+    """Fill a Kubernetes match's pod name, namespace (and container name) where they can be found.
 
-    ``lookup`` maps a pod UID to (namespace, name); the default reads the kubelet's
-    pod log directories. Another resolver (kubelet PodResources, crictl) can be
-    passed the same way.
+    ``containers`` maps a container id to (namespace, pod, container) and ``lookup`` a pod
+    UID to (namespace, pod); the defaults read the kubelet's ``/var/log/containers`` links and
+    pod log directories (a caller giving ``lookup`` alone reads no links). Another resolver
+    (kubelet PodResources, crictl) can be passed the same way.
     """
-    if match is None or match.runtime != "kubernetes" or match.pod_uid is None or match.pod is not None:
+    if match is None or match.runtime != "kubernetes" or match.pod is not None:
+        return match
+    by_id = containers or (_default_logs.lookup if lookup is None else None)
+    named = by_id(match.id) if by_id is not None else None
+    if named is not None:
+        return replace(match, namespace=named[0], pod=named[1], name=named[2])
+    if match.pod_uid is None:
         return match
     found = (lookup or _default_pods.lookup)(match.pod_uid)
     if found is None:

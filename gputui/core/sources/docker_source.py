@@ -37,10 +37,13 @@ from gputui.core.grants import HostGpus, env_dict, read_grant
 from gputui.core.model import ContainerInventory, ContainerRecord
 from gputui.core.record import field, record
 from gputui.core.sources import SourceUnavailable
+from gputui.core.sources.podman import ROOTFUL_SOCKET, is_podman, libpod_inspect, podman_grant_attrs, podman_sockets
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
 #: Container states worth listing: those that can have processes.
 LIVE_STATES = ("running", "paused", "restarting")
+#: The same on podman, which has no "restarting" and refuses the whole list call if asked for it.
+PODMAN_LIVE_STATES = ("running", "paused")
 
 
 # -- connecting -------------------------------------------------------------------
@@ -57,6 +60,20 @@ def docker_host(environ: Mapping[str, str] | None = None) -> str:
         if runtime_dir and os.path.exists(os.path.join(runtime_dir, "docker.sock")):
             return f"unix://{os.path.join(runtime_dir, 'docker.sock')}"
     return f"unix://{default}"
+
+
+def engine_hosts(environ: Mapping[str, str] | None = None, podman_rootful: str = ROOTFUL_SOCKET) -> list[str]:
+    """Every Docker-API daemon gputui reads: ``DOCKER_HOST`` alone when set; else Docker's socket, then
+    podman's rootful and the user's own where they exist (Docker's alone when none exists, so its
+    absence is what the user is told)."""
+    env = os.environ if environ is None else environ
+    if env.get("DOCKER_HOST"):
+        return [env["DOCKER_HOST"]]
+    docker = docker_host(env)
+    podman = [f"unix://{p}" for p in podman_sockets(env, podman_rootful)]
+    path = socket_path(docker)
+    hosts = [docker] if (path is not None and os.path.exists(path)) or not podman else []
+    return hosts + [h for h in podman if h not in hosts]
 
 
 def socket_path(host: str) -> str | None:
@@ -237,10 +254,16 @@ class DockerSource:
 
     def __init__(self, timeout: float = 5.0, environ: Mapping[str, str] | None = None,
                  refresh_after: float = 300.0, proc_root: str = "/proc",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, host: str | None = None) -> None:
         self.timeout = timeout
         self.environ = dict(os.environ if environ is None else environ)
+        #: whether the address is the user's (DOCKER_HOST) rather than a socket gputui found
+        self._user_host = bool(self.environ.get("DOCKER_HOST"))
+        if host is not None and host != docker_host(self.environ):
+            self.environ["DOCKER_HOST"] = host
         self.host = docker_host(self.environ)
+        #: "docker" or "podman": which engine answers at ``host`` (learnt at each connect)
+        self.engine = "docker"
         self.refresh_after = refresh_after
         self.proc_root = proc_root
         self.stats = DockerStats()
@@ -259,7 +282,8 @@ class DockerSource:
             try:
                 client = self._connect()
                 self.stats.list_calls += 1
-                summaries = client.api.containers(filters={"status": list(LIVE_STATES)})
+                states = PODMAN_LIVE_STATES if self.engine == "podman" else LIVE_STATES
+                summaries = client.api.containers(filters={"status": list(states)})
                 records = []
                 live = set()
                 for summary in summaries:
@@ -306,9 +330,23 @@ class DockerSource:
     # -- internals ----------------------------------------------------------
     def _connect(self) -> Any:
         if self._client is None:
-            self._client = docker_client(self.timeout, self.environ)
+            client = docker_client(self.timeout, self.environ)
             self.stats.connects += 1
+            try:
+                self.engine = "podman" if is_podman(client.version()) else "docker"
+            except Exception:
+                client.close()
+                raise
+            self._client = client
         return self._client
+
+    def _socket_owners(self) -> tuple[int, ...]:
+        """Who may own the files a podman container's state is kept in: root, and the socket's owner."""
+        path = socket_path(self.host)
+        try:
+            return (0, os.stat(path).st_uid) if path else (0,)
+        except OSError:
+            return (0,)
 
     def _drop(self) -> None:
         if self._client is not None:
@@ -320,7 +358,13 @@ class DockerSource:
 
     def _fail(self, exc: BaseException) -> ContainerInventory:
         self._drop()
-        return ContainerInventory(False, describe_error(exc, self.host, self.timeout))
+        sentence = describe_error(exc, self.host, self.timeout)
+        if self.engine == "podman" or "podman" in (socket_path(self.host) or ""):
+            # podman's socket found by gputui itself: say podman, not Docker and DOCKER_HOST
+            sentence = sentence.replace("the Docker daemon", "podman's API service")
+            if not self._user_host:
+                sentence = sentence.replace(" (DOCKER_HOST)", "")
+        return ContainerInventory(False, sentence)
 
     def _record(self, client: Any, summary: Mapping[str, Any], attrs: dict[str, Any] | None = None
                 ) -> ContainerRecord | None:
@@ -339,6 +383,8 @@ class DockerSource:
                         self._cache.pop(cid, None)
                         return None
                     raise
+            if self.engine == "podman":
+                attrs = podman_grant_attrs(attrs, libpod_inspect(client, cid), self._socket_owners())
             st = attrs.get("State") or {}
             pid = st.get("Pid") or None
             cached = _Cached(
@@ -390,7 +436,8 @@ class DockerSource:
         config = attrs.get("Config") or {}
         host_config = attrs.get("HostConfig") or {}
         env = _env(config.get("Env"))
-        grant = read_grant(attrs, self._host)
+        podman = self.engine == "podman"
+        grant = read_grant(attrs, self._host, env_is_grant=podman)
         labels = dict(summary.get("Labels") or config.get("Labels") or {})
         names = summary.get("Names") or []
         name = names[0].lstrip("/") if names else (attrs.get("Name") or "").lstrip("/")
@@ -407,7 +454,7 @@ class DockerSource:
             state=cached.state,
             compose_project=labels.get("com.docker.compose.project"),
             compose_service=labels.get("com.docker.compose.service"),
-            runtime="docker",
+            runtime="podman" if podman else "docker",
             gpus=grant.gpus,
             grant_source=grant.source,
             cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"),

@@ -37,8 +37,11 @@ VIA = {
     "nvidia_runtime_env": "nvidia runtime",
     "cdi": "CDI",
     "devices": "device node",
+    "kubelet": "nvidia.com/gpu",
     "none": "-",
 }
+#: The engines whose grants gputui reads, as named when they are down.
+ENGINE = {"docker": "Docker", "podman": "podman"}
 USED_STYLE = "bold reverse"
 GRANTED_STYLE = "bold underline"
 OTHER_STYLE = "dim"
@@ -65,7 +68,7 @@ def indices(items: tuple[int, ...] | list[int]) -> str:
 
 def grant_cell(c: Container, n_gpus: int) -> str:
     """What the container was granted, as GPU indices: "all (8)", "2,3", "none", or "unknown"."""
-    if c.runtime != "docker" or (c.grant_source == "none" and not c.granted_gpus and c.image is None):
+    if not c.grant_known or (c.grant_source == "none" and not c.granted_gpus and c.image is None):
         return "unknown"
     if c.gpus == "all":
         return f"all ({n_gpus})"
@@ -73,8 +76,10 @@ def grant_cell(c: Container, n_gpus: int) -> str:
 
 
 def via_cell(c: Container) -> str:
-    if c.runtime != "docker":
+    if not c.grant_known:
         return c.runtime
+    if c.runtime == "podman" and c.grant_source == "nvidia_runtime_env":
+        return "NVIDIA hook"
     return VIA.get(c.grant_source, c.grant_source)
 
 
@@ -107,13 +112,19 @@ def detail(c: Container, snapshot: Snapshot) -> Table:
         out.add_row("Image", markup(c.image))
     if c.compose_project:
         out.add_row("Compose", markup(f"project {c.compose_project}, service {c.compose_service or '-'}"))
+    if c.runtime == "kubernetes" and (c.pod or c.pod_uid):
+        uid = f"  UID {c.pod_uid}" if c.pod_uid else ""
+        out.add_row("Pod", markup(f"{c.namespace}/{c.pod}{uid}" if c.pod else f"UID {c.pod_uid} (name unknown)"))
+    elif c.runtime != "docker":
+        where = f", namespace {c.namespace}" if c.namespace else ""
+        out.add_row("Runtime", markup(f"{c.runtime}{where}"))
     if c.restart_policy:
         out.add_row("Restart", markup(c.restart_policy))
     n = len(snapshot.gpus)
     grant = grant_cell(c, n)
     if grant == "unknown":
-        grant_text = ("unknown: Docker is unavailable" if c.runtime == "docker" else
-                      f"unknown: gputui reads grants from Docker, and this is a {c.runtime} container")
+        grant_text = (f"unknown: {ENGINE[c.runtime]} is unavailable" if c.runtime in ENGINE else
+                      f"unknown: nothing that gputui reads tells the grant of this {c.runtime} container")
     elif grant == "none":
         grant_text = "none"
     else:

@@ -20,6 +20,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
 from textual.widgets.data_table import CellDoesNotExist
 
+from gputui.actions.migrate.plan import runtime_refusal
 from gputui.core.fleet.model import FleetGpu, FleetHost, FleetProcess, FleetSnapshot
 from gputui.core.fleet.queries import HostHistory
 from gputui.core.safe_text import clean
@@ -60,7 +61,7 @@ def card_text(gpu: FleetGpu, history: HostHistory | None, selected: bool,
 
 def process_cells(gpu: FleetGpu, p: FleetProcess) -> tuple[Text, ...]:
     return (Text(str(gpu.index)), Text(str(p.pid)), Text(clean(p.user or "N/A")), Text(clean(p.exe or "N/A")),
-            Text(clean(p.container or "-")), Text(clean(p.image or "-")), Text(fmt.size(p.gpu_memory)))
+            Text(clean(p.owner or "-")), Text(clean(p.image or "-")), Text(fmt.size(p.gpu_memory)))
 
 
 def best_target(host: FleetHost, avoid: int) -> FleetGpu | None:
@@ -77,6 +78,9 @@ def migrate_command(host: FleetHost, gpu: FleetGpu, process: FleetProcess) -> tu
     if not process.container:
         return None, (f"PID {process.pid} runs outside a container: gputui migrates containers only. "
                       f"Stop it and start it on another GPU, or kill it with k.")
+    if process.runtime and process.runtime != "docker":
+        return None, runtime_refusal(clean(process.owner or process.container), process.runtime,
+                                     process.pod, process.namespace) or ""
     target = best_target(host, gpu.index)
     if target is None:
         return None, f"{clean(host.shown)} has no other GPU to move {clean(process.container)} to."

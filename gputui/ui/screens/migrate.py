@@ -43,6 +43,7 @@ from gputui.actions.migrate import (
     target_options,
 )
 from gputui.actions.migrate.flow import RECOVERABLE, MigrateFlow
+from gputui.actions.migrate.plan import runtime_refusal
 from gputui.core.model import Container, Process, Snapshot
 from gputui.core.safe_text import clean
 from gputui.core.units import fmt_bytes
@@ -158,12 +159,9 @@ class MigrateScreen(GpuModal["MigrationResult | None"]):
             if ref is None:
                 return None, None, (f"PID {process.pid} does not run in a container; gputui migrates containers "
                                     f"(restart the job with CUDA_VISIBLE_DEVICES set to move it).")
-            if ref.runtime == "kubernetes":
-                return None, None, (f"PID {process.pid} runs in Kubernetes pod {ref.label}; change the pod's "
-                                    f"GPU request instead.")
-            if ref.runtime not in ("docker",):
-                return None, None, (f"PID {process.pid} runs in a container Docker does not manage "
-                                    f"({ref.runtime}); gputui migrates Docker containers.")
+            why = runtime_refusal(ref.label, ref.runtime, ref.pod, ref.namespace)
+            if why is not None:
+                return None, None, why
             return ref.id, ref.name or ref.id[:12], None
         sug = snapshot.imbalance.suggestion if snapshot is not None else None
         if sug is not None and sug.container:
