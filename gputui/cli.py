@@ -96,6 +96,9 @@ SUBCOMMANDS = {
     "doctor": "walk the troubleshooting checklist",
     "exporter": "serve Prometheus metrics on /metrics",
     "fleet": "every server's GPUs, owners and containers, from Prometheus",
+    "record": "record who held which GPU, for 'gputui who' and 'gputui usage'",
+    "who": "who held which GPU at a time or over a period (from the history)",
+    "usage": "GPU-hours per user, container, image, compose project, job, GPU or host",
 }
 
 
