@@ -37,8 +37,10 @@ from gputui.core.sources.history_store import (
     check_version,
 )
 
-#: A poll later than this many intervals after the previous one starts new holds.
+#: A poll later than this many intervals (and at least MIN_GAP seconds) after the previous one
+#: starts new holds: the machine slept or the recorder was stopped.
 MAX_GAP_INTERVALS = 3.0
+MIN_GAP = 60.0
 #: Longest stored text (user, names, image, exe): anything longer is cut.
 MAX_TEXT = 256
 #: How often retention runs, and how many rows one pass deletes (so a prune never holds the writer long).
@@ -226,7 +228,7 @@ class Recorder:
         wall = snap.time.timestamp()
         now = wall if self._last is None else max(wall, self._last)  # never backwards
         dt = 0.0 if self._last is None else now - self._last
-        if dt > MAX_GAP_INTERVALS * self.interval:
+        if dt > max(MAX_GAP_INTERVALS * self.interval, MIN_GAP):
             for key in list(self._holds):
                 self._end(key)
             self._flush_minutes()
@@ -283,7 +285,7 @@ class Recorder:
                 hold.idle_s += dt
         kinds = _stale(p)
         if kinds and kinds != hold.stale:
-            merged = sorted(set((hold.stale or "").split(",")) | set(kinds.split(",")) - {""})
+            merged = sorted((set((hold.stale or "").split(",")) | set(kinds.split(","))) - {""})
             hold.stale = ",".join(merged)
         hold.dirty = True
 

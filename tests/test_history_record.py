@@ -1,0 +1,193 @@
+"""A real ``gputui record`` process over the fake NVIDIA driver while the scenario changes under it:
+user A's process on GPU 0, then user B's; a container's process on GPU 1 (a real process in a
+docker cgroup); an orphan holding memory. ``gputui who`` and ``gputui usage`` (real subprocesses)
+must name the exact holders, and GPU-hours must match the wall time within the polling interval."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require
+from tests.fakenvml.scenario import GiB, gpu, process, scenario
+
+INTERVAL = 0.5
+USERS = ("gthsa", "gthsb")
+CONTAINER_ID = "a1" * 32
+
+
+@pytest.fixture
+def users():
+    require(os.geteuid() == 0, "creating test users needs root")
+    made = []
+    for name in USERS:
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                           check=True, capture_output=True)
+            made.append(name)
+    yield USERS
+    for name in made:
+        subprocess.run(["userdel", name], check=False, capture_output=True)
+
+
+@pytest.fixture
+def spawned():
+    started: list = []
+    yield started
+    for item in started:
+        if isinstance(item, subprocess.Popen):
+            if item.poll() is None:
+                item.kill()
+            item.wait(timeout=10)
+        else:
+            try:
+                os.kill(item, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def docker_cgroup():
+    """A cgroup (v1 pids hierarchy) named as Docker's cgroupfs driver names a container's."""
+    base = Path("/sys/fs/cgroup/pids")
+    require(base.is_dir() and os.access(base, os.W_OK), "a writable cgroup v1 pids hierarchy is needed")
+    path = base / "docker" / CONTAINER_ID
+    path.mkdir(parents=True, exist_ok=True)
+    yield path
+    for _ in range(50):
+        try:
+            path.rmdir()
+            break
+        except OSError:
+            time.sleep(0.1)
+
+
+def _sleep_as(user: str) -> subprocess.Popen:
+    return subprocess.Popen(["sleep", "600"], user=user, stdin=subprocess.DEVNULL)
+
+
+def _orphan() -> int:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess; p = subprocess.Popen(['sleep', '600']); print(p.pid, flush=True)"],
+        stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert parent.stdout is not None
+    worker = int(parent.stdout.readline())
+    parent.wait(timeout=10)
+    parent.stdout.close()
+    return worker
+
+
+def _wait_for(cond, timeout=30.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _heartbeat(db: Path) -> str | None:
+    if not db.exists():
+        return None
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'heartbeat'").fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return None if row is None else row[0]
+
+
+def _holders(fake, db, *args):
+    res = fake.run_gputui("who", "--db", str(db), "--since", "1h", "--json", *args)
+    assert res.returncode in (0, 1), res.stderr
+    return json.loads(res.stdout)["holders"]
+
+
+def test_recorder_on_changing_scenario(fake_nvml, tmp_path, users, spawned, docker_cgroup):
+    a_user, b_user = users
+    a, b = _sleep_as(a_user), _sleep_as(b_user)
+    box = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
+    spawned += [a, b, box]
+    (docker_cgroup / "cgroup.procs").write_text(str(box.pid))
+    orphan = _orphan()
+    spawned.append(orphan)
+
+    def phase(gpu0, gpu1, util0):
+        fake_nvml.write(scenario([gpu(0, processes=gpu0, utilization_gpu=util0),
+                                  gpu(1, processes=gpu1, utilization_gpu=0)]))
+
+    phase([], [], 0)
+    db = tmp_path / "history.db"
+    env = fake_nvml.env({**os.environ, "XDG_RUNTIME_DIR": str(tmp_path / "run")})
+    env.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    rec = subprocess.Popen([sys.executable, "-m", "gputui", "record", "--no-docker", "--db", str(db),
+                            "--interval", str(INTERVAL)], env=env, stderr=subprocess.PIPE, text=True)
+    spawned.append(rec)
+    try:
+        assert _wait_for(lambda: _heartbeat(db) is not None, timeout=60)
+        phase([process(a.pid, used_memory=4 * GiB, sm=70)], [process(box.pid, used_memory=2 * GiB, sm=0)], 80)
+        t_a = time.time()
+        assert _wait_for(lambda: any(h["pid"] == a.pid for h in _holders(fake_nvml, db)))
+        time.sleep(4)
+        phase([process(b.pid, used_memory=6 * GiB, sm=10)],
+              [process(box.pid, used_memory=2 * GiB, sm=0), process(orphan, used_memory=1 * GiB, sm=0)], 0)
+        t_switch = time.time()
+        assert _wait_for(lambda: any(h["pid"] == b.pid for h in _holders(fake_nvml, db)))
+        time.sleep(4)
+        t_end = time.time()
+        running = _holders(fake_nvml, db)
+    finally:
+        rec.send_signal(signal.SIGTERM)
+        _, err = rec.communicate(timeout=30)
+    assert rec.returncode == 0, err
+    assert f"writing {db} every {INTERVAL:g} s" in err
+
+    # while it recorded: B, the container and the orphan were "still running", A was not
+    assert {h["pid"]: h["running"] for h in running} == {a.pid: False, box.pid: True, b.pid: True, orphan: True}
+
+    holders = _holders(fake_nvml, db, "--gpu", "0")
+    assert [(h["user"], h["pid"], h["exe"], h["gpu"]) for h in holders] == [
+        (a_user, a.pid, "sleep", 0), (b_user, b.pid, "sleep", 0)]
+    assert holders[0]["peak_memory"] == 4 * GiB and holders[0]["mean_sm"] == 70
+    assert holders[1]["peak_memory"] == 6 * GiB
+
+    on1 = {h["pid"]: h for h in _holders(fake_nvml, db, "--gpu", "1")}
+    assert on1[box.pid]["container_id"] == CONTAINER_ID and on1[box.pid]["runtime"] == "docker"
+    assert on1[orphan]["stale"] == "orphan" and on1[orphan]["user"] == pwd.getpwuid(os.geteuid()).pw_name
+
+    # --at a moment of A's time names A alone on GPU 0; the human table says so too
+    mid = f"{(t_a + t_switch) / 2:.3f}"
+    res = fake_nvml.run_gputui("who", "--db", str(db), "--gpu", "0", "--at", mid)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].split()[:5] == ["GPU", "USER", "CONTAINER/JOB", "EXE", "PID"]
+    assert [ln.split()[1] for ln in lines[1:]] == [a_user]
+
+    res = fake_nvml.run_gputui("usage", "--db", str(db), "--since", "1h", "--json")
+    assert res.returncode == 0, res.stderr
+    rows = {r["key"]: r for r in json.loads(res.stdout)["rows"]}
+    held_a = rows[a_user]["gpu_hours_held"] * 3600
+    held_b = rows[b_user]["gpu_hours_held"] * 3600
+    # A was listed from before t_a until t_switch; B from t_switch until t_end (each end within an interval)
+    assert t_switch - t_a - 2 * INTERVAL <= held_a <= t_switch - t_a + INTERVAL
+    assert t_end - t_switch - 2 * INTERVAL <= held_b <= t_end - t_switch + INTERVAL
+    assert rows[a_user]["busy_gpu_hours"] == pytest.approx(rows[a_user]["gpu_hours_held"] * 0.8, rel=0.05)
+    assert rows[b_user]["idle_hold_hours"] == pytest.approx(rows[b_user]["gpu_hours_held"], rel=0.01)
+    assert rows[a_user]["peak_gpus"] == 1
+    res = fake_nvml.run_gputui("usage", "--db", str(db), "--since", "1h", "--by", "container", "--csv")
+    assert res.returncode == 0, res.stderr
+    keyed = {line.split(",")[0]: line for line in res.stdout.splitlines()}
+    assert CONTAINER_ID[:12] in keyed and "(host)" in keyed and "total" in keyed
