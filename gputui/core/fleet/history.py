@@ -2,9 +2,11 @@
 
 Time is cut into buckets of ``step`` seconds (60 s, coarser for long periods so that a series
 has at most :data:`MAX_POINTS` points); a range query evaluates each bucket's ``*_over_time``
-over exactly that bucket, so a process counts for a bucket when any sample of it fell inside —
-never through Prometheus's five-minute lookback, and the same on backfilled blocks (which have no
-staleness markers) as on live scrapes. Four queries whatever the fleet's size: process memory
+over exactly that bucket (a millisecond short, as Prometheus 2 ranges include both ends), so a
+process counts for a bucket when any sample of it fell inside — never through Prometheus's
+five-minute lookback, and the same on backfilled blocks (which have no staleness markers) as on
+live scrapes. As the recorder measures a hold from its first sighting to its last, a run of n
+buckets is n - 1 steps long: each bucket counts from the one before it. Four queries whatever the fleet's size: process memory
 (peak for ``who``, mean for ``usage``), process SM, GPU utilization and the hosts' names.
 
 The figures are the SQLite backend's (:mod:`gputui.core.sources.history_store`), to within one
@@ -30,6 +32,11 @@ def step_for(since: float, until: float) -> float:
     return max(STEP, math.ceil((until - since) / MAX_POINTS / STEP) * STEP)
 
 
+def _window(step: float) -> str:
+    """The range of one bucket: (t - step, t]."""
+    return f"{int(step * 1000) - 1}ms"
+
+
 def _gpu_selector(gpus: Sequence[int]) -> str:
     return "{gpu=~\"" + "|".join(str(int(g)) for g in gpus) + "\"}" if gpus else ""
 
@@ -42,7 +49,7 @@ def _host_of(series: RangeSeries, names: dict[tuple[str, str], str]) -> str:
 
 def _hosts(client: PromClient, start: float, end: float, step: float) -> dict[tuple[str, str], str]:
     out: dict[tuple[str, str], str] = {}
-    for s in client.query_range(f"max by (job, instance, hostname) (max_over_time(gputui_host_info[{step:g}s]))",
+    for s in client.query_range(f"max by (job, instance, hostname) (max_over_time(gputui_host_info[{_window(step)}]))",
                                 start, end, step):
         name = s.labels.get("hostname")
         if name:
@@ -66,8 +73,8 @@ def holdings(client: PromClient, since: float, until: float, gpus: Sequence[int]
     start = math.floor(lo / step) * step + step  # a bucket (t - step, t] per evaluation
     end = max(start, math.ceil(hi / step) * step)
     sel = _gpu_selector(gpus)
-    memory = client.query_range(f"max_over_time(gputui_process_gpu_memory_bytes{sel}[{step:g}s])", start, end, step)
-    sm = client.query_range(f"avg_over_time(gputui_process_sm_utilization_ratio{sel}[{step:g}s])", start, end, step)
+    memory = client.query_range(f"max_over_time(gputui_process_gpu_memory_bytes{sel}[{_window(step)}])", start, end, step)
+    sm = client.query_range(f"avg_over_time(gputui_process_sm_utilization_ratio{sel}[{_window(step)}])", start, end, step)
     names = _hosts(client, start, end, step)
     sm_points: dict[tuple[str, str, str, str], dict[float, float]] = {}
     for s in sm:
@@ -86,7 +93,7 @@ def holdings(client: PromClient, since: float, until: float, gpus: Sequence[int]
         sms = sm_points.get((lab.get("job", ""), lab.get("instance", ""), lab.get("gpu", ""), lab.get("pid", "")), {})
         for run in _runs([t for t, _ in s.points], step):
             values = [v for t, v in s.points if run[0] <= t <= run[-1]]
-            first, last = run[0] - step, run[-1]
+            first, last = run[0], run[-1]
             if at and not first <= since <= last:
                 continue
             if last < since or first > until:
@@ -101,7 +108,7 @@ def holdings(client: PromClient, since: float, until: float, gpus: Sequence[int]
                 exe=_empty(lab.get("exe", "")), first_seen=first, last_seen=last,
                 running=now is not None and run[-1] >= last_bucket and last_bucket >= now - step,
                 mem_peak=int(max(values)) if values else None,
-                mem_byte_s=sum(values) * step if held > 0 else 0.0,
+                mem_byte_s=sum(values[1:]) * step,
                 sm_mean=sum(sm_values) / len(sm_values) if sm_values else None, busy_s=0.0, idle_s=0.0))
     out.sort(key=lambda h: (h.first_seen, h.host, h.gpu, h.pid))
     return out
@@ -124,8 +131,8 @@ def usage(client: PromClient, since: float, until: float, by: str) -> tuple[list
     step = step_for(since, until)
     start = math.floor(since / step) * step + step
     end = max(start, math.floor(until / step) * step)
-    memory = client.query_range(f"avg_over_time(gputui_process_gpu_memory_bytes[{step:g}s])", start, end, step)
-    util = client.query_range(f"avg_over_time(gputui_gpu_utilization_ratio[{step:g}s])", start, end, step)
+    memory = client.query_range(f"avg_over_time(gputui_process_gpu_memory_bytes[{_window(step)}])", start, end, step)
+    util = client.query_range(f"avg_over_time(gputui_gpu_utilization_ratio[{_window(step)}])", start, end, step)
     names = _hosts(client, start, end, step)
     util_of: dict[tuple[str, str], dict[float, float]] = {}
     for s in util:
@@ -144,9 +151,12 @@ def usage(client: PromClient, since: float, until: float, by: str) -> tuple[list
         key = key_of(probe, by)
         gpu = (probe.host, s.labels.get("gpu", ""))
         buckets = held.setdefault(key, {})
+        previous = None
         for t, v in s.points:
             buckets.setdefault(t, set()).add(gpu)
-            mem[key] = mem.get(key, 0.0) + v * step
+            if previous is not None and t - previous <= step * 1.5:  # a bucket counts from the one before
+                mem[key] = mem.get(key, 0.0) + v * step
+            previous = t
     rows = [_row(key, buckets, mem.get(key, 0.0), util_of, step) for key, buckets in held.items()]
     rows.sort(key=lambda u: (-u.gpu_hours_held, u.key))
     everyone: dict[float, set[tuple[str, str]]] = {}
@@ -170,7 +180,10 @@ def _row(key: str, buckets: dict[float, set[tuple[str, str]]], mem_byte_s: float
          util_of: dict[tuple[str, str], dict[float, float]], step: float) -> Usage:
     held = busy = idle = 0.0
     for t, gpus in buckets.items():
+        before = buckets.get(t - step, set())
         for gpu in gpus:
+            if gpu not in before:
+                continue  # the first bucket of a run: the hold starts here
             held += step
             u = util_of.get(gpu, {}).get(t)
             if u is not None:
