@@ -2,15 +2,16 @@
 
 Time is cut into buckets of ``step`` seconds (60 s, coarser for long periods so that a series
 has at most :data:`MAX_POINTS` points); a range query evaluates each bucket's ``*_over_time``
-over exactly that bucket (a millisecond short, as Prometheus 2 ranges include both ends), so a
+over exactly that bucket (a millisecond short: Prometheus 2 ranges include both ends), so a
 process counts for a bucket when any sample of it fell inside — never through Prometheus's
 five-minute lookback, and the same on backfilled blocks (which have no staleness markers) as on
 live scrapes. As the recorder measures a hold from its first sighting to its last, a run of n
-buckets is n - 1 steps long: each bucket counts from the one before it. Four queries whatever the fleet's size: process memory
-(peak for ``who``, mean for ``usage``), process SM, GPU utilization and the hosts' names.
+buckets is n - 1 steps long: each bucket counts from the one before it. Four queries whatever
+the fleet's size: process memory (peak for ``who``, mean for ``usage``), process SM, GPU
+utilization and the hosts' names.
 
 The figures are the SQLite backend's (:mod:`gputui.core.sources.history_store`), to within one
-bucket per hold: a hold runs from the start of its first bucket to the end of its last.
+bucket per hold: a hold runs from its first bucket to its last.
 """
 
 from __future__ import annotations
@@ -73,8 +74,9 @@ def holdings(client: PromClient, since: float, until: float, gpus: Sequence[int]
     start = math.floor(lo / step) * step + step  # a bucket (t - step, t] per evaluation
     end = max(start, math.ceil(hi / step) * step)
     sel = _gpu_selector(gpus)
-    memory = client.query_range(f"max_over_time(gputui_process_gpu_memory_bytes{sel}[{_window(step)}])", start, end, step)
-    sm = client.query_range(f"avg_over_time(gputui_process_sm_utilization_ratio{sel}[{_window(step)}])", start, end, step)
+    window = _window(step)
+    memory = client.query_range(f"max_over_time(gputui_process_gpu_memory_bytes{sel}[{window}])", start, end, step)
+    sm = client.query_range(f"avg_over_time(gputui_process_sm_utilization_ratio{sel}[{window}])", start, end, step)
     names = _hosts(client, start, end, step)
     sm_points: dict[tuple[str, str, str, str], dict[float, float]] = {}
     for s in sm:
@@ -99,7 +101,6 @@ def holdings(client: PromClient, since: float, until: float, gpus: Sequence[int]
             if last < since or first > until:
                 continue
             sm_values = [sms[t] * 100 for t in run if t in sms]
-            held = last - first
             out.append(Holding(
                 host=host, gpu=gpu, pid=pid, start_time=first, user=_empty(lab.get("user", "")),
                 container_id=None, container_name=_empty(lab.get("container", "")), image=_empty(lab.get("image", "")),
