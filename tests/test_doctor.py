@@ -22,6 +22,7 @@ from gputui.core.doctor.facts import (
     DoctorFacts,
     GpuHealth,
     NvmlFacts,
+    RecorderFacts,
 )
 from gputui.core.record import replace
 
@@ -47,7 +48,8 @@ DOCKER = DockerFacts(socket_exists=True, socket_accessible=True, reachable=True,
                      hook_path="/usr/bin/nvidia-container-runtime-hook", user="alice")
 GOOD = DoctorFacts(nvml=HEALTHY, devices=NODES, container_env=ContainerEnvFacts(in_container=False,
                    host_pid_namespace=True, host_cgroup_namespace=True), docker=DOCKER, container_findings=(),
-                   host="gpu-node")
+                   host="gpu-node", recorder=RecorderFacts(running=True, pid=4242, db="/var/lib/gputui/history.db",
+                                                           writing=True))
 
 
 def test_a_healthy_machine_passes_every_check_and_exits_0():
@@ -58,7 +60,7 @@ def test_a_healthy_machine_passes_every_check_and_exits_0():
         "nvml", "nvml-functions", "gpu-models", "gpu-drivers", "persistence-mode", "device-nodes", "container",
         "cgroup-namespace", "docker-socket", "docker-daemon", "nvidia-runtime", "docker-gpus",
         "containers-unpinned", "containers-env", "mig-devices", "mig-mode-change", "mig-grants", "gpu-lost",
-        "ecc-errors", "memory-repair", "throttling"}
+        "ecc-errors", "memory-repair", "throttling", "history"}
     assert C.exit_status(checks) == 0
     nvml = _by_name(checks)["nvml"].message
     assert "driver 550.54.15, CUDA driver 12.4, NVML 12.550.54.15, nvidia-ml-py 12.550.52" in nvml
@@ -265,7 +267,7 @@ def test_json_document_shape_on_the_demo(capsys):
         assert c["status"] in ("pass", "warn", "fail", "skip")
         assert (c["fix"] is None) == (c["status"] in ("pass", "skip"))
     # The demo lists the same checks as a real run (the README's 18).
-    assert [c["name"] for c in doc["checks"]] == list(C.ALL_CHECKS) and len(C.ALL_CHECKS) == 21
+    assert [c["name"] for c in doc["checks"]] == list(C.ALL_CHECKS) and len(C.ALL_CHECKS) == 22
     by = {c["name"]: c for c in doc["checks"]}
     assert by["nvml"]["message"].startswith("Demo:")
     assert by["containers-env"]["status"] == "warn" and "eval-server" in by["containers-env"]["message"]

@@ -191,3 +191,31 @@ def test_recorder_on_changing_scenario(fake_nvml, tmp_path, users, spawned, dock
     assert res.returncode == 0, res.stderr
     keyed = {line.split(",")[0]: line for line in res.stdout.splitlines()}
     assert CONTAINER_ID[:12] in keyed and "(host)" in keyed and "total" in keyed
+
+
+def test_recorder_that_cannot_write_keeps_polling_and_doctor_says_why(fake_nvml, tmp_path, spawned):
+    db = tmp_path / "history.db"
+    content = b"not a database, and not gputui's to overwrite\n" * 64
+    db.write_bytes(content)
+    run_dir = tmp_path / "run"
+    env = fake_nvml.env({**os.environ, "XDG_RUNTIME_DIR": str(run_dir)})
+    env.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    rec = subprocess.Popen([sys.executable, "-m", "gputui", "record", "--no-docker", "--db", str(db),
+                            "--interval", str(INTERVAL)], env=env, stderr=subprocess.PIPE, text=True)
+    spawned.append(rec)
+    sentence = f"{db} is not an SQLite database; gputui leaves it as it is (give another --db)."
+    try:
+        assert _wait_for(lambda: (run_dir / "gputui" / "recorder.json").exists(), timeout=60)
+        res = fake_nvml.run_gputui("doctor", "--json", "--no-docker", env_extra={"XDG_RUNTIME_DIR": str(run_dir)})
+        doc = json.loads(res.stdout)
+        check = {c["name"]: c for c in doc["checks"]}["history"]
+        assert check["status"] == "warn"
+        assert check["message"] == f"'gputui record' (PID {rec.pid}) is not writing the history: {sentence}"
+        assert rec.poll() is None  # still polling
+    finally:
+        rec.send_signal(signal.SIGTERM)
+        _, err = rec.communicate(timeout=30)
+    assert rec.returncode == 0
+    assert err.count(f"gputui record: not writing history: {sentence}") == 1, err
+    assert db.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("history")) == ["history.db"]

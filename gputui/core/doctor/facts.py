@@ -133,6 +133,18 @@ class ContainerFinding:
 
 
 @record
+class RecorderFacts:
+    """``gputui record`` on this host, from the status file it keeps (None fields: none running)."""
+
+    running: bool = False
+    pid: int | None = None
+    db: str | None = None
+    writing: bool = False
+    #: Why it is not writing: one sentence.
+    problem: str | None = None
+
+
+@record
 class DoctorFacts:
     nvml: NvmlFacts
     devices: DeviceFacts
@@ -146,3 +158,5 @@ class DoctorFacts:
     host: str = ""
     #: MIG modes, MIG devices and MIG grants (empty: no GPU reports MIG mode); None when NVML could not be read.
     mig: MigFacts | None = field(default_factory=MigFacts)
+    #: The history recorder (``gputui record``), if one runs here.
+    recorder: RecorderFacts = field(default_factory=RecorderFacts)
