@@ -305,7 +305,7 @@ class Usage:
 
 
 def key_of(h: Holding, by: str) -> str:
-    """The name a hold is counted under for ``--by``."""
+    """The name a hold is counted under for ``--by`` (:data:`_KEY_SQL` says the same in SQL)."""
     if by == "user":
         return h.user or "(unknown)"
     if by == "container":
@@ -313,7 +313,7 @@ def key_of(h: Holding, by: str) -> str:
     if by == "image":
         return h.image or "(none)"
     if by == "compose":
-        return f"{h.compose_project}/{h.compose_service}" if h.compose_project else "(none)"
+        return f"{h.compose_project}/{h.compose_service or ''}" if h.compose_project else "(none)"
     if by == "job":
         return h.job or "(none)"
     if by == "gpu":
@@ -321,17 +321,20 @@ def key_of(h: Holding, by: str) -> str:
     return h.host
 
 
-@record
-class Span:
-    """One hold's part of a period, reduced to what usage adds up: seconds, not fractions."""
+_KEY_SQL = {
+    "user": "coalesce(user, '(unknown)')",
+    "container": "coalesce(container_name, substr(container_id, 1, 12), '(host)')",
+    "image": "coalesce(image, '(none)')",
+    "compose": "CASE WHEN compose_project IS NULL THEN '(none)' "
+               "ELSE compose_project || '/' || coalesce(compose_service, '') END",
+    "job": "coalesce(job, '(none)')",
+    "gpu": "CAST(gpu AS TEXT)",
+    "host": "host",
+}
 
-    key: str
-    gpu: tuple[str, int]
-    start: float
-    end: float
-    busy_s: float
-    idle_s: float
-    mem_byte_s: float
+#: One hold's part of a period, reduced to what usage adds up (a plain tuple: a 30-day report of a
+#: busy machine has a hundred thousand): (key, (host, gpu), start, end, busy_s, idle_s, mem_byte_s).
+Span = tuple[str, tuple[str, int], float, float, float, float, float]
 
 
 def spans(items: Iterable[Holding], since: float, until: float, by: str) -> list[Span]:
@@ -342,55 +345,66 @@ def spans(items: Iterable[Holding], since: float, until: float, by: str) -> list
         if end <= start:
             continue
         share = (end - start) / h.held_s if h.held_s > 0 else 0.0
-        out.append(Span(key_of(h, by), (h.host, h.gpu), start, end, h.busy_s * share, h.idle_s * share,
-                        h.mem_byte_s * share))
+        out.append((key_of(h, by), (h.host, h.gpu), start, end, h.busy_s * share, h.idle_s * share,
+                    h.mem_byte_s * share))
     return out
+
+
+def db_spans(conn: sqlite3.Connection, since: float, until: float, by: str) -> list[Span]:
+    """:func:`spans` of every hold in the database, computed by SQLite (no record per hold)."""
+    sql = (f"SELECT {_KEY_SQL[by]}, host, gpu, max(first_seen, ?1) AS s, min(last_seen, ?2) AS e, "
+           "(min(last_seen, ?2) - max(first_seen, ?1)) / (last_seen - first_seen), busy_s, idle_s, mem_byte_s "
+           "FROM holds WHERE first_seen <= ?2 AND last_seen >= ?1 AND last_seen > first_seen "
+           "AND min(last_seen, ?2) > max(first_seen, ?1)")
+    return [(key, (host, gpu), s, e, busy * share, idle * share, mem * share)
+            for key, host, gpu, s, e, share, busy, idle, mem in conn.execute(sql, (since, until))]
 
 
 def summarise(items: Iterable[Span]) -> tuple[list[Usage], Usage]:
     """Per key and in total: GPU-hours held (the union of the key's time on each GPU, so two processes
     of one user on one GPU hold it once), busy and idle hours scaled to that union, memory GiB-hours
-    (summed: both processes hold memory) and the most GPUs held at once. Sorted by GPU-hours held."""
+    (summed: both processes hold memory) and the most GPUs held at once. Sorted by GPU-hours held.
+    The totals line adds the keys' figures up; its peak is the most GPUs anyone held at once."""
     per_key: dict[str, list[Span]] = {}
     everything: list[Span] = []
     for s in items:
-        per_key.setdefault(s.key, []).append(s)
+        per_key.setdefault(s[0], []).append(s)
         everything.append(s)
     rows = sorted((_usage(key, group) for key, group in per_key.items()),
                   key=lambda u: (-u.gpu_hours_held, u.key))
-    return rows, _usage("total", everything, per_key_rows=rows)
+    total = Usage("total", sum(u.gpu_hours_held for u in rows), sum(u.busy_gpu_hours for u in rows),
+                  sum(u.memory_gib_hours for u in rows), sum(u.idle_hold_hours for u in rows),
+                  _usage("total", everything).peak_gpus)
+    return rows, total
 
 
-def _usage(key: str, group: list[Span], per_key_rows: list[Usage] | None = None) -> Usage:
+def _usage(key: str, group: list[Span]) -> Usage:
     by_gpu: dict[tuple[str, int], list[Span]] = {}
     for s in group:
-        by_gpu.setdefault(s.gpu, []).append(s)
-    held = busy = idle = 0.0
+        by_gpu.setdefault(s[1], []).append(s)
+    held = busy = idle = mem = 0.0
     segments: list[tuple[float, float]] = []
     for parts in by_gpu.values():
         merged = _union(parts)
         union = sum(e - b for b, e in merged)
-        total = sum(p.end - p.start for p in parts)
+        total = sum(p[3] - p[2] for p in parts)
         scale = union / total if total > 0 else 0.0
         held += union
-        busy += scale * sum(p.busy_s for p in parts)
-        idle += scale * sum(p.idle_s for p in parts)
+        busy += scale * sum(p[4] for p in parts)
+        idle += scale * sum(p[5] for p in parts)
+        mem += sum(p[6] for p in parts)
         segments.extend(merged)
-    mem = sum(s.mem_byte_s for s in group) / 1024**3
-    if per_key_rows is not None:  # the totals line adds the keys' figures up (a GPU two keys share counts twice)
-        held = sum(u.gpu_hours_held for u in per_key_rows) * 3600
-        busy = sum(u.busy_gpu_hours for u in per_key_rows) * 3600
-        idle = sum(u.idle_hold_hours for u in per_key_rows) * 3600
-    return Usage(key, held / 3600, busy / 3600, mem / 3600, idle / 3600, _peak(segments))
+    return Usage(key, held / 3600, busy / 3600, mem / 1024**3 / 3600, idle / 3600, _peak(segments))
 
 
 def _union(parts: list[Span]) -> list[tuple[float, float]]:
     merged: list[tuple[float, float]] = []
-    for p in sorted(parts, key=lambda s: s.start):
-        if merged and p.start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], p.end))
+    for p in sorted(parts, key=lambda s: s[2]):
+        if merged and p[2] <= merged[-1][1]:
+            if p[3] > merged[-1][1]:
+                merged[-1] = (merged[-1][0], p[3])
         else:
-            merged.append((p.start, p.end))
+            merged.append((p[2], p[3]))
     return merged
 
 
@@ -400,9 +414,10 @@ def _peak(segments: list[tuple[float, float]]) -> int:
     peak = now = 0
     for _, step in events:
         now += step
-        peak = max(peak, now)
+        if now > peak:
+            peak = now
     return peak
 
 
 def usage(conn: sqlite3.Connection, since: float, until: float, by: str) -> tuple[list[Usage], Usage]:
-    return summarise(spans(holdings(conn, since, until), since, until, by))
+    return summarise(db_spans(conn, since, until, by))
