@@ -74,26 +74,10 @@ def open_db(ctx: Context) -> sqlite3.Connection:
         raise UsageError(str(exc)) from None
 
 
-def stamp(t: float | None) -> str:
-    if t is None:
-        return "-"
-    return datetime.fromtimestamp(t).astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
 def iso(t: float | None) -> str | None:
     if t is None:
         return None
     return datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
-
-
-def table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths,
-                                                                                             strict=True))).rstrip()
-
-    return "\n".join([line(header), *(line(r) for r in rows)]) + "\n"
 
 
 def dump(doc: Any) -> str:

@@ -15,7 +15,8 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gputui.commands.history_args import add_backend, dump, iso, open_db, period, table
+from gputui.commands.history_args import add_backend, dump, iso, open_db, period
+from gputui.core.history_text import table
 
 if TYPE_CHECKING:
     from gputui.context import Context

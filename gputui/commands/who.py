@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gputui.commands.history_args import add_backend, dump, gpu_indices, iso, open_db, period, stamp, table
+from gputui.commands.history_args import add_backend, dump, gpu_indices, iso, open_db, period
 
 if TYPE_CHECKING:
     from gputui.context import Context
@@ -71,22 +71,6 @@ def _json(h: Holding) -> dict[str, Any]:
 
 
 def render(items: list[Holding]) -> str:
-    from gputui.core.units import fmt_size
+    from gputui.core.history_text import holders_table
 
-    multi_host = len({h.host for h in items}) > 1
-    header = ["GPU", "USER", "CONTAINER/JOB", "EXE", "PID", "FROM", "TO", "PEAK MEM", "SM %"]
-    if multi_host:
-        header.insert(0, "HOST")
-    rows = []
-    for h in items:
-        row = [str(h.gpu), h.user or "?", h.who, h.exe or "?", str(h.pid), stamp(h.first_seen),
-               "still running" if h.running else stamp(h.last_seen),
-               fmt_size(h.mem_peak) if h.mem_peak is not None else "N/A",
-               f"{h.sm_mean:.0f}" if h.sm_mean is not None else "N/A"]
-        if h.stale:
-            row[6] += f" ({h.stale})"
-        if multi_host:
-            row.insert(0, h.host)
-        rows.append(row)
-    right = {4, 7, 8} if not multi_host else {5, 8, 9}
-    return table(header, rows, right)
+    return holders_table(items)

@@ -92,7 +92,11 @@ class HistoryLocked(HistoryError):
 
 
 def default_db_path() -> str:
-    """``/var/lib/gputui/history.db`` as root, ``$XDG_STATE_HOME/gputui/history.db`` otherwise."""
+    """``$GPUTUI_HISTORY_DB`` when set, else ``/var/lib/gputui/history.db`` as root and
+    ``$XDG_STATE_HOME/gputui/history.db`` (default ``~/.local/state``) otherwise."""
+    chosen = os.environ.get("GPUTUI_HISTORY_DB")
+    if chosen:
+        return chosen
     if os.geteuid() == 0:
         return "/var/lib/gputui/history.db"
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
