@@ -230,7 +230,8 @@ def test_a_reader_never_blocks_the_writer(tmp_path):
 def small_disk(tmp_path):
     mount = tmp_path / "small"
     mount.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount)], capture_output=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k,mode=0700", "tmpfs", str(mount)],
+                         capture_output=True)
     if res.returncode != 0:
         pytest.skip("a small tmpfs cannot be mounted here (needs root)")
     yield mount
@@ -270,6 +271,26 @@ def test_full_disk_is_one_sentence_and_the_recorder_catches_up(small_disk):
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     users = {h.user for h in holdings(conn, 0, 2e10)}
     assert {"user0", "user1", "user2"} <= users
+
+
+def test_a_folder_others_may_write_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    r = Recorder(str(shared / "h.db"), 10.0)
+    assert not r.open()
+    assert r.problem == (f"The folder {shared} may be written by other users; give --db a path in a folder of "
+                         "your own.")
+    assert list(shared.iterdir()) == []
+
+
+def test_wrapped_driver_counters_are_not_stored(tmp_path):
+    db = tmp_path / "h.db"
+    a = replace(_p(1, 0, "alice"), gpu_memory=2**64 - 1)
+    r = _record(db, [(T0, [a], {}), (T0 + 10, [a], {})])
+    assert r.problem is None
+    r.close()
+    assert holdings(open_reader(str(db)), 0, 2e10)[0].mem_peak is None
 
 
 def test_time_forms():

@@ -59,6 +59,14 @@ def exe_name(command: str | None) -> str | None:
     return _text(os.path.basename(first)) or None
 
 
+#: Largest memory figure stored (1 PiB): a wrapped driver counter is not a reading.
+MAX_BYTES = 1 << 50
+
+
+def _bytes(value: int | None) -> int | None:
+    return value if value is not None and 0 <= value <= MAX_BYTES else None
+
+
 def _text(value: object) -> str | None:
     if value is None:
         return None
@@ -159,6 +167,7 @@ class Recorder:
         except OSError as exc:
             raise HistoryError(f"Cannot create the folder {folder} for the history database: {exc.strerror}.") \
                 from None
+        _check_folder(folder)
         existed = check_sqlite_file(path)
         mode = 0o640 if os.geteuid() == 0 else 0o600
         try:
@@ -260,19 +269,20 @@ class Recorder:
         c = p.container
         fields = {
             "host": _text(host) or "", "gpu": p.gpu_index, "gpu_uuid": _text(uuid), "pid": p.pid,
-            "start_time": p.create_time or 0.0, "user": _text(p.user), "uid": p.uid,
+            "start_time": p.create_time or 0.0, "user": _text(p.user),
+            "uid": p.uid if p.uid is not None and 0 <= p.uid < 1 << 32 else None,
             "container_id": _text(c.id) if c else None, "container_name": _text(c.name) if c else None,
             "image": _text(c.image) if c else None, "compose_project": _text(c.compose_project) if c else None,
             "compose_service": _text(c.compose_service) if c else None, "runtime": _text(c.runtime) if c else None,
             "job": _job(p), "exe": exe_name(p.command),
         }
-        hold = _Hold(None, fields, now, now, mem_peak=p.gpu_memory)
+        hold = _Hold(None, fields, now, now, mem_peak=_bytes(p.gpu_memory))
         hold.stale = _stale(p) or None
         return hold
 
     def _grow(self, hold: _Hold, p: Process, util: int | None, now: float, dt: float) -> None:
         hold.last = now
-        mem = p.gpu_memory
+        mem = _bytes(p.gpu_memory)
         if mem is not None:
             hold.mem_peak = mem if hold.mem_peak is None else max(hold.mem_peak, mem)
             hold.mem_byte_s += mem * dt
@@ -303,13 +313,15 @@ class Recorder:
             if current is not None and current.n:
                 self._done_minutes.append((gpu, current))
             current = self._minutes[gpu] = _Minute(minute, 0, {}, {}, {})
-        values = {"util": util, "mem": mem, "temp": temp, "power": power}
+        values = {"util": util, "mem": _bytes(mem), "temp": temp, "power": power}
         assert current.sums is not None and current.mins is not None and current.maxs is not None
         current.n += 1
         for name, value in values.items():
             if value is None:
                 continue
             v = float(value)
+            if v != v or v in (float("inf"), float("-inf")):
+                continue
             current.sums[name] = current.sums.get(name, 0.0) + v
             current.sums[name + "#"] = current.sums.get(name + "#", 0.0) + 1
             current.mins[name] = min(current.mins.get(name, v), v)
@@ -344,7 +356,7 @@ class Recorder:
                          (repr(self._last or 0.0), repr(self._last or 0.0), self.host))
             self._prune(conn)
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OverflowError, ValueError) as exc:
             try:
                 conn.execute("ROLLBACK")
             except sqlite3.Error:
@@ -446,6 +458,20 @@ class Recorder:
             self._said = sentence
 
 
+def _check_folder(folder: str) -> None:
+    """The database's folder must be this user's (or root's) and writable by nobody else: in a shared
+    folder another user could put links where SQLite creates its -wal and -shm files."""
+    import stat
+
+    try:
+        st = os.stat(folder)
+    except OSError as exc:
+        raise HistoryError(f"Cannot use the folder {folder} for the history database: {exc.strerror}.") from None
+    if st.st_uid not in (os.geteuid(), 0) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise HistoryError(f"The folder {folder} may be written by other users; give --db a path in a folder of "
+                           "your own.")
+
+
 def _stale(p: Process) -> str:
     return ",".join(sorted({f.kind for f in p.stale}))
 
@@ -457,7 +483,7 @@ def _run_script(conn: sqlite3.Connection, script: str) -> None:
             conn.execute(statement)
 
 
-def _sentence(exc: sqlite3.Error, path: str) -> str:
+def _sentence(exc: Exception, path: str) -> str:
     text = str(exc)
     code = getattr(exc, "sqlite_errorcode", None)
     if "disk is full" in text or code == 13 or getattr(exc, "errno", None) == errno.ENOSPC:
