@@ -16,6 +16,7 @@ from gputui.core.record import replace
 from gputui.core.recorder import Recorder
 from gputui.core.sources.history_store import (
     HistoryError,
+    gpu_minutes,
     holdings,
     open_reader,
     spans,
@@ -271,6 +272,30 @@ def test_full_disk_is_one_sentence_and_the_recorder_catches_up(small_disk):
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     users = {h.user for h in holdings(conn, 0, 2e10)}
     assert {"user0", "user1", "user2"} <= users
+
+
+def test_gpus_are_kept_as_minutes_of_min_mean_max(tmp_path):
+    db = tmp_path / "h.db"
+    start = (T0 // 60 + 1) * 60  # a whole minute: 6 polls, utilization 0, 20 .. 100
+    _record(db, [(start + 10 * i, [], {0: 20 * (i % 6)}) for i in range(12)]).close()
+    minutes = gpu_minutes(open_reader(str(db)), 0, start, start + 120)
+    assert [(m.minute * 60 - start, m.util) for m in minutes] == [(0, (0, 50, 100)), (60, (0, 50, 100))]
+    assert minutes[0].temperature == (40, 40, 40)
+
+
+def test_retention_forgets_what_ended_before_it(tmp_path):
+    db = tmp_path / "h.db"
+    r = Recorder(str(db), 10.0, retention_days=1)
+    assert r.open()
+    old, new = _p(1, 0, "alice"), _p(2, 0, "bob")
+    for i in range(3):
+        r.record(_snap(T0 + 10 * i, [old]))
+    for i in range(3):  # two days later: alice's hold and her minutes are past retention
+        r.record(_snap(T0 + 2 * 86400 + 10 * i, [new]))
+    r.close()
+    conn = open_reader(str(db))
+    assert [h.user for h in holdings(conn, 0, 2e10)] == ["bob"]
+    assert conn.execute("SELECT min(minute) FROM gpu_minutes").fetchone()[0] >= int((T0 + 86400) // 60)
 
 
 def test_a_folder_others_may_write_is_refused(tmp_path):

@@ -221,6 +221,7 @@ class Recorder:
         """Write what is pending (holds stay open: the next recorder closes them) and close."""
         if self.conn is not None:
             if self.problem is None:
+                self._flush_minutes()  # the minute in progress too
                 self._flush()
                 try:  # readers stop calling its holds "still running"
                     self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('stopped', '1')")
