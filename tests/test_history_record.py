@@ -57,20 +57,37 @@ def spawned():
                 pass
 
 
+def _cgroup_base() -> Path | None:
+    """A cgroup hierarchy this test may create a group in: cgroup v1's pids, else the v2 root."""
+    for base in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")):
+        if (base / "cgroup.procs").exists() and os.access(base, os.W_OK):
+            return base
+    return None
+
+
 @pytest.fixture
 def docker_cgroup():
-    """A cgroup (v1 pids hierarchy) named as Docker's cgroupfs driver names a container's."""
-    base = Path("/sys/fs/cgroup/pids")
-    require(base.is_dir() and os.access(base, os.W_OK), "a writable cgroup v1 pids hierarchy is needed")
+    """A cgroup named as Docker's cgroupfs driver names a container's (``/docker/<id>``)."""
+    base = _cgroup_base()
+    require(base is not None, "a writable cgroup hierarchy is needed to put a process in a container's cgroup")
+    assert base is not None
     path = base / "docker" / CONTAINER_ID
+    made_parent = not path.parent.exists()
     path.mkdir(parents=True, exist_ok=True)
     yield path
-    for _ in range(50):
+    for _ in range(50):  # empty once the test's process is killed
         try:
             path.rmdir()
             break
+        except FileNotFoundError:
+            break
         except OSError:
             time.sleep(0.1)
+    if made_parent:
+        try:
+            path.parent.rmdir()
+        except OSError:
+            pass
 
 
 def _sleep_as(user: str) -> subprocess.Popen:
