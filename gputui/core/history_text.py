@@ -30,7 +30,10 @@ def table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
 
 def holders_table(items: list[Holding]) -> str:
     multi_host = len({h.host for h in items}) > 1
+    stale = any(h.stale for h in items)
     header = ["GPU", "USER", "CONTAINER/JOB", "EXE", "PID", "FROM", "TO", "PEAK MEM", "SM %"]
+    if stale:
+        header.append("STALE")  # judged stale (orphan, idle holder, ...) at some point of the hold
     if multi_host:
         header.insert(0, "HOST")
     rows = []
@@ -39,8 +42,8 @@ def holders_table(items: list[Holding]) -> str:
                "still running" if h.running else stamp(h.last_seen),
                fmt_size(h.mem_peak) if h.mem_peak is not None else "N/A",
                f"{h.sm_mean:.0f}" if h.sm_mean is not None else "N/A"]
-        if h.stale:
-            row[6] += f" ({h.stale})"
+        if stale:
+            row.append(h.stale or "")
         if multi_host:
             row.insert(0, h.host)
         rows.append(row)

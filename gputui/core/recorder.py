@@ -43,6 +43,9 @@ MAX_GAP_INTERVALS = 3.0
 MIN_GAP = 60.0
 #: Longest stored text (user, names, image, exe): anything longer is cut.
 MAX_TEXT = 256
+#: Most finished GPU-minutes kept in memory while the database cannot be written (a week of 8 GPUs);
+#: beyond that the oldest are dropped rather than growing without end.
+MAX_PENDING_MINUTES = 8 * 7 * 1440
 #: How often retention runs, and how many rows one pass deletes (so a prune never holds the writer long).
 PRUNE_EVERY = 3600.0
 PRUNE_BATCH = 5000
@@ -313,6 +316,8 @@ class Recorder:
         if current is None or current.minute != minute:
             if current is not None and current.n:
                 self._done_minutes.append((gpu, current))
+                if len(self._done_minutes) > MAX_PENDING_MINUTES:
+                    del self._done_minutes[: len(self._done_minutes) - MAX_PENDING_MINUTES]
             current = self._minutes[gpu] = _Minute(minute, 0, {}, {}, {})
         values = {"util": util, "mem": _bytes(mem), "temp": temp, "power": power}
         assert current.sums is not None and current.mins is not None and current.maxs is not None
