@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -236,3 +238,44 @@ def test_recorder_that_cannot_write_keeps_polling_and_doctor_says_why(fake_nvml,
     assert err.count(f"gputui record: not writing history: {sentence}") == 1, err
     assert db.read_bytes() == content
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("history")) == ["history.db"]
+
+
+def test_a_users_database_is_created_0600(request, users):
+    from tests.fixtures.unprivileged import readable_pythonpath
+
+    user = users[0]
+    # pytest's own folders are root's alone: the user's home is a folder of /tmp it can enter
+    shared = Path(tempfile.mkdtemp(prefix="gputui-history-user-"))
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    shared.chmod(0o755)
+    home = shared / "home"
+    home.mkdir()
+    entry = pwd.getpwnam(user)
+    os.chown(home, entry.pw_uid, entry.pw_gid)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+           "XDG_STATE_HOME": str(home / "state"), "PYTHONPATH": readable_pythonpath()}
+    code = ("from gputui.core.recorder import Recorder\n"
+            "from gputui.core.sources.history_store import default_db_path\n"
+            "r = Recorder(default_db_path(), 10.0)\n"
+            "assert r.open(), r.problem\n"
+            "r.close()\n"
+            "print(default_db_path())\n")
+    res = None
+    for python in dict.fromkeys([sys.executable, shutil.which("python3") or "", "/usr/bin/python3"]):
+        if not python:
+            continue
+        try:  # the venv's interpreter may live where the user cannot go (pyenv under /root)
+            res = subprocess.run([python, "-c", code], user=user, env=env, capture_output=True, text=True,
+                                 timeout=60, cwd=str(home))
+        except OSError:
+            continue
+        if res.returncode == 0 or ("ModuleNotFoundError" not in res.stderr and "Permission" not in res.stderr):
+            break
+    require(res is not None and res.returncode == 0 or (res is not None and "Permission" not in res.stderr
+                                                        and "ModuleNotFoundError" not in res.stderr),
+            "no Python with gputui's dependencies is usable by an unprivileged user")
+    assert res is not None and res.returncode == 0, res.stderr if res else ""
+    db = Path(res.stdout.strip())
+    assert db == home / "state" / "gputui" / "history.db"
+    assert oct(db.stat().st_mode & 0o777) == "0o600" and db.stat().st_uid == entry.pw_uid
+    assert oct(db.parent.stat().st_mode & 0o777) == "0o700"
