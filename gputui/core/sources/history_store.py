@@ -32,9 +32,10 @@ SCHEMA_VERSION = 1
 SQLITE_MAGIC = b"SQLite format 3\x00"
 #: GPU utilization (%) below which a held GPU counts as idle for ``idle_hold_hours``.
 IDLE_UTIL = 5.0
-#: A hold whose last sighting is within this many recorder intervals of the recorder's last poll
-#: is "still running".
+#: A hold the recorder saw at its last poll is "still running" while that poll is at most this many
+#: intervals (and at least RUNNING_FLOOR seconds) old: a late poll on a loaded host is not an end.
 RUNNING_SLACK = 3.0
+RUNNING_FLOOR = 30.0
 
 #: Forward migrations: MIGRATIONS[v] takes a database at version v to v + 1.
 SCHEMA_V1 = """
@@ -247,7 +248,7 @@ def holdings(conn: sqlite3.Connection, since: float, until: float, gpus: Sequenc
     "running" while the recorder still records it: open, seen at its last poll, and that poll recent."""
     heartbeat, interval, stopped = last_poll(conn)
     now = time.time() if now is None else now
-    slack = RUNNING_SLACK * interval
+    slack = max(RUNNING_SLACK * interval, RUNNING_FLOOR)
     live = heartbeat is not None and not stopped and heartbeat >= now - slack
     where = "first_seen <= ? AND last_seen >= ?"
     params: list[Any] = [until, since]
