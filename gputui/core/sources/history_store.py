@@ -23,7 +23,7 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from gputui.core.record import record
@@ -355,14 +355,15 @@ def spans(items: Iterable[Holding], since: float, until: float, by: str) -> list
     return out
 
 
-def db_spans(conn: sqlite3.Connection, since: float, until: float, by: str) -> list[Span]:
-    """:func:`spans` of every hold in the database, computed by SQLite (no record per hold)."""
+def db_spans(conn: sqlite3.Connection, since: float, until: float, by: str, order: str = "") -> Iterator[Span]:
+    """:func:`spans` of every hold in the database, computed by SQLite (no record per hold); ``order``
+    an ORDER BY of the result's columns (1 key, 2 host, 3 gpu, 4 start)."""
     sql = (f"SELECT {_KEY_SQL[by]}, host, gpu, max(first_seen, ?1) AS s, min(last_seen, ?2) AS e, "
            "(min(last_seen, ?2) - max(first_seen, ?1)) / (last_seen - first_seen), busy_s, idle_s, mem_byte_s "
            "FROM holds WHERE first_seen <= ?2 AND last_seen >= ?1 AND last_seen > first_seen "
-           "AND min(last_seen, ?2) > max(first_seen, ?1)")
-    return [(key, (host, gpu), s, e, busy * share, idle * share, mem * share)
-            for key, host, gpu, s, e, share, busy, idle, mem in conn.execute(sql, (since, until))]
+           "AND min(last_seen, ?2) > max(first_seen, ?1)" + (f" ORDER BY {order}" if order else ""))
+    for key, host, gpu, s, e, share, busy, idle, mem in conn.execute(sql, (since, until)):
+        yield (key, (host, gpu), s, e, busy * share, idle * share, mem * share)
 
 
 def summarise(items: Iterable[Span]) -> tuple[list[Usage], Usage]:
@@ -370,47 +371,82 @@ def summarise(items: Iterable[Span]) -> tuple[list[Usage], Usage]:
     of one user on one GPU hold it once), busy and idle hours scaled to that union, memory GiB-hours
     (summed: both processes hold memory) and the most GPUs held at once. Sorted by GPU-hours held.
     The totals line adds the keys' figures up; its peak is the most GPUs anyone held at once."""
-    per_key: dict[str, list[Span]] = {}
-    everything: list[Span] = []
-    for s in items:
-        per_key.setdefault(s[0], []).append(s)
-        everything.append(s)
-    rows = sorted((_usage(key, group) for key, group in per_key.items()),
-                  key=lambda u: (-u.gpu_hours_held, u.key))
+    spans_ = list(items)
+    rows = _per_key(sorted(spans_, key=lambda s: (s[0], s[1], s[2])))
+    total_peak = _peak(_merged(sorted(((s[1], s[2], s[3]) for s in spans_), key=lambda g: (g[0], g[1]))))
+    return _with_total(rows, total_peak)
+
+
+def _with_total(rows: list[Usage], peak: int) -> tuple[list[Usage], Usage]:
+    rows.sort(key=lambda u: (-u.gpu_hours_held, u.key))
     total = Usage("total", sum(u.gpu_hours_held for u in rows), sum(u.busy_gpu_hours for u in rows),
-                  sum(u.memory_gib_hours for u in rows), sum(u.idle_hold_hours for u in rows),
-                  _usage("total", everything).peak_gpus)
+                  sum(u.memory_gib_hours for u in rows), sum(u.idle_hold_hours for u in rows), peak)
     return rows, total
 
 
-def _usage(key: str, group: list[Span]) -> Usage:
-    by_gpu: dict[tuple[str, int], list[Span]] = {}
-    for s in group:
-        by_gpu.setdefault(s[1], []).append(s)
+def _per_key(ordered: Iterable[Span]) -> list[Usage]:
+    """One pass over spans sorted by (key, GPU, start): each key's union per GPU and its figures."""
+    rows: list[Usage] = []
+    key: str | None = None
+    gpu: tuple[str, int] | None = None
     held = busy = idle = mem = 0.0
     segments: list[tuple[float, float]] = []
-    for parts in by_gpu.values():
-        merged = _union(parts)
-        union = sum(e - b for b, e in merged)
-        total = sum(p[3] - p[2] for p in parts)
-        scale = union / total if total > 0 else 0.0
-        held += union
-        busy += scale * sum(p[4] for p in parts)
-        idle += scale * sum(p[5] for p in parts)
-        mem += sum(p[6] for p in parts)
-        segments.extend(merged)
-    return Usage(key, held / 3600, busy / 3600, mem / 1024**3 / 3600, idle / 3600, _peak(segments))
-
-
-def _union(parts: list[Span]) -> list[tuple[float, float]]:
+    # the GPU group in progress: its merged segments, raw seconds, busy and idle seconds
     merged: list[tuple[float, float]] = []
-    for p in sorted(parts, key=lambda s: s[2]):
-        if merged and p[2] <= merged[-1][1]:
-            if p[3] > merged[-1][1]:
-                merged[-1] = (merged[-1][0], p[3])
+    raw = g_busy = g_idle = 0.0
+
+    def close_gpu() -> None:
+        nonlocal held, busy, idle, raw, g_busy, g_idle, merged
+        union = sum(e - b for b, e in merged)
+        scale = union / raw if raw > 0 else 0.0
+        held += union
+        busy += scale * g_busy
+        idle += scale * g_idle
+        segments.extend(merged)
+        merged, raw, g_busy, g_idle = [], 0.0, 0.0, 0.0
+
+    def close_key() -> None:
+        nonlocal held, busy, idle, mem, segments
+        if key is not None:
+            close_gpu()
+            rows.append(Usage(key, held / 3600, busy / 3600, mem / 1024**3 / 3600, idle / 3600, _peak(segments)))
+        held = busy = idle = mem = 0.0
+        segments = []
+
+    for k, g, start, end, b, i, m in ordered:
+        if k != key:
+            close_key()
+            key, gpu = k, g
+        elif g != gpu:
+            close_gpu()
+            gpu = g
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
         else:
-            merged.append((p[2], p[3]))
-    return merged
+            merged.append((start, end))
+        raw += end - start
+        g_busy += b
+        g_idle += i
+        mem += m
+    close_key()
+    return rows
+
+
+def _merged(ordered: Iterable[tuple[tuple[str, int], float, float]]) -> list[tuple[float, float]]:
+    """The union per GPU of (GPU, start, end) sorted by GPU and start: each GPU's held segments."""
+    out: list[tuple[float, float]] = []
+    gpu = None
+    first = len(out)
+    for g, start, end in ordered:
+        if g != gpu:
+            gpu, first = g, len(out)
+        if len(out) > first and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
 
 
 def _peak(segments: list[tuple[float, float]]) -> int:
@@ -425,4 +461,10 @@ def _peak(segments: list[tuple[float, float]]) -> int:
 
 
 def usage(conn: sqlite3.Connection, since: float, until: float, by: str) -> tuple[list[Usage], Usage]:
-    return summarise(db_spans(conn, since, until, by))
+    """:func:`summarise` of the database's holds, SQLite sorting them for the two passes."""
+    rows = _per_key(db_spans(conn, since, until, by, order="1, 2, 3, 4"))
+    peak = _peak(_merged(((host, gpu), s, e) for host, gpu, s, e in conn.execute(
+        "SELECT host, gpu, max(first_seen, ?1) AS s, min(last_seen, ?2) AS e FROM holds "
+        "WHERE first_seen <= ?2 AND last_seen >= ?1 AND last_seen > first_seen "
+        "AND min(last_seen, ?2) > max(first_seen, ?1) ORDER BY host, gpu, s", (since, until))))
+    return _with_total(rows, peak)
