@@ -282,3 +282,56 @@ def test_a_users_database_is_created_0600(request, users):
     assert db == home / "state" / "gputui" / "history.db"
     assert oct(db.stat().st_mode & 0o777) == "0o600" and db.stat().st_uid == entry.pw_uid
     assert oct(db.parent.stat().st_mode & 0o777) == "0o700"
+
+
+def _as_nobody(code: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` as nobody:nogroup with an interpreter and a gputui it can read."""
+    from tests.fixtures.unprivileged import readable_pythonpath
+
+    require(os.geteuid() == 0, "switching users needs root")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": readable_pythonpath(), "HOME": "/nonexistent"}
+    res = None
+    for python in dict.fromkeys([sys.executable, shutil.which("python3") or "", "/usr/bin/python3"]):
+        if not python:
+            continue
+        try:
+            res = subprocess.run([python, "-c", code], user="nobody", group="nogroup", extra_groups=[], env=env,
+                                 capture_output=True, text=True, timeout=60, cwd="/")
+        except OSError:
+            continue
+        if "ModuleNotFoundError" not in res.stderr and "Permission denied: '/root" not in res.stderr:
+            return res
+    require(False, "no Python with gputui's dependencies is usable by an unprivileged user")
+    raise AssertionError("unreachable")
+
+
+def test_operators_of_the_databases_group_read_it_while_it_is_written_and_after(request):
+    from gputui.core.recorder import Recorder
+    from tests.fixtures.synthetic import T0, gpu, proc, snapshot
+
+    shared = Path(tempfile.mkdtemp(prefix="gputui-history-group-"))
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    shared.chmod(0o755)  # the operators may not write in the folder: no -shm of their own
+    db = shared / "history.db"
+    code = ("import json, sys\nfrom gputui.cli import main\n"
+            f"sys.exit(main(['who', '--db', {str(db)!r}, '--since', '0', '--until', '{T0 + 1000:.0f}', '--json']))")
+    r = Recorder(str(db), 10.0)
+    assert r.open(), r.problem
+    for i in range(3):
+        r.record(snapshot(T0 + 10 * i, [gpu(0, procs=[proc(1, 0)])]))
+    for f in shared.iterdir():
+        os.chown(f, 0, _nogroup())  # the operators' group
+    res = _as_nobody(code)  # while the recorder has the database open (its -wal and -shm are there)
+    assert res.returncode == 0, res.stderr
+    assert [h["pid"] for h in json.loads(res.stdout)["holders"]] == [1]
+    r.close()
+    res = _as_nobody(code)  # after it stopped: no -wal, and nobody may create a -shm
+    assert res.returncode == 0, res.stderr
+    assert [h["pid"] for h in json.loads(res.stdout)["holders"]] == [1]
+    assert sorted(p.name for p in shared.iterdir()) == ["history.db"]
+
+
+def _nogroup() -> int:
+    import grp
+
+    return grp.getgrnam("nogroup").gr_gid

@@ -146,14 +146,34 @@ def open_reader(path: str, timeout: float = 5.0) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True, timeout=timeout,
                                check_same_thread=False)
+        version = check_version(conn, path)
+    except HistoryError:
+        # A reader who may read the file but not create its -shm beside it (a group of operators, the
+        # recorder stopped): with no -wal left, the file alone is the whole database.
+        if not _readonly_whole(path):
+            raise
+        conn = sqlite3.connect(f"file:{_uri_path(path)}?mode=ro&immutable=1", uri=True, timeout=timeout,
+                               check_same_thread=False)
+        version = check_version(conn, path)
     except sqlite3.Error as exc:
         raise HistoryError(f"Cannot open the history database {path}: {exc}.") from None
-    version = check_version(conn, path)
     if version < SCHEMA_VERSION:
         conn.close()
         raise HistoryError(f"The history database {path} has schema version {version}; run 'gputui record' once "
                            "to bring it up to date.")
     return conn
+
+
+def _readonly_whole(path: str) -> bool:
+    """True when this user cannot write beside ``path`` and no write-ahead log holds part of it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        wal = os.stat(path + "-wal").st_size
+    except FileNotFoundError:
+        wal = 0
+    except OSError:
+        return False
+    return wal == 0 and not os.access(folder, os.W_OK)
 
 
 def _uri_path(path: str) -> str:
