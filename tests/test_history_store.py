@@ -109,6 +109,18 @@ def test_clock_stepped_back_never_makes_a_negative_interval(tmp_path):
     assert conn.execute("SELECT count(*) FROM holds WHERE last_seen < first_seen").fetchone()[0] == 0
 
 
+def test_clock_stepped_back_across_a_restart_never_makes_a_negative_interval(tmp_path):
+    import time
+
+    db = tmp_path / "h.db"
+    now = float(int(time.time()))
+    _record(db, [(now, [_p(1, 0, "alice")], {}), (now + 10, [_p(1, 0, "alice")], {})]).close()
+    # restarted with the clock an hour behind: its time stands still at the last recorded instant
+    _record(db, [(now - 3600, [_p(2, 0, "bob")], {}), (now - 3590, [_p(2, 0, "bob")], {})]).close()
+    rows = holdings(open_reader(str(db)), 0, 2e10)
+    assert [(h.user, h.first_seen - now, h.last_seen - now) for h in rows] == [("alice", 0, 10), ("bob", 10, 10)]
+
+
 def test_a_gap_in_polling_ends_the_hold(tmp_path):
     db = tmp_path / "h.db"
     a = _p(1, 0, "alice")

@@ -122,12 +122,11 @@ class Recorder:
     """Writes judged snapshots to the history database at ``path``. One thread at a time."""
 
     def __init__(self, path: str, interval: float, retention_days: float = 90.0,
-                 log: Callable[[str], None] = lambda line: None, clock: Callable[[], float] = time.time) -> None:
+                 log: Callable[[str], None] = lambda line: None) -> None:
         self.path = path
         self.interval = interval
         self.retention_days = retention_days
         self.log = log
-        self.clock = clock
         self.conn: sqlite3.Connection | None = None
         self._lock_fd: int | None = None
         #: the one sentence saying why nothing is being written, None while writing
@@ -203,8 +202,11 @@ class Recorder:
             # Holds left open by a recorder that stopped end where it last saw them.
             conn.execute("UPDATE holds SET open = 0 WHERE open = 1")
             row = conn.execute("SELECT value FROM meta WHERE key = 'last_time'").fetchone()
-            if row is not None:
-                self._last = max(self._last or 0.0, float(row[0]))
+            last = _float(row[0]) if row is not None else None
+            # The last recorded instant holds time still after a clock step back across a restart; one
+            # more than a day ahead was written under a clock that was wrong, and would stall it for good.
+            if last is not None and last <= time.time() + 86400:
+                self._last = max(self._last or 0.0, last)
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('interval', ?), ('stopped', '0')", (str(self.interval),))
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -476,6 +478,14 @@ def _check_folder(folder: str) -> None:
     if st.st_uid not in (os.geteuid(), 0) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise HistoryError(f"The folder {folder} may be written by other users; give --db a path in a folder of "
                            "your own.")
+
+
+def _float(text: object) -> float | None:
+    try:
+        value = float(str(text))
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
 
 
 def _stale(p: Process) -> str:
