@@ -174,3 +174,19 @@ def _ts(iso: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(iso).timestamp()
+
+
+def test_three_range_queries_whatever_the_fleet(backfilled):
+    from gputui.core.fleet import history
+    from gputui.core.fleet.prom import PromClient
+
+    prom, _db, t0 = backfilled
+    client = PromClient(prom.url, timeout=30)
+    try:
+        rows, total = history.usage(client, t0, t0 + 86400, "host")
+        assert client.queries == 3 and {u.key for u in rows} == {"a", "b"} and total.peak_gpus == 2
+        assert history.step_for(t0, t0 + 86400) == 60 and history.step_for(t0, t0 + 30 * 86400) == 300
+        holders = history.holdings(client, t0, t0 + 86400)
+        assert client.queries == 6 and len(holders) == 4
+    finally:
+        client.close()

@@ -6,9 +6,9 @@ over exactly that bucket (a millisecond short: Prometheus 2 ranges include both 
 process counts for a bucket when any sample of it fell inside — never through Prometheus's
 five-minute lookback, and the same on backfilled blocks (which have no staleness markers) as on
 live scrapes. As the recorder measures a hold from its first sighting to its last, a run of n
-buckets is n - 1 steps long: each bucket counts from the one before it. Four queries whatever
-the fleet's size: process memory (peak for ``who``, mean for ``usage``), process SM, GPU
-utilization and the hosts' names.
+buckets is n - 1 steps long: each bucket counts from the one before it. Three range queries
+whatever the fleet's size: ``who`` asks for the processes' peak memory, their SM and the hosts'
+names; ``usage`` for the processes' mean memory, the GPUs' utilization and the hosts' names.
 
 The figures are the SQLite backend's (:mod:`gputui.core.sources.history_store`), to within one
 bucket per hold: a hold runs from its first bucket to its last.
