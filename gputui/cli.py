@@ -106,6 +106,9 @@ SUBCOMMANDS = {
     "fleet": "every server's GPUs, owners and containers, from Prometheus",
     "reserve": "reserve GPUs for a user or group until a time",
     "guard": "enforce the house rules where containers start (Docker authorization plugin)",
+    "record": "record who held which GPU, for 'gputui who' and 'gputui usage'",
+    "who": "who held which GPU at a time or over a period (from the history)",
+    "usage": "GPU-hours per user, container, image, compose project, job, GPU or host",
 }
 
 

@@ -22,6 +22,7 @@ from gputui.core.doctor.facts import (
     DoctorFacts,
     GpuHealth,
     NvmlFacts,
+    RecorderFacts,
     RuntimeFacts,
     RuntimeProbe,
 )
@@ -50,7 +51,8 @@ DOCKER = DockerFacts(socket_exists=True, socket_accessible=True, reachable=True,
 GOOD = DoctorFacts(nvml=HEALTHY, devices=NODES, container_env=ContainerEnvFacts(in_container=False,
                    host_pid_namespace=True, host_cgroup_namespace=True), docker=DOCKER, container_findings=(),
                    host="gpu-node",
-                   runtimes=RuntimeFacts(probes=(RuntimeProbe("Docker", "unix:///var/run/docker.sock", True),)))
+                   runtimes=RuntimeFacts(probes=(RuntimeProbe("Docker", "unix:///var/run/docker.sock", True),)),
+                   recorder=RecorderFacts(running=True, pid=4242, db="/var/lib/gputui/history.db", writing=True))
 
 
 def test_a_healthy_machine_passes_every_check_and_exits_0():
@@ -61,8 +63,8 @@ def test_a_healthy_machine_passes_every_check_and_exits_0():
         "nvml", "nvml-functions", "gpu-models", "gpu-drivers", "persistence-mode", "device-nodes", "container",
         "cgroup-namespace", "docker-socket", "docker-daemon", "nvidia-runtime", "docker-gpus",
         "containers-unpinned", "containers-env", "container-runtimes", "kubernetes-names", "mig-devices",
-        "mig-mode-change", "mig-grants", "gpu-lost", "ecc-errors", "memory-repair", "throttling", "house-rules",
-        "guard"}
+        "mig-mode-change", "mig-grants", "gpu-lost", "ecc-errors", "memory-repair", "throttling", "history",
+        "house-rules", "guard"}
     assert C.exit_status(checks) == 0
     nvml = _by_name(checks)["nvml"].message
     assert "driver 550.54.15, CUDA driver 12.4, NVML 12.550.54.15, nvidia-ml-py 12.550.52" in nvml
@@ -268,8 +270,8 @@ def test_json_document_shape_on_the_demo(capsys):
         assert set(c) == {"name", "status", "message", "fix"}
         assert c["status"] in ("pass", "warn", "fail", "skip")
         assert (c["fix"] is None) == (c["status"] in ("pass", "skip"))
-    # The demo lists the same checks as a real run (the README's 25).
-    assert [c["name"] for c in doc["checks"]] == list(C.ALL_CHECKS) and len(C.ALL_CHECKS) == 25
+    # The demo lists the same checks as a real run (the README's 26).
+    assert [c["name"] for c in doc["checks"]] == list(C.ALL_CHECKS) and len(C.ALL_CHECKS) == 26
     by = {c["name"]: c for c in doc["checks"]}
     assert by["nvml"]["message"].startswith("Demo:")
     assert by["containers-env"]["status"] == "warn" and "eval-server" in by["containers-env"]["message"]

@@ -61,6 +61,16 @@ DETAIL: list[BindingType] = [
     Binding("left", "step(-1)", "Previous GPU", key_display="←", id="detail-previous"),
     Binding("right", "step(1)", "Next GPU", key_display="→", id="detail-next"),
     Binding("question_mark", "help", "Help", key_display="?", id="detail-help"),
+    Binding("h", "history_day", "Last 24 h", id="detail-day",
+            tooltip="Plots of the last 24 hours from the history database ('gputui record'); again: live"),
+    Binding("w", "who", "Who was on it", id="detail-who",
+            tooltip="Every process that held this GPU in the last 24 hours, from the history database"),
+]
+
+WHO: list[BindingType] = [
+    Binding("escape", "dismiss", "Close", id="who-close"),
+    Binding("q", "dismiss", "Close", show=False, id="who-close-q"),
+    Binding("w", "dismiss", "Close", show=False, id="who-close-w"),
 ]
 
 CONTAINERS: list[BindingType] = [

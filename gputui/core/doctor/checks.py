@@ -27,6 +27,7 @@ from gputui.core.doctor.facts import (
     DockerFacts,
     DoctorFacts,
     NvmlFacts,
+    RecorderFacts,
     RulesFacts,
     RuntimeFacts,
 )
@@ -44,7 +45,7 @@ ALL_CHECKS = (
     "nvml", "nvml-functions", "gpu-models", "gpu-drivers", "persistence-mode", "device-nodes", "container",
     "cgroup-namespace", "docker-socket", "docker-daemon", "nvidia-runtime", "docker-gpus", "containers-unpinned",
     "containers-env", "container-runtimes", "kubernetes-names", "mig-devices", "mig-mode-change", "mig-grants",
-    "gpu-lost", "ecc-errors", "memory-repair", "throttling", "house-rules", "guard",
+    "gpu-lost", "ecc-errors", "memory-repair", "throttling", "history", "house-rules", "guard",
 )
 #: Judged by :func:`gputui.core.doctor.mig.check_mig`.
 MIG_CHECKS = ("mig-devices", "mig-mode-change", "mig-grants")
@@ -560,6 +561,26 @@ def check_health(f: NvmlFacts) -> list[Check]:
     return out
 
 
+# -- history ----------------------------------------------------------------------------------
+
+
+def check_recorder(r: RecorderFacts) -> Check:
+    """Whether ``gputui record`` writes its history (it keeps polling when it cannot, and says why here)."""
+    if not r.running:
+        return _skip("history", "No 'gputui record' runs here: 'gputui who' and 'gputui usage' have no history of "
+                                "this host (optional; see contrib/systemd/gputui-record.service).")
+    if r.writing:
+        return _pass("history", f"'gputui record' (PID {r.pid}) writes the history to {r.db}.")
+    problem = r.problem or "it cannot write its database"
+    if "full" in problem:
+        fix = f"Free space on the disk that holds {r.db}; the recorder writes again by itself."
+    elif "Another 'gputui record'" in problem or "locked" in problem:
+        fix = "Stop the other recorder, or give this one a database of its own with --db."
+    else:
+        fix = "Give 'gputui record --db' a path of its own; gputui never writes over a file it did not create."
+    return _warn("history", f"'gputui record' (PID {r.pid}) is not writing the history: {problem}", fix)
+
+
 # -- all --------------------------------------------------------------------------------------
 
 
@@ -579,6 +600,7 @@ def judge(facts: DoctorFacts) -> list[Check]:
         checks += [Check(*v) for v in check_mig(facts.mig, containers_checked=facts.container_findings is not None,
                                                 containers_error=facts.containers_error)]
         checks += check_health(facts.nvml)
+    checks.append(check_recorder(facts.recorder))
     checks += check_rules(facts.rules)
     if facts.slurm is not None:  # on Slurm nodes only, after the checklist every run lists
         checks += [Check(n, s, m, f) for n, s, m, f in check_slurm(facts.slurm)]  # type: ignore[arg-type]

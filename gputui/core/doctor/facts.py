@@ -178,6 +178,18 @@ class RuntimeFacts:
 
 
 @record
+class RecorderFacts:
+    """``gputui record`` on this host, from the status file it keeps (None fields: none running)."""
+
+    running: bool = False
+    pid: int | None = None
+    db: str | None = None
+    writing: bool = False
+    #: Why it is not writing: one sentence.
+    problem: str | None = None
+
+
+@record
 class DoctorFacts:
     nvml: NvmlFacts
     devices: DeviceFacts
@@ -196,3 +208,5 @@ class DoctorFacts:
     slurm: SlurmFacts | None = None
     #: which container runtimes answer (Docker, podman, containerd, the kubelet)
     runtimes: RuntimeFacts = field(default_factory=lambda: RuntimeFacts(checked=False))
+    #: The history recorder (``gputui record``), if one runs here.
+    recorder: RecorderFacts = field(default_factory=RecorderFacts)

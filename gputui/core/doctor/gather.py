@@ -20,6 +20,7 @@ from gputui.core.doctor.facts import (
     DoctorFacts,
     GpuHealth,
     NvmlFacts,
+    RecorderFacts,
     RuntimeFacts,
 )
 from gputui.core.doctor.mig import MigFacts
@@ -81,7 +82,21 @@ def gather(session: Session, *, docker_on: bool, docker_timeout: float, demo: bo
     return DoctorFacts(nvml=nvml, devices=devices, container_env=env, docker=docker, container_findings=findings,
                        containers_error=why, demo=False, host=host,
                        mig=MigFacts.of(snapshot) if snapshot is not None else None, slurm=slurm,
-                       rules=probes.probe_rules(docker), runtimes=runtimes)
+                       rules=probes.probe_rules(docker), runtimes=runtimes, recorder=recorder_facts())
+
+
+def recorder_facts() -> RecorderFacts:
+    """The history recorder's own word on whether it writes (its status file), if one runs."""
+    from gputui.core.status_file import read_recorder_status
+
+    doc = read_recorder_status()
+    if doc is None:
+        return RecorderFacts()
+    problem = doc.get("problem")
+    db = doc.get("db")
+    return RecorderFacts(running=True, pid=doc["pid"], db=db if isinstance(db, str) else None,
+                         writing=doc.get("writing") is True,
+                         problem=problem[:500] if isinstance(problem, str) else None)
 
 
 def init_error_kind(sentence: str) -> str:

@@ -8,20 +8,24 @@ a new sample arrived or the plot was resized.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from rich.table import Table
 from rich.text import Text
+from textual import on, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, VerticalScroll
+from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
 from gputui.core.history import GpuSample
 from gputui.core.mig import MIG_LOAD_NOTE
 from gputui.core.model import Gpu, Snapshot, describe_fields
+from gputui.core.sources.history_store import GpuMinute
 from gputui.ui import format as fmt
 from gputui.ui import keys
 from gputui.ui.base import GpuScreen
@@ -31,6 +35,7 @@ from gputui.ui.widgets.mig_card import add_mig_rows, mig_mode_text
 from gputui.ui.widgets.status import PollStatus, StatusLine
 
 GIB = 1024**3
+DAY = 86400.0
 
 
 class PlotView(Widget):
@@ -59,16 +64,19 @@ class PlotView(Widget):
         self.ylim = (0.0, 100.0)
         self.now: float | None = None
         self.tz = None
+        #: seconds the x axis spans (None: from the first sample to now)
+        self.window: float | None = None
         self._cache: tuple[tuple, Text] | None = None
 
     def show(self, title: str, times: Sequence[float], values: Sequence[float | None], ylim: tuple[float, float],
-             now: float, tz) -> None:
-        self.title, self.times, self.values, self.ylim, self.now, self.tz = (
-            title, tuple(times), tuple(values), ylim, now, tz)
+             now: float, tz, window: float | None = None) -> None:
+        self.title, self.times, self.values, self.ylim, self.now, self.tz, self.window = (
+            title, tuple(times), tuple(values), ylim, now, tz, window)
         self.refresh()
 
     def render(self) -> Text:
-        key = (self.size, self.title, self.ylim, self.now, len(self.times), self.values[-1:] if self.values else ())
+        key = (self.size, self.title, self.ylim, self.now, self.window, len(self.times),
+               self.values[-1:] if self.values else ())
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
         text = plot_text(
@@ -76,7 +84,7 @@ class PlotView(Widget):
             self.get_component_rich_style("plot-view--series", partial=True),
             self.get_component_rich_style("plot-view--axis", partial=True),
             self.get_component_rich_style("plot-view--label", partial=True),
-            now=self.now, tz=self.tz,
+            now=self.now, window=self.window, tz=self.tz,
         )
         self._cache = (key, text)
         return text
@@ -114,14 +122,44 @@ def _fmt_field(name: str, value, gpu: Gpu, settings) -> str:
     return str(value)
 
 
+def read_day_minutes(gpu: int, now: float) -> tuple[list[GpuMinute], str | None]:
+    """One GPU's per-minute figures of the 24 hours before ``now`` from the history database, or
+    the sentence saying why there are none (called on a worker thread)."""
+    from gputui.core.sources.history_store import HistoryError, default_db_path, gpu_minutes, open_reader
+
+    path = default_db_path()
+    try:
+        conn = open_reader(path, timeout=2.0)
+    except HistoryError as exc:
+        return [], str(exc)
+    try:
+        minutes = gpu_minutes(conn, gpu, now - 86400, now)
+    except Exception as exc:  # a damaged file: a sentence, never a crash
+        return [], f"The history database {path} cannot be read ({exc})."
+    finally:
+        conn.close()
+    if not minutes:
+        return [], f"The history database {path} has nothing of GPU {gpu} in the last 24 hours."
+    return minutes, None
+
+
 class GpuDetailScreen(GpuScreen[None]):
-    """Plots and every field of one GPU; ←/→ walk through the GPUs."""
+    """Plots and every field of one GPU; ←/→ walk through the GPUs; h the last 24 hours of the
+    history database, w who held the GPU then."""
 
     BINDINGS = keys.DETAIL
+
+    class DayLoaded(Message):
+        def __init__(self, gpu: int, minutes: list[GpuMinute], problem: str | None) -> None:
+            super().__init__()
+            self.gpu, self.minutes, self.problem = gpu, minutes, problem
 
     def __init__(self, gpu_index: int) -> None:
         super().__init__()
         self.gpu_index = gpu_index
+        #: showing the last 24 h from the history database instead of the live window
+        self.day = False
+        self._day_minutes: dict[int, list[GpuMinute]] = {}
 
     def compose(self) -> ComposeResult:
         yield StatusLine(id="status")
@@ -164,6 +202,38 @@ class GpuDetailScreen(GpuScreen[None]):
             yield SystemCommand(binding.description, f"key: {key}",
                                 lambda a=binding.action: self.call_later(self.run_action, a))
 
+    def action_history_day(self) -> None:
+        self.day = not self.day
+        if self.day:
+            self._day_minutes.pop(self.gpu_index, None)
+            self._load_day(self.gpu_index, self._now())
+        if self.gpu_app.snapshot is not None:
+            self.update_snapshot(self.gpu_app.snapshot)
+
+    def action_who(self) -> None:
+        from gputui.ui.screens.who import WhoScreen
+
+        self.app.push_screen(WhoScreen(self.gpu_index, now=self._now()))
+
+    def _now(self) -> float:
+        snap = self.gpu_app.snapshot
+        return snap.time.timestamp() if snap is not None else time.time()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="detail-day", description="read 24 h of history")
+    def _load_day(self, gpu: int, now: float) -> None:
+        minutes, problem = read_day_minutes(gpu, now)
+        self.post_message(self.DayLoaded(gpu, minutes, problem))
+
+    @on(DayLoaded)
+    def _day_loaded(self, message: DayLoaded) -> None:
+        if message.problem is not None:
+            self.day = False
+            self.notify(message.problem, title="No history", severity="warning")
+        else:
+            self._day_minutes[message.gpu] = message.minutes
+        if self.gpu_app.snapshot is not None:
+            self.update_snapshot(self.gpu_app.snapshot)
+
     def action_help(self) -> None:
         from gputui.ui.screens.help import HelpScreen
 
@@ -186,8 +256,13 @@ class GpuDetailScreen(GpuScreen[None]):
         if gpu.lost:
             head.append("   LOST: NVML no longer answers for this GPU", style="bold red")
         title.update(head)
-        samples: tuple[GpuSample, ...] = app.gpu_history.get(gpu.index, ())
-        self._update_plots(gpu, samples, snapshot)
+        if self.day:
+            if gpu.index not in self._day_minutes:
+                self._load_day(gpu.index, self._now())  # ←/→ onto another GPU
+            self._update_day_plots(gpu, self._day_minutes.get(gpu.index), snapshot)
+        else:
+            samples: tuple[GpuSample, ...] = app.gpu_history.get(gpu.index, ())
+            self._update_plots(gpu, samples, snapshot)
         self.query_one("#fields", Static).update(self._fields(gpu, snapshot))
 
     def _update_plots(self, gpu: Gpu, samples: tuple[GpuSample, ...], snapshot: Snapshot) -> None:
@@ -221,6 +296,29 @@ class GpuDetailScreen(GpuScreen[None]):
         self.query_one("#plot-power", PlotView).show(
             f"Power {cur(gpu.power_draw, ' W')} of {limit:.0f} W", times, power, (0, 50 * math.ceil(limit / 50)),
             now, tz)
+
+    def _update_day_plots(self, gpu: Gpu, minutes: list[GpuMinute] | None, snapshot: Snapshot) -> None:
+        """The last 24 hours from the history database: each minute's mean (h again: live)."""
+        settings = self.gpu_app.settings
+        now = snapshot.time.timestamp()
+        tz = snapshot.time.tzinfo
+        rows = minutes or []
+        note = "last 24 h (history, minute means)" if minutes is not None else "last 24 h: reading the history…"
+        times = [m.minute * 60.0 + 30.0 for m in rows]
+        self.query_one("#plot-util", PlotView).show(f"Utilization · {note}", times, [m.util[1] for m in rows],
+                                                    (0, 100), now, tz, DAY)
+        total = gpu.memory_total or max((m.memory[2] or 0 for m in rows), default=0) or GIB
+        mem = [None if m.memory[1] is None else m.memory[1] / GIB for m in rows]
+        self.query_one("#plot-memory", PlotView).show(f"Memory of {total / GIB:.0f} GiB · {note}", times, mem,
+                                                      (0, total / GIB), now, tz, DAY)
+        temps = [m.temperature[1] for m in rows]
+        top = 10 * math.ceil(max([settings.temp_critical + 10] + [t + 5 for t in temps if t is not None]) / 10)
+        self.query_one("#plot-temperature", PlotView).show(f"Temperature · {note}", times, temps, (20, top), now, tz,
+                                                          DAY)
+        power = [m.power[1] for m in rows]
+        limit = gpu.power_limit or max([p for p in power if p is not None] + [100.0])
+        self.query_one("#plot-power", PlotView).show(f"Power of {limit:.0f} W · {note}", times, power,
+                                                     (0, 50 * math.ceil(limit / 50)), now, tz, DAY)
 
     def _fields(self, gpu: Gpu, snapshot: Snapshot) -> Table:
         settings = self.gpu_app.settings
