@@ -326,8 +326,8 @@ class GpuDetailScreen(GpuScreen[None]):
         table.add_column(style="dim", no_wrap=True)
         table.add_column()
         for name, value in describe_fields(gpu):
-            if name in ("processes", "mig_devices"):
-                continue
+            if name in ("processes", "mig_devices") or (name == "allocated_to" and snapshot.slurm is None):
+                continue  # off Slurm nothing is allocated: no row for it
             table.add_row(name.replace("_", " "), markup(_fmt_field(name, value, gpu, settings)))
         table.add_row("free memory", markup(_fmt_field("memory_used", gpu.memory_free, gpu, settings)))
         add_mig_rows(table, gpu)
