@@ -85,6 +85,8 @@ def _common(p: argparse.ArgumentParser, top: bool) -> None:
     p.add_argument("--no-docker", action="store_true", default=d if not top else False,
                    help="do not ask Docker about containers")
     p.add_argument("--config", metavar="PATH", default=d, help=f"config file (default {config_path()})")
+    p.add_argument("--debug", action="store_true", default=d if not top else False,
+                   help="also write the traceback of a bug in gputui to stderr (as GPUTUI_DEBUG=1 does)")
 
 
 #: Subcommands implemented in gputui.commands, with their one-line help. Their modules
@@ -171,7 +173,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 #: value is read: None for a flag, "append" for --gpu, else the same converter argparse is given).
 _FAST_COMMON: dict[str, tuple[str, Any]] = {
     "--demo": ("demo", None), "--read-only": ("read_only", None), "--no-docker": ("no_docker", None),
-    "--gpu": ("gpu", "append"), "--config": ("config", str),
+    "--gpu": ("gpu", "append"), "--config": ("config", str), "--debug": ("debug", None),
 }
 _FAST_TOP: dict[str, tuple[str, Any]] = {
     **_FAST_COMMON, "--once": ("once", None), "--slow-link": ("slow_link", None), "--bell": ("bell", None),
@@ -185,7 +187,8 @@ _FAST_SNAPSHOT: dict[str, tuple[str, Any]] = {
 }
 #: What argparse leaves in the namespace when an option is not given (top level, then snapshot's).
 _TOP_DEFAULTS: dict[str, Any] = {
-    "demo": False, "gpu": None, "read_only": False, "no_docker": False, "config": None, "once": False,
+    "demo": False, "gpu": None, "read_only": False, "no_docker": False, "config": None, "debug": False,
+    "once": False,
     "interval": None, "theme": None, "slow_link": None, "bell": None, "window": None, "temp_warning": None,
     "temp_critical": None, "prometheus": None, "command": None,
 }
@@ -353,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         args = _fast_args(argv)
         if args is None:
             args = build_parser(argv).parse_args(argv)
+        if getattr(args, "debug", False):
+            os.environ["GPUTUI_DEBUG"] = "1"  # read where a bug is reported (gputui.core.bugs)
         ctx = load_context(args)
         command = args.command
         if command is None and getattr(args, "prometheus", None):

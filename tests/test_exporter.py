@@ -13,6 +13,7 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pynvml
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -154,7 +155,7 @@ class _Poller:
     def poll(self) -> Snapshot:
         self.calls += 1
         if self.mode == "raise":
-            raise RuntimeError("NVML: GPU is lost")
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)  # what the driver raises
         if self.mode == "hang":
             self.release.wait(30)
         return self.snap
@@ -185,7 +186,7 @@ def test_poll_loop_turns_nvml_down_when_a_poll_fails_or_hangs_and_recovers():
         assert loop.status().snapshot is None  # no stale GPU data served as if current
         assert loop.status().last_poll is not None  # when it last worked stays visible
         _wait(lambda: poller.calls >= 6)
-        assert logged == ["gputui exporter: poll failed: NVML: GPU is lost"]  # said once, not per poll
+        assert logged == ["gputui exporter: poll failed: GPU is lost"]  # said once, not per poll
         poller.mode = "ok"
         _wait(lambda: loop.status().nvml_up and loop.status().snapshot is not None)
         assert logged[-1] == "gputui exporter: polling works again."

@@ -107,6 +107,7 @@ def run(ctx: Context) -> int:
                                 max_processes=args.max_processes, docker=docker)
         import time
 
+        _log_to(ctx.stderr)
         loop = PollLoop(poller, ctx.settings.interval, histogram, PollStatus(snap, True, time.time()))
         # Everything imported and built so far lives as long as the process: keep it out of the
         # collector's full passes, which would otherwise rescan it every few polls.
@@ -133,3 +134,17 @@ def run(ctx: Context) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         sys.stderr.flush()
+
+
+def _log_to(stream) -> None:
+    """The exporter's log lines (:data:`gputui.exporter.server.LOG`) as plain lines on ``stream``."""
+    import logging
+
+    from gputui.exporter.server import LOG
+
+    for old in list(LOG.handlers):
+        LOG.removeHandler(old)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    LOG.addHandler(handler)
+    LOG.propagate = False

@@ -66,6 +66,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.worker import Worker, get_current_worker
 
+from gputui.core import bugs
 from gputui.core.config import Settings
 from gputui.core.errors import clause
 from gputui.core.history import GpuSample, History
@@ -180,9 +181,9 @@ class GpuTuiApp(App[int]):
 
         try:
             sentences = tuple(p.describe() for p in pending_journals("migrate"))
-        except Exception as exc:  # an unreadable state directory: one sentence, no traceback
-            text = clause(exc)
-            sentences = (f"Could not look for interrupted migrations: {text}.",)
+        except Exception as exc:  # an unreadable state directory (one sentence), or a bug (logged)
+            sentences = (bugs.describe(exc, "Could not look for interrupted migrations",
+                                       "looking for interrupted migrations"),)
         if not self._closing:
             self.post_message(JournalsChecked(sentences))
 
@@ -261,7 +262,7 @@ class GpuTuiApp(App[int]):
             events = self.alert_recorder.record(snapshot)
             if self.settings.bell and any(e.rings for e in events) and not worker.is_cancelled:
                 self.call_from_thread(self.bell)
-        except Exception as exc:  # any source failure becomes a status-line sentence
+        except Exception as exc:  # a source failure, or a bug (logged): a status-line sentence
             if not worker.is_cancelled:
                 self.post_message(PollFailed(describe_error(exc), time.monotonic() - started))
             return
@@ -387,8 +388,11 @@ if TYPE_CHECKING:
 
 
 def describe_error(exc: BaseException) -> str:
-    """One sentence for a failed poll, whatever raised it."""
-    return f"Could not read the GPUs: {clause(exc)}. Retrying."
+    """One sentence for a failed poll: the driver's (or another source's) fault, or a bug in gputui
+    (its traceback logged, see :mod:`gputui.core.bugs`)."""
+    if bugs.expected(exc):
+        return f"Could not read the GPUs: {clause(exc)}. Retrying."
+    return bugs.report(exc, "polling the GPUs")
 
 
 def make_app(
@@ -429,7 +433,8 @@ def run_app(ctx) -> int:
         if ctx.settings.theme not in app.available_themes:
             names = ", ".join(sorted(app.available_themes))
             raise UsageError(f"There is no theme {ctx.settings.theme!r}; choose one of: {names}.")
-        app.run()
+        with bugs.hold_stderr():  # --debug tracebacks reach stderr once the screen is given back
+            app.run()
         return app.return_code or 0
     finally:
         machine.close()
