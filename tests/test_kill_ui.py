@@ -14,11 +14,11 @@ from gputui.ui.app import make_app
 from gputui.ui.screens.kill import KillScreen
 
 
-async def wait_for(pilot, condition, timeout: float = 10.0) -> None:
+async def wait_for(pilot, condition, timeout: float = 10.0, what=lambda: "") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for the app")
+            raise AssertionError(f"timed out waiting for the app {what()}")
         await pilot.pause(0.05)
 
 
@@ -164,7 +164,7 @@ async def test_K_offers_every_stale_process_in_view_not_the_highlighted_one():
         await pilot.press("3")
         assert screen.stale_in_view() == []
         await pilot.press("K")
-        await wait_for(pilot, lambda: "No stale process in view." in notifications(app))
+        await wait_for(pilot, lambda: "No stale process in view." in notifications(app), what=lambda: (notifications(app), app.screen, app.focused))
         assert not isinstance(app.screen, KillScreen)
         # The text filter counts too: "carol" shows the orphan again.
         await pilot.press("a", "slash", *"carol", "enter")

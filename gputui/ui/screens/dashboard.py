@@ -175,8 +175,7 @@ class DashboardScreen(GpuScreen[None]):
             return None  # greyed: read-only mode turns every kill and migration off
         if action == "kill":
             return True if self.table.cursor_process is not None else None
-        if action == "kill_stale":
-            return True if self.stale_in_view() else None
+        # kill_stale stays enabled with no stale process in view: K then says so (a toast)
         if action == "migrate":
             has_target = self.table.cursor_process is not None or self._suggested_container() is not None
             return True if has_target else None
@@ -351,7 +350,7 @@ class DashboardScreen(GpuScreen[None]):
                 continue
             if name == "only_gpu" and int(action[9:-1]) not in gpus:
                 continue
-            if self.check_action(name, ()) is not True:
+            if self.check_action(name, ()) is not True or (name == "kill_stale" and not self.stale_in_view()):
                 continue
             key = binding.key_display or binding.key
             yield SystemCommand(binding.description, f"key: {key}",
