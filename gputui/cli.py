@@ -334,6 +334,10 @@ def load_context(args: argparse.Namespace) -> Context:
         driver=_driver_from_env(),
         slow_link=getattr(args, "slow_link", None),
     )
+    problem = settings.order_problem()
+    if problem is not None:  # the flags against each other or against the config file
+        raise UsageError(f"Thresholds out of order: {problem[1]} (check --temp-warning, --temp-critical "
+                         "and the config file).")
     return Context(args=args, settings=settings)
 
 

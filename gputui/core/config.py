@@ -74,6 +74,16 @@ class Settings:
         clean = {k: v for k, v in overrides.items() if v is not None}
         return replace(self, **clean)
 
+    def order_problem(self) -> tuple[str, str] | None:
+        """(key, clause) when two thresholds that rise in step are the wrong way round (a warning at or
+        above its critical level, a "low" at or above its "high"); None when they are in order."""
+        for low, high in (("temp_warning", "temp_critical"), ("util_low", "util_high"),
+                          ("memory_low", "memory_high")):
+            a, b = getattr(self, low), getattr(self, high)
+            if a >= b:
+                return low, f"{low} ({a:g}) must be below {high} ({b:g})"
+        return None
+
 
 #: config-file keys -> Settings fields; sections flatten with their key names.
 _SECTIONS = {
@@ -178,6 +188,9 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
         raise ConfigError(_where(path, text, "driver", f"driver must be one of {', '.join(DRIVERS)}"))
     if settings.interval < MIN_INTERVAL:
         raise ConfigError(_where(path, text, "interval", f"interval must be at least {MIN_INTERVAL} seconds"))
+    problem = settings.order_problem()
+    if problem is not None:
+        raise ConfigError(_where(path, text, *problem))
     return settings
 
 
