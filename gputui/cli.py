@@ -70,12 +70,21 @@ def _parser_class() -> type[argparse.ArgumentParser]:
     return _Parser
 
 
-def _common(p: argparse.ArgumentParser, top: bool) -> None:
+def _common(p: argparse.ArgumentParser, top: bool, machine: bool = True) -> None:
     """Options every subcommand accepts too. Sub-parsers use SUPPRESS so a value given
-    before the subcommand is not overwritten by the subcommand's default."""
+    before the subcommand is not overwritten by the subcommand's default. ``machine=False``: a
+    subcommand that never reads this machine (the fleet) takes only --config and --debug."""
     import argparse
 
     d = None if top else argparse.SUPPRESS
+    if machine:
+        _machine_options(p, top, d)
+    p.add_argument("--config", metavar="PATH", default=d, help=f"config file (default {config_path()})")
+    p.add_argument("--debug", action="store_true", default=d if not top else False,
+                   help="also write the traceback of a bug in gputui to stderr (as GPUTUI_DEBUG=1 does)")
+
+
+def _machine_options(p: argparse.ArgumentParser, top: bool, d: object) -> None:
     p.add_argument("--demo", action="store_true", default=d if not top else False,
                    help="run on the built-in simulated 8-GPU server (no GPU needed)")
     p.add_argument("--gpu", action="append", metavar="N", default=d,
@@ -84,9 +93,6 @@ def _common(p: argparse.ArgumentParser, top: bool) -> None:
                    help="disable every action that changes the machine (migrate, kill)")
     p.add_argument("--no-docker", action="store_true", default=d if not top else False,
                    help="do not ask Docker about containers")
-    p.add_argument("--config", metavar="PATH", default=d, help=f"config file (default {config_path()})")
-    p.add_argument("--debug", action="store_true", default=d if not top else False,
-                   help="also write the traceback of a bug in gputui to stderr (as GPUTUI_DEBUG=1 does)")
 
 
 #: Subcommands implemented in gputui.commands, with their one-line help. Their modules
@@ -163,7 +169,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     for name, summary in SUBCOMMANDS.items():
         if name == chosen or load_all:
             module = importlib.import_module(f"gputui.commands.{name}")
-            module.add_parser(sub, lambda p: _common(p, top=False))
+            module.add_parser(sub, lambda p, machine=True: _common(p, top=False, machine=machine))
         else:
             sub.add_parser(name, help=summary)
     return parser

@@ -16,7 +16,7 @@ from gputui.ui.app import describe_error
 def _raised(exc: BaseException) -> BaseException:
     try:
         raise exc
-    except BaseException as caught:  # noqa: BLE001 - a traceback to log, as a real failure has
+    except BaseException as caught:  # a traceback to log, as a real failure has
         return caught
 
 

@@ -168,5 +168,5 @@ class _Stderr(logging.Handler):
             else:
                 sys.stderr.write(text + "\n")
                 sys.stderr.flush()
-        except Exception:  # noqa: BLE001 (a closed stderr must not turn one bug into two)
+        except Exception:  # a closed stderr must not turn one bug into two
             self.handleError(record)

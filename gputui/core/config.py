@@ -14,6 +14,7 @@ from typing import Any
 
 from gputui.core.limits import RANGES, NumberError, check_number
 from gputui.core.record import fields, record, replace
+from gputui.core.safe_text import clean
 from gputui.core.statefile import CONFIG_LIMIT, ensure_state_dir, read_regular
 
 MIN_INTERVAL = 0.25
@@ -69,6 +70,8 @@ class Settings:
     memory_hysteresis: float = 5.0
     #: the Prometheus server `gputui fleet` reads (None: give --prometheus)
     prometheus_url: str | None = None
+    #: ``[keymap]``: (binding id, keys) pairs that replace the dashboard's keys (``App.set_keymap``)
+    keymap: tuple[tuple[str, str], ...] = ()
 
     def with_overrides(self, **overrides: Any) -> Settings:
         clean = {k: v for k, v in overrides.items() if v is not None}
@@ -167,7 +170,9 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
         raise ConfigError(f"Config file {path} is nested too deeply to be a gputui config.") from None
     values: dict[str, Any] = {}
     for key, value in data.items():
-        if isinstance(value, dict):
+        if key == "keymap" and isinstance(value, dict):
+            values["keymap"] = tuple(_keymap_entry(path, text, k, v) for k, v in value.items())
+        elif isinstance(value, dict):
             section = _SECTIONS.get(key)
             if section is None or key == "":
                 raise ConfigError(_where(path, text, key, f"unknown section [{key}]"))
@@ -222,6 +227,23 @@ def _coerce(path: str | os.PathLike[str], text: str, key: str, target: str, valu
     except ValueError as exc:
         raise ConfigError(_where(path, text, key, f"{key} has a bad value ({exc})")) from None
     return value
+
+
+#: A binding id (``kill``, ``help-close-?``) and the keys given for it (``x``, ``ctrl+k,f9``): Textual's
+#: key names, printable ASCII, comma-separated.
+_BINDING_ID = re.compile(r"[a-z0-9?!_-]{1,40}")
+_KEYS = re.compile(r"[!-~]{1,24}(,[!-~]{1,24}){0,3}")
+
+
+def _keymap_entry(path: str | os.PathLike[str], text: str, key: str, value: Any) -> tuple[str, str]:
+    """One ``[keymap]`` line, checked for shape (which ids exist is the dashboard's to say)."""
+    if not _BINDING_ID.fullmatch(key):
+        raise ConfigError(_where(path, text, key, f"[keymap] {clean(key)!r} is not a key binding id"))
+    keys = re.sub(r"\s*,\s*", ",", value.strip()) if isinstance(value, str) else None
+    if keys is None or not _KEYS.fullmatch(keys):
+        raise ConfigError(_where(path, text, key, f"[keymap] {key} must be a key name such as \"x\" or "
+                                                   f"\"ctrl+k\" (several: \"x,f9\")"))
+    return key, keys
 
 
 def _in_range(target: str, value: float, key: str = "the value") -> float:

@@ -112,7 +112,7 @@ class PollLoop:
         self._poll_started = t0 = time.monotonic()
         try:
             snap = self.poller.poll()
-        except Exception as exc:  # noqa: BLE001 (a lost driver changes the data, never the availability of /metrics)
+        except Exception as exc:  # a lost driver changes the data, never the availability of /metrics
             self._status = PollStatus(None, False, self._status.last_poll)
             # the driver's fault in its words; a bug as a pointer to its traceback in gputui.log
             message = (clean(str(exc)) or type(exc).__name__) if bugs.expected(exc) else bugs.report(

@@ -73,6 +73,7 @@ from gputui.core.history import GpuSample, History
 from gputui.core.judges.alerts import AlertRecorder
 from gputui.core.model import Gpu, Snapshot
 from gputui.core.poller import Poller
+from gputui.ui import keys
 from gputui.ui.base import AppState, Listening
 from gputui.ui.messages import JournalsChecked, PollFailed, PollFinished
 from gputui.ui.safe import markup
@@ -165,6 +166,8 @@ class GpuTuiApp(App[int]):
         return DashboardScreen()
 
     def on_mount(self) -> None:
+        if self.settings.keymap:  # [keymap] in the config (ids checked by run_app)
+            self.set_keymap(dict(self.settings.keymap))
         self.theme = self.settings.theme
         if self.settings.slow_link:
             self.add_class("-slow-link")  # gputui.tcss: one colour per graph
@@ -430,6 +433,9 @@ def run_app(ctx) -> int:
         if getattr(ctx.args, "gpu", None):
             gpu_filter = ctx.gpu_filter(machine.gpu.read().gpus)
         app = make_app(machine, ctx.settings, gpu_filter=gpu_filter)
+        problem = keys.check_keymap(ctx.settings.keymap)
+        if problem is not None:
+            raise UsageError(problem)
         if ctx.settings.theme not in app.available_themes:
             names = ", ".join(sorted(app.available_themes))
             raise UsageError(f"There is no theme {ctx.settings.theme!r}; choose one of: {names}.")

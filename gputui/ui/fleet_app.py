@@ -146,7 +146,7 @@ class FleetApp(App[int]):
                 snapshot = self.reader.read()
             except PrometheusError as exc:
                 message: Message = FleetFailed(str(exc), time.monotonic() - started)
-            except Exception as exc:  # noqa: BLE001 - a bug must not stop refreshing: one sentence (logged), keep going
+            except Exception as exc:  # a bug must not stop refreshing: one sentence (logged), keep going
                 message = FleetFailed(bugs.describe(exc, "Reading the fleet failed", "reading the fleet"),
                                       time.monotonic() - started)
             else:
@@ -217,7 +217,7 @@ class FleetApp(App[int]):
             error = None
         except PrometheusError as exc:
             history, error = None, str(exc)
-        except Exception as exc:  # noqa: BLE001 - the screen says it instead of a traceback
+        except Exception as exc:  # the screen says it instead of a traceback
             history, error = None, f"Reading the host's history failed: {exc}."
         if not worker.is_cancelled and not self._closing:
             self.post_message(HostHistoryRead(history, error))
