@@ -414,7 +414,7 @@ async def test_kill_is_disabled_without_a_row_and_migrate_falls_back_to_the_sugg
         assert screen.check_action("migrate", ()) is True
         await pilot.press("7")  # nobody on GPU 7: no row, no stale process in view
         assert screen.check_action("kill", ()) is None
-        assert screen.check_action("kill_stale", ()) is None
+        assert screen.check_action("kill_stale", ()) is True  # K stays live: it says "No stale process in view."
         assert screen.active_bindings["k"].enabled is False  # greyed in the footer
         # The imbalance judge names a container to move: m still has something to open.
         assert screen.check_action("migrate", ()) is True
@@ -447,11 +447,13 @@ async def test_migrate_is_disabled_with_neither_a_row_nor_a_suggestion():
         await wait_for_polls(pilot)
         screen = app.screen
         assert app.snapshot.imbalance.suggestion is None and table(app).cursor_process is None
-        for action in ("migrate", "kill", "kill_stale"):
+        for action in ("migrate", "kill"):
             assert screen.check_action(action, ()) is None, action
         assert screen.active_bindings["m"].enabled is False
         await pilot.press("m", "k", "K")
         assert isinstance(app.screen, DashboardScreen)
+        await pilot.pause(0.1)
+        assert [n.message for n in app._notifications] == ["No stale process in view."]
 
 
 async def test_read_only_disables_kill_and_migrate_everywhere():

@@ -15,12 +15,13 @@ from collections.abc import Iterable
 from textual import on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 
 from gputui.core.model import Process, Snapshot
 from gputui.ui import keys
 from gputui.ui.base import GpuScreen
 from gputui.ui.widgets.banner import SuggestionBanner
+from gputui.ui.widgets.footer import FitFooter
 from gputui.ui.widgets.gpu_panel import GpuPanel
 from gputui.ui.widgets.process_table import COLUMNS, ProcessHeader, ProcessTable
 from gputui.ui.widgets.status import ImbalanceBanner, PollStatus, SelectionBar, StatusLine
@@ -55,7 +56,7 @@ class DashboardScreen(GpuScreen[None]):
         yield SelectionBar(id="selection")
         yield Input(placeholder="filter by user, command, container or PID — Enter keeps it, Escape clears",
                     id="filter")
-        yield Footer()
+        yield FitFooter()
 
     # -- typed lookups ------------------------------------------------------------
     @property

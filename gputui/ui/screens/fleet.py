@@ -14,13 +14,14 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 from textual.widgets.data_table import CellDoesNotExist
 
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.safe_text import clean
 from gputui.ui.fleet_status import FleetStatus, fleet_app
 from gputui.ui.screens.fleet_view import COLUMNS, SORT_KEYS, banner, host_cells, matches, summary, update_cell
+from gputui.ui.widgets.footer import FitFooter
 
 
 def row_key(host: FleetHost) -> str:
@@ -74,7 +75,7 @@ class FleetScreen(Screen[None]):
         yield table
         yield Input(placeholder="filter: host, user, container, alert… (Enter keeps it, Esc clears)", id="fleet-filter")
         yield Static(id="fleet-warnings")
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#fleet-hosts", DataTable)

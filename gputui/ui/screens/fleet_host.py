@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 from textual.widgets.data_table import CellDoesNotExist
 
 from gputui.core.fleet.model import FleetGpu, FleetHost, FleetProcess, FleetSnapshot
@@ -27,6 +27,7 @@ from gputui.ui import format as fmt
 from gputui.ui.fleet_status import fleet_app
 from gputui.ui.safe import markup
 from gputui.ui.screens.fleet_view import banner, spark, state_cell, update_cell
+from gputui.ui.widgets.footer import FitFooter
 
 PROCESS_COLUMNS = (("gpu", "GPU"), ("pid", "PID"), ("user", "User"), ("exe", "Executable"),
                    ("container", "Container"), ("image", "Image"), ("memory", "GPU memory"))
@@ -118,7 +119,7 @@ class CommandScreen(ModalScreen[None]):
                 yield Static(Text(self.command), id="command-text")
                 yield Static(Text("gputui never acts on a remote host itself. c copies the command, Esc closes.",
                                   style="dim"))
-            yield Footer()
+            yield FitFooter()
 
     def action_copy(self) -> None:
         if self.command is not None:
@@ -166,7 +167,7 @@ class HostScreen(Screen[None]):
         yield VerticalScroll(Static(id="host-cards-text"), id="host-cards")
         table: DataTable[Text] = DataTable(id="host-procs", cursor_type="row", zebra_stripes=True)
         yield table
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#host-procs", DataTable)

@@ -321,8 +321,12 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
         else:
             mode = "compact"
             total = max(1, n)
-        self.mode, self._cols, self._card_width = mode, cols, card_width
         height = max(1, min(total, self._available_height))
+        self._draw_width = width
+        if total > height:  # the panel scrolls: its scrollbar takes the last column(s), so draw narrower
+            self._draw_width = width = max(1, width - self.styles.scrollbar_size_vertical)
+            cols, card_width = self._geometry(width)
+        self.mode, self._cols, self._card_width = mode, cols, card_width
         if self.styles.height is None or self.styles.height.value != height:
             self.styles.height = height
         self.virtual_size = Size(width, total)
@@ -443,7 +447,10 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
         return self._strip(line, "compact-selected" if selected else "")
 
     def _width(self) -> int:
-        return self._card_width_basis if self._card_width_basis > 0 else (self.size.width or 80)
+        return self._draw_width if self._draw_width > 0 else (self.size.width or 80)
+
+    #: The width lines are drawn at: the panel's, less a scrollbar when the panel scrolls.
+    _draw_width = -1
 
     def render_line(self, y: int) -> Strip:
         if self._stale:

@@ -65,6 +65,14 @@ class LineBuilder:
     def strip(self, width: int, style: Style | None = None) -> Strip:
         return Strip(self.segments, self.width).adjust_cell_length(width, style)
 
+    def strip_cut(self, width: int, style: Style | None = None) -> Strip:
+        """:meth:`strip`, but a line too long ends in a visible "…" instead of stopping short."""
+        if self.width <= width or width < 2:
+            return self.strip(width, style)
+        kept = Strip(self.segments, self.width).crop(0, width - 1)
+        last = self.segments[-1].style if self.segments else style
+        return Strip([*kept, Segment("…", last)], width)
+
 
 def level_style(value: float, low: Style, mid: Style, high: Style, thresholds: tuple[float, float] = (50, 80)) -> Style:
     if value >= thresholds[1]:
