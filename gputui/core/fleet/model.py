@@ -60,7 +60,10 @@ class FleetGpu(MemoryFigures):
 
     def busy(self, has_process_data: bool) -> bool:
         """Working or held: utilization at BUSY_UTILIZATION or above, or a process on it
-        (without process data, memory at BUSY_MEMORY_PERCENT or above)."""
+        (without process data, memory at BUSY_MEMORY_PERCENT or above). A lost GPU is neither busy
+        nor idle (:attr:`FleetHost.lost_gpus`)."""
+        if self.lost:
+            return False
         if self.utilization_gpu is not None and self.utilization_gpu >= BUSY_UTILIZATION:
             return True
         if has_process_data:
@@ -144,6 +147,11 @@ class FleetHost:
     @cached_property
     def busy_gpus(self) -> int:
         return sum(1 for g in self.gpus if g.busy(self.has_process_data))
+
+    @cached_property
+    def lost_gpus(self) -> int:
+        """GPUs NVML no longer answers for: counted apart, never as idle."""
+        return sum(1 for g in self.gpus if g.lost)
 
     @cached_property
     def memory_used(self) -> int | None:

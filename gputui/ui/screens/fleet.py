@@ -20,12 +20,22 @@ from textual.widgets.data_table import CellDoesNotExist
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.safe_text import clean
 from gputui.ui.fleet_status import FleetStatus, fleet_app
-from gputui.ui.screens.fleet_view import COLUMNS, SORT_KEYS, banner, host_cells, matches, summary, update_cell
+from gputui.ui.screens.fleet_view import COLUMNS, banner, host_cells, matches, sort_key, summary, update_cell
 from gputui.ui.widgets.footer import FitFooter
 
 
 def row_key(host: FleetHost) -> str:
     return f"{host.job}\x00{host.instance}"
+
+
+class HostTable(DataTable[Text]):
+    """The host list: Home and End go to the first and last host (a row table's own Home and End
+    scroll sideways only)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("home", "scroll_top", "First host", show=False),
+        Binding("end", "scroll_bottom", "Last host", show=False),
+    ]
 
 
 class FleetScreen(Screen[None]):
@@ -71,7 +81,7 @@ class FleetScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-banner")
         yield Static(summary(None, 0, ""), id="fleet-summary")
-        table: DataTable[Text] = DataTable(id="fleet-hosts", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Text] = HostTable(id="fleet-hosts", cursor_type="row", zebra_stripes=True)
         yield table
         yield Input(placeholder="filter: host, user, container, alert… (Enter keeps it, Esc clears)", id="fleet-filter")
         yield Static(id="fleet-warnings")
@@ -95,7 +105,7 @@ class FleetScreen(Screen[None]):
             return
         now = fleet_app(self).now()
         hosts = [h for h in snap.hosts if matches(h, self.needle)]
-        hosts.sort(key=SORT_KEYS[self.sort_column], reverse=self.reverse)  # type: ignore[arg-type]  # each key's values compare among themselves
+        hosts.sort(key=sort_key(self.sort_column), reverse=self.reverse)
         self._hosts = {row_key(h): h for h in snap.hosts}
         order = [row_key(h) for h in hosts]
         cells = {row_key(h): host_cells(h, now) for h in hosts}

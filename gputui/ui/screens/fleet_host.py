@@ -26,7 +26,7 @@ from gputui.core.safe_text import clean
 from gputui.ui import format as fmt
 from gputui.ui.fleet_status import fleet_app
 from gputui.ui.safe import markup
-from gputui.ui.screens.fleet_view import banner, spark, state_cell, update_cell
+from gputui.ui.screens.fleet_view import banner, procs, spark, state_cell, update_cell
 from gputui.ui.widgets.footer import FitFooter
 
 PROCESS_COLUMNS = (("gpu", "GPU"), ("pid", "PID"), ("user", "User"), ("exe", "Executable"),
@@ -43,7 +43,7 @@ def card_text(gpu: FleetGpu, history: HostHistory | None, selected: bool) -> Tex
     text.append(f"  load {fmt.percent(gpu.utilization_gpu).strip()}  ")
     text.append(f"memory {fmt.size_pair(gpu.memory_used, gpu.memory_total)}  ")
     text.append(f"{fmt.temperature(gpu.temperature)}  ")
-    text.append(f"{len(gpu.processes)} proc" if gpu.processes else "")
+    text.append(procs(len(gpu.processes)) if gpu.processes else "")
     if history is not None:
         util = history.util.get(gpu.index, ())
         memory = history.memory.get(gpu.index, ())
@@ -120,6 +120,11 @@ class CommandScreen(ModalScreen[None]):
                 yield Static(Text("gputui never acts on a remote host itself. c copies the command, Esc closes.",
                                   style="dim"))
             yield FitFooter()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "copy" and self.command is None:
+            return False  # nothing to copy: the key is not offered
+        return True
 
     def action_copy(self) -> None:
         if self.command is not None:
