@@ -87,3 +87,21 @@ async def test_home_and_end_go_to_the_first_and_last_host():
         assert table.cursor_row == 29
         await pilot.press("home")
         assert table.cursor_row == 0
+
+
+@pytest.mark.functional
+@pytest.mark.parametrize("width, cut", [(80, True), (200, False)])
+async def test_host_rows_cut_at_the_right_edge_end_in_an_ellipsis(width, cut):
+    from tests.fixtures.fleet_showcase import recorded_fleet_app
+
+    app = recorded_fleet_app()
+    async with app.run_test(size=(width, 24)) as pilot:
+        table = app.screen.query_one(HostTable)
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if table.row_count:
+                break
+        await pilot.pause(0.1)
+        lines = [table.render_line(y).text for y in range(table.row_count + 1)]  # the header and every host
+        assert all(line.endswith("…") for line in lines) == cut, lines
+        assert not any(line.endswith("…") for line in lines) or cut

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.segment import Segment
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
+from textual.strip import Strip
 from textual.widgets import DataTable, Input, Static
 from textual.widgets.data_table import CellDoesNotExist
 
@@ -30,12 +32,22 @@ def row_key(host: FleetHost) -> str:
 
 class HostTable(DataTable[Text]):
     """The host list: Home and End go to the first and last host (a row table's own Home and End
-    scroll sideways only)."""
+    scroll sideways only), and rows cut at the right edge say so."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("home", "scroll_top", "First host", show=False),
         Binding("end", "scroll_bottom", "Last host", show=False),
     ]
+
+    def render_line(self, y: int) -> Strip:
+        """A row ends in "…" while columns are cut off at the right edge (→ scrolls to them)."""
+        strip = super().render_line(y)
+        width = strip.cell_length
+        if self.scroll_x < self.max_scroll_x and width > 1 and strip.text.strip():
+            segments = list(strip.crop(width - 1, width))
+            style = segments[-1].style if segments else None
+            strip = Strip([*strip.crop(0, width - 1), Segment("…", style)], width)
+        return strip
 
 
 class FleetScreen(Screen[None]):
