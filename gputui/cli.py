@@ -360,6 +360,10 @@ def _driver_from_env() -> str | None:
     return value
 
 
+#: A bug in gputui (its traceback in the state folder's gputui.log): the status an uncaught exception had.
+EXIT_BUG = 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -409,3 +413,11 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return EXIT_OK
+    except Exception as exc:
+        from gputui.core import bugs  # loaded only now: a run without a failure never imports logging
+
+        if bugs.expected(exc):
+            raise  # the outside world failing where no command says it in its words yet
+        doing = f"running gputui {_chosen_command(argv) or ''}".rstrip()  # no arguments: they may hold secrets
+        print(f"gputui: {bugs.report(exc, doing)}", file=sys.stderr)
+        return EXIT_BUG

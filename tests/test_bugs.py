@@ -130,3 +130,25 @@ def test_every_command_takes_debug(argv):
 
     args = _fast_args(argv) or build_parser(argv).parse_args(argv)
     assert args.debug is True
+
+
+def test_a_bug_in_a_command_is_one_sentence_pointing_at_the_log(isolated_xdg, capsys, monkeypatch):
+    import gputui.cli as cli
+
+    monkeypatch.delenv("GPUTUI_DEBUG", raising=False)
+
+    what = ["gpu"]
+
+    def broken(ctx):
+        raise KeyError(what[0])
+
+    monkeypatch.setattr(cli, "cmd_snapshot", broken)
+    log = isolated_xdg / "state" / "gputui" / "gputui.log"
+    assert cli.main(["--demo", "snapshot"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"gputui: gputui hit a bug; details in {log}.\n"
+    assert "while running gputui snapshot" in log.read_text() and "KeyError: 'gpu'" in log.read_text()
+    what[0] = "another"  # (a bug already logged is not logged again)
+    assert cli.main(["--debug", "--demo", "snapshot"]) == 1  # --debug: the traceback on stderr too
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and err.rstrip().endswith(f"details in {log}.")
