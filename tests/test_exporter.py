@@ -248,6 +248,9 @@ def test_mig_devices_have_their_memory_series_and_processes_their_mig_uuid():
     assert used.value == 3 and s["gputui_mig_device_memory_total_bytes"][0].value == 4
     by_pid = {x.labels["pid"]: x.labels["mig_uuid"] for x in s["gputui_process_gpu_memory_bytes"]}
     assert by_pid == {"7": "MIG-1", "8": ""}
+    # and the device's index, so the fleet can say "0:1" as the dashboard does (issue 28)
+    devices = {x.labels["pid"]: x.labels["mig_device"] for x in s["gputui_process_gpu_memory_bytes"]}
+    assert devices == {"7": "1", "8": ""}
     assert s["gputui_process_sm_utilization_ratio"][0].labels["mig_uuid"] == ""
     assert "gputui_mig_device_memory_used_bytes" not in _samples(_snap())  # no MIG: no series
 

@@ -105,3 +105,25 @@ async def test_host_rows_cut_at_the_right_edge_end_in_an_ellipsis(width, cut):
         lines = [table.render_line(y).text for y in range(table.row_count + 1)]  # the header and every host
         assert all(line.endswith("…") for line in lines) == cut, lines
         assert not any(line.endswith("…") for line in lines) or cut
+
+
+def test_a_mig_process_reads_gpu_colon_instance_as_on_the_dashboard():
+    from gputui.core.fleet.prom import Sample
+    from gputui.core.fleet.queries import build_fleet
+    from gputui.ui.screens.fleet_host import process_cells
+
+    def s(metric, value, **labels):
+        return Sample({"__name__": metric, "job": "gpu", "instance": "n1:9835", **labels}, value)
+
+    gpus = [s("gputui_host_info", 1, hostname="n1"), s("gputui_gpu_info", 1, gpu="5", uuid="GPU-5", name="A100"),
+            s("gputui_gpu_memory_total_bytes", 80 * GIB, gpu="5", uuid="GPU-5")]
+    procs = [s("gputui_process_gpu_memory_bytes", GIB, gpu="5", uuid="GPU-5", pid="7", user="bob", exe="python",
+               mig_uuid="MIG-a", mig_device="1"),
+             s("gputui_process_gpu_memory_bytes", GIB, gpu="5", uuid="GPU-5", pid="8", user="bob", exe="python",
+               mig_uuid="MIG-b", mig_device="99999999999"),  # out of range: the whole GPU's index only
+             s("gputui_process_gpu_memory_bytes", GIB, gpu="5", uuid="GPU-5", pid="9", user="bob", exe="python")]
+    up = Sample({"__name__": "up", "job": "gpu", "instance": "n1:9835"}, 1)
+    snap = build_fleet("http://p:9090", NOW, [up], [], gpus, procs, [])
+    (gpu,) = snap.hosts[0].gpus
+    cells = {p.pid: process_cells(gpu, p)[0].plain for p in gpu.processes}
+    assert cells == {7: "5:1", 8: "5", 9: "5"}

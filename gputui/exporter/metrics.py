@@ -29,7 +29,7 @@ from gputui.core.record import record
 MIB = 1024 * 1024
 DEFAULT_MAX_PROCESSES = 200
 PROCESS_LABELS = ["gpu", "uuid", "pid", "user", "exe", "container", "image", "compose_project", "compose_service",
-                  "mig_uuid"]
+                  "mig_uuid", "mig_device"]
 CONTAINER_LABELS = ["container", "image", "compose_project", "compose_service"]
 DCGM_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname", "container"]
 
@@ -220,7 +220,9 @@ def _build_process_families(procs: list[Process], cap: int, uuid_of: dict[int, s
         # the MIG device it runs on ("" on a whole GPU, like the container labels of a host process)
         mig = _s(mig_of.get((p.gpu_index, p.mig_device), "")) if p.mig_device is not None else ""
         if p.gpu_memory is not None:
-            memory.add_metric(head + [_s(p.user), _s(exe_name(p.command))] + _container_labels(p) + [mig],
+            # mig_device: the MIG device's index on its GPU, so a reader can say "5:1" as the dashboard does
+            device = str(p.mig_device) if mig and p.mig_device is not None else ""
+            memory.add_metric(head + [_s(p.user), _s(exe_name(p.command))] + _container_labels(p) + [mig, device],
                               p.gpu_memory)
         if p.sm_utilization is not None:
             sm.add_metric(head + [mig], p.sm_utilization / 100)

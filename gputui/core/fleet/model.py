@@ -38,6 +38,8 @@ class FleetProcess:
     gpu_memory: int | None
     container: str | None
     image: str | None = None
+    #: The MIG device it runs on (its index on the GPU), when the exporter says.
+    mig_device: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"pid": self.pid, "user": self.user, "exe": self.exe, "gpu_memory": self.gpu_memory,

@@ -22,6 +22,7 @@ from textual.widgets.data_table import CellDoesNotExist
 
 from gputui.core.fleet.model import FleetGpu, FleetHost, FleetProcess, FleetSnapshot
 from gputui.core.fleet.queries import HostHistory
+from gputui.core.mig import mig_label
 from gputui.core.safe_text import clean
 from gputui.ui import format as fmt
 from gputui.ui.fleet_status import fleet_app
@@ -56,7 +57,8 @@ def card_text(gpu: FleetGpu, history: HostHistory | None, selected: bool) -> Tex
 
 
 def process_cells(gpu: FleetGpu, p: FleetProcess) -> tuple[Text, ...]:
-    return (Text(str(gpu.index)), Text(str(p.pid)), Text(clean(p.user or "N/A")), Text(clean(p.exe or "N/A")),
+    where = str(gpu.index) if p.mig_device is None else mig_label(gpu.index, p.mig_device)  # "5:1" on MIG
+    return (Text(where), Text(str(p.pid)), Text(clean(p.user or "N/A")), Text(clean(p.exe or "N/A")),
             Text(clean(p.container or "-")), Text(clean(p.image or "-")), Text(fmt.size(p.gpu_memory)))
 
 
