@@ -71,12 +71,21 @@ def _parser_class() -> type[argparse.ArgumentParser]:
     return _Parser
 
 
-def _common(p: argparse.ArgumentParser, top: bool) -> None:
+def _common(p: argparse.ArgumentParser, top: bool, machine: bool = True) -> None:
     """Options every subcommand accepts too. Sub-parsers use SUPPRESS so a value given
-    before the subcommand is not overwritten by the subcommand's default."""
+    before the subcommand is not overwritten by the subcommand's default. ``machine=False``: a
+    subcommand that never reads this machine (the fleet) takes only --config and --debug."""
     import argparse
 
     d = None if top else argparse.SUPPRESS
+    if machine:
+        _machine_options(p, top, d)
+    p.add_argument("--config", metavar="PATH", default=d, help=f"config file (default {config_path()})")
+    p.add_argument("--debug", action="store_true", default=d if not top else False,
+                   help="also write the traceback of a bug in gputui to stderr (as GPUTUI_DEBUG=1 does)")
+
+
+def _machine_options(p: argparse.ArgumentParser, top: bool, d: object) -> None:
     p.add_argument("--demo", action="store_true", default=d if not top else False,
                    help="run on the built-in simulated 8-GPU server (no GPU needed)")
     p.add_argument("--gpu", action="append", metavar="N", default=d,
@@ -174,7 +183,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     for name, summary in SUBCOMMANDS.items():
         if name == chosen or load_all:
             module = importlib.import_module(f"gputui.commands.{name}")
-            module.add_parser(sub, lambda p: _common(p, top=False))
+            module.add_parser(sub, lambda p, machine=True: _common(p, top=False, machine=machine))
         else:
             sub.add_parser(name, help=summary)
     return parser
@@ -184,7 +193,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 #: value is read: None for a flag, "append" for --gpu, else the same converter argparse is given).
 _FAST_COMMON: dict[str, tuple[str, Any]] = {
     "--demo": ("demo", None), "--read-only": ("read_only", None), "--no-docker": ("no_docker", None),
-    "--gpu": ("gpu", "append"), "--config": ("config", str), "--rules": ("rules", str),
+    "--gpu": ("gpu", "append"), "--config": ("config", str), "--rules": ("rules", str), "--debug": ("debug", None),
     "--containerd": ("containerd", socket_arg), "--kubelet-socket": ("kubelet_socket", socket_arg),
 }
 _FAST_TOP: dict[str, tuple[str, Any]] = {
@@ -199,7 +208,8 @@ _FAST_SNAPSHOT: dict[str, tuple[str, Any]] = {
 }
 #: What argparse leaves in the namespace when an option is not given (top level, then snapshot's).
 _TOP_DEFAULTS: dict[str, Any] = {
-    "demo": False, "gpu": None, "read_only": False, "no_docker": False, "config": None, "rules": None, "once": False,
+    "demo": False, "gpu": None, "read_only": False, "no_docker": False, "config": None, "rules": None,
+    "debug": False, "once": False,
     "interval": None, "theme": None, "slow_link": None, "bell": None, "window": None, "temp_warning": None,
     "temp_critical": None, "prometheus": None, "command": None, "containerd": None, "kubelet_socket": None,
 }
@@ -355,6 +365,10 @@ def load_context(args: argparse.Namespace) -> Context:
         containerd_address=getattr(args, "containerd", None),
         kubelet_socket=getattr(args, "kubelet_socket", None),
     )
+    problem = settings.order_problem()
+    if problem is not None:  # the flags against each other or against the config file
+        raise UsageError(f"Thresholds out of order: {problem[1]} (check --temp-warning, --temp-critical "
+                         "and the config file).")
     return Context(args=args, settings=settings)
 
 
@@ -371,12 +385,18 @@ def _driver_from_env() -> str | None:
     return value
 
 
+#: A bug in gputui (its traceback in the state folder's gputui.log): the status an uncaught exception had.
+EXIT_BUG = 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         args = _fast_args(argv)
         if args is None:
             args = build_parser(argv).parse_args(argv)
+        if getattr(args, "debug", False):
+            os.environ["GPUTUI_DEBUG"] = "1"  # read where a bug is reported (gputui.core.bugs)
         ctx = load_context(args)
         command = args.command
         if command is None and getattr(args, "prometheus", None):
@@ -418,3 +438,11 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return EXIT_OK
+    except Exception as exc:
+        from gputui.core import bugs  # loaded only now: a run without a failure never imports logging
+
+        if bugs.expected(exc):
+            raise  # the outside world failing where no command says it in its words yet
+        doing = f"running gputui {_chosen_command(argv) or ''}".rstrip()  # no arguments: they may hold secrets
+        print(f"gputui: {bugs.report(exc, doing)}", file=sys.stderr)
+        return EXIT_BUG

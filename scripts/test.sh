@@ -30,7 +30,7 @@ if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null;
   [ -z "$policy" ] || rm -f "$policy"
 fi
 venv="${GPUTUI_TEST_VENV:-.venv-test}"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import gputui, pytest, pytest_asyncio, mypy, ruff, importlinter" 2>/dev/null; then
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import gputui, pytest, pytest_asyncio, mypy, ruff, importlinter, flit_core" 2>/dev/null; then
   GPUTUI_TEST_VENV="$venv" bash scripts/install-dev.sh
 fi
 exec "$venv/bin/python" -m pytest -q "$@"

@@ -1,6 +1,8 @@
 """Shared test configuration. Fixtures live in tests/fixtures/ by subject."""
 
+import inspect
 import os
+import subprocess
 
 import pytest
 
@@ -29,26 +31,40 @@ def require(condition: bool, why: str) -> None:
 
 #: Markers of tests that drive real parts (the fake driver, dockerd, tmux).
 _REAL_PART_MARKERS = ("integration", "docker", "tmux", "functional")
-#: Files whose tests run the Textual app (Pilot, SVG snapshots) or fresh interpreters: seconds each.
-_FUNCTIONAL_FILES = frozenset({
-    "test_alerts_panel.py",
-    "test_cli.py",
-    "test_containers_ui.py",
-    "test_imbalance_banner.py",
-    "test_kill_ui.py",
-    "test_layers.py",
-    "test_migrate_demo.py",
-    "test_migrate_ui.py",
-    "test_snapshots.py",
-    "test_ui_app.py",
+#: Fixtures that start real parts: the fake driver, dockerd, prometheus, exporters in subprocesses, the app's
+#: SVG snapshots. A test that uses one (directly or through another fixture) is functional.
+_REAL_PART_FIXTURES = frozenset({
+    "fake_nvml", "fake_nvml_factory", "dockerd", "dockerd_factory", "docker_cleanup", "prometheus_factory",
+    "exporters", "snap_compare",
 })
+
+
+def _functional(item: pytest.Item) -> bool:
+    """What the test uses says what it is: a real-part marker or fixture, or an ``async`` test (the Textual
+    app under Pilot). A test that starts a subprocess anyway fails as a unit test (see
+    :func:`_unit_tests_stay_in_process`), so the class cannot drift."""
+    if any(item.get_closest_marker(m) for m in _REAL_PART_MARKERS):
+        return True
+    if _REAL_PART_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    return inspect.iscoroutinefunction(getattr(item, "obj", None))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test is ``functional`` (real parts, the app, subprocesses) or ``unit`` (in-process
     logic), so ``pytest -m unit`` is the seconds-long loop while editing and the full run is CI's."""
     for item in items:
-        if item.path.name in _FUNCTIONAL_FILES or any(item.get_closest_marker(m) for m in _REAL_PART_MARKERS):
-            item.add_marker(pytest.mark.functional)
-        else:
-            item.add_marker(pytest.mark.unit)
+        item.add_marker(pytest.mark.functional if _functional(item) else pytest.mark.unit)
+
+
+class _NoSubprocess(subprocess.Popen):
+    def __init__(self, args, *rest, **kw) -> None:  # type: ignore[no-untyped-def]
+        raise AssertionError(f"a unit test started a subprocess ({args!r}): mark it functional "
+                             "(pytest.mark.functional), or keep it in-process")
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_stay_in_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pytest -m unit`` is the in-process loop: a unit test may not start a process."""
+    if request.node.get_closest_marker("unit") is not None:
+        monkeypatch.setattr(subprocess, "Popen", _NoSubprocess)

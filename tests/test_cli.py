@@ -10,6 +10,8 @@ import pytest
 
 from gputui import __version__
 
+pytestmark = pytest.mark.functional  # the installed gputui in subprocesses
+
 
 def gputui(*args, env=None, input=None):
     return subprocess.run(

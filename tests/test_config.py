@@ -67,3 +67,31 @@ def test_readme_example_config_is_valid(tmp_path):
     block = readme.split("```toml\n", 1)[1].split("```", 1)[0]
     settings = load_settings(write(tmp_path, block))
     assert settings == Settings()
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("[alerts]\ntemp_warning = 95\ntemp_critical = 90\n", "line 2: temp_warning (95) must be below temp_critical (90)"),
+    ("[alerts]\ntemp_warning = 90\n", "temp_warning (90) must be below temp_critical (90)"),
+    ("[imbalance]\nutil_low = 85\n", "util_low (85) must be below util_high (80)"),
+    ("[imbalance]\nmemory_low = 95\n", "memory_low (95) must be below memory_high (90)"),
+])
+def test_thresholds_the_wrong_way_round_are_refused(tmp_path, text, fragment):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_settings(path)
+    assert fragment in str(err.value) and str(err.value).endswith(".")
+
+
+@pytest.mark.parametrize("argv", [
+    ["--temp-warning", "95", "--temp-critical", "90", "--demo", "--once"],
+    ["--temp-warning", "92", "--demo", "snapshot"],  # against the default temp_critical 90
+    ["--config", "{config}", "--temp-critical", "80", "--demo", "--once"],  # against the file's warning 85
+])
+def test_threshold_flags_the_wrong_way_round_are_one_sentence_and_exit_2(tmp_path, capsys, argv):
+    from gputui.cli import main
+
+    config = write(tmp_path, "[alerts]\ntemp_warning = 85\n")
+    assert main([a.format(config=config) for a in argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("gputui: Thresholds out of order: temp_warning (")
+    assert "must be below temp_critical" in err

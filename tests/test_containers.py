@@ -252,6 +252,7 @@ def test_grant_phrases():
 
 # -- the demo -----------------------------------------------------------------------
 
+@pytest.mark.functional  # a process of its own
 def test_demo_snapshot_shows_the_intended_findings():
     import json
     import subprocess

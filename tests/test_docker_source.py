@@ -201,6 +201,7 @@ def test_hung_daemon_times_out_with_a_sentence(hung_daemon):
     assert hung_daemon.conns, "the source never reached the socket"
 
 
+@pytest.mark.functional  # a process of its own
 def test_permission_denied_names_the_socket_and_the_fix(tmp_path):
     require(os.geteuid() == 0 and shutil.which("setpriv") is not None,
             "needs root and setpriv to drop CAP_DAC_OVERRIDE")
@@ -225,6 +226,7 @@ def test_permission_denied_names_the_socket_and_the_fix(tmp_path):
     assert out.stdout.strip() == f"False|permission denied on {path} (add your user to the docker group)"
 
 
+@pytest.mark.functional  # a process of its own
 def test_without_the_docker_package(tmp_path):
     code = ("import sys; sys.modules['docker'] = None\n"
             "from gputui.core.sources.docker_source import DockerSource\n"
@@ -236,6 +238,7 @@ def test_without_the_docker_package(tmp_path):
     assert out.stdout.strip() == "False|the docker Python package is not installed (pip install docker)", out.stderr
 
 
+@pytest.mark.functional  # a process of its own
 def test_importing_the_source_does_not_import_docker():
     code = "import sys, gputui.core.sources.docker_source; print('docker' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,

@@ -52,3 +52,32 @@ def test_systemd_unit_verifies_and_is_confined(tmp_path):
     res = subprocess.run([analyze, "verify", str(unit)], check=False, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "gputui-exporter.service" not in res.stderr, res.stderr  # no warning about our unit
+
+
+def test_the_shipped_unit_is_what_print_systemd_unit_writes_for_usr_local_bin():
+    from gputui.exporter.systemd import unit
+
+    assert UNIT.read_text() == unit(["/usr/local/bin/gputui"], ["--listen", "127.0.0.1:9835", "--interval", "1"])
+
+
+def test_print_systemd_unit_runs_this_gputui_and_verifies(tmp_path):
+    """The unit names the gputui that printed it (not /usr/local/bin), keeps the options given, and
+    ``systemd-analyze verify`` accepts it where gputui is installed."""
+    gputui = str(Path(sys.executable).with_name("gputui"))
+    res = subprocess.run([gputui, "exporter", "--print-systemd-unit", "--listen", "0.0.0.0:9835", "--dcgm-names",
+                          "--no-docker"], check=False, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    text = res.stdout
+    assert f"\nExecStart={gputui} exporter --listen 0.0.0.0:9835 --interval 1 --dcgm-names --no-docker\n" in text
+    assert "\nLimitNOFILE=65536\n" in text and "/usr/local/bin" not in text
+    bad = subprocess.run([gputui, "exporter", "--print-systemd-unit", "--hostname", "a $(b)"], check=False,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stdout == "" and bad.stderr.count("\n") == 1  # refused, not quoted
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    unit = tmp_path / "gputui-exporter.service"
+    unit.write_text(text)
+    res = subprocess.run([analyze, "verify", str(unit)], check=False, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "gputui-exporter.service" not in res.stderr, res.stderr

@@ -324,7 +324,7 @@ async def test_at_60x15_the_migrate_dialog_keeps_its_keys_and_help_is_not_clippe
         await pilot.press("question_mark")
         await pilot.pause(0.1)
         assert isinstance(app.screen, HelpScreen)
-        text = "\n".join(_screen_lines(app))
+        text = "\n".join(_screen_lines(app)[:-1])  # the footer below marks the keys it leaves out with "…"
         assert "Sort by previous column" in text  # one column: whole descriptions, no "pro…" stubs
         assert "…" not in text
 

@@ -164,6 +164,7 @@ def test_reused_pid_is_refused_at_execution(demo):
 # -- the command line, on the demo ---------------------------------------------------------------
 
 
+@pytest.mark.functional  # a process of its own
 def test_cli_demo_kill_with_yes_reports_freed_memory():
     res = _gputui("--demo", "kill", "5388", "--yes")
     assert res.returncode == 0, res.stderr
@@ -175,6 +176,7 @@ def test_cli_demo_kill_with_yes_reports_freed_memory():
     assert _audit()[-1]["result"] == "ok"
 
 
+@pytest.mark.functional  # a process of its own
 def test_cli_without_yes_and_without_a_terminal_is_refused():
     res = _gputui("--demo", "kill", "5388")
     assert res.returncode == 2
@@ -184,6 +186,7 @@ def test_cli_without_yes_and_without_a_terminal_is_refused():
     assert not any(r["result"] == "ok" for r in _audit())
 
 
+@pytest.mark.functional  # a process of its own
 def test_cli_read_only_refuses_and_records_it():
     res = _gputui("--demo", "--read-only", "kill", "5388", "--yes")
     assert res.returncode == 1
@@ -191,6 +194,7 @@ def test_cli_read_only_refuses_and_records_it():
     assert [r["result"] for r in _audit()] == ["refused"]
 
 
+@pytest.mark.functional  # a process of its own
 def test_cli_only_refusals_exit_1_with_one_sentence_each():
     res = _gputui("--demo", "kill", "1", "--yes")
     assert res.returncode == 1
@@ -212,12 +216,14 @@ def test_cli_a_pid_that_names_no_process_is_usage_and_nothing_is_killed():
     assert not any(r["result"] == "ok" for r in _audit())
 
 
+@pytest.mark.functional  # a process of its own
 def test_cli_bad_signal_is_usage():
     res = _gputui("--demo", "kill", "5388", "--signal", "HUP", "--yes")
     assert res.returncode == 2
     assert "--signal must be TERM, INT or KILL" in res.stderr
 
 
+@pytest.mark.functional  # a process of its own
 @pytest.mark.parametrize("answer, code, said", [("y", 0, "exited after SIGTERM"), ("n", 1, "Nothing was killed.")])
 def test_cli_asks_on_a_terminal(answer, code, said):
     import pty

@@ -17,6 +17,8 @@ import gputui.commands
 import gputui.core
 import gputui.exporter
 
+pytestmark = pytest.mark.functional  # fresh interpreters
+
 #: Loaded only by the faces (textual) or by the code that talks to Docker, at call time (docker).
 HEAVY = ("textual", "docker")
 

@@ -36,6 +36,7 @@ def test_cuda_version_as_nvidia_smi_prints_it() -> None:
     assert nvml.format_cuda_version(None) is None
 
 
+@pytest.mark.functional  # a process of its own
 def test_importing_the_nvml_module_does_not_load_pynvml() -> None:
     code = ("import sys, gputui.core.sources.nvml, gputui.core.sources.processes; "
             "print('pynvml' in sys.modules, 'psutil' in sys.modules)")

@@ -44,6 +44,7 @@ def child():
         p.wait()
 
 
+@pytest.mark.functional  # a process of its own
 def test_real_process_facts_agree_with_psutil(child) -> None:
     p = child("sleep", "123")
     time.sleep(0.1)
@@ -62,6 +63,7 @@ def test_real_process_facts_agree_with_psutil(child) -> None:
     assert facts[os.getpid()].visible
 
 
+@pytest.mark.functional  # a process of its own
 def test_cpu_percent_measures_a_busy_process(child) -> None:
     busy = child("python3", "-c", "while True: pass")
     idle = child("sleep", "60")
@@ -79,6 +81,7 @@ def test_cpu_percent_measures_a_busy_process(child) -> None:
     assert facts[idle.pid].cpu_percent == 0.0
 
 
+@pytest.mark.functional  # a process of its own
 def test_a_vanished_pid_is_kept_and_marked(child) -> None:
     p = child("sleep", "60")
     source = HostProcessSource()
@@ -89,6 +92,7 @@ def test_a_vanished_pid_is_kept_and_marked(child) -> None:
     assert gone.visible is False and gone.invisible_reason == "vanished" and gone.user is None
 
 
+@pytest.mark.functional  # a process of its own
 def test_a_zombie_is_visible_with_its_status(child) -> None:
     z = child("true")
     deadline = time.time() + 5
@@ -306,6 +310,7 @@ def test_host_memory_follows_the_process(fake_proc: FakeProc) -> None:
     assert source.facts([70])[70].host_memory == 300 * PAGE
 
 
+@pytest.mark.functional  # a process of its own
 def test_pinned_stat_descriptors_follow_the_process_and_never_leak():
     """Descriptors kept on /proc/PID/stat are closed when the process goes, and a
     process that exited reads as vanished rather than as stale numbers."""
@@ -357,6 +362,7 @@ def _refreshing(clock: Clock, seconds: float = 5.0) -> HostProcessSource:
     return source
 
 
+@pytest.mark.functional  # a process of its own
 def test_reused_figures_wait_for_the_refresh_period_while_every_poll_reads_them_by_default(child) -> None:
     """A stopped process reads as stopped at once on the dashboard; with figures reused for 5 s
     (the exporter) it does so at the first read after 5 s."""
@@ -379,6 +385,7 @@ def test_reused_figures_wait_for_the_refresh_period_while_every_poll_reads_them_
         reused.close()
 
 
+@pytest.mark.functional  # a process of its own
 def test_reused_figures_never_outlive_their_process(child) -> None:
     """Within the refresh period, an exit is seen on the next poll: a zombie at once as a zombie,
     a reaped process as vanished."""
@@ -402,6 +409,7 @@ def test_reused_figures_never_outlive_their_process(child) -> None:
         source.close()
 
 
+@pytest.mark.functional  # a process of its own
 @pytest.mark.skipif(os.geteuid() != 0, reason="steering the next PID (ns_last_pid) needs root")
 def test_reused_figures_do_not_survive_pid_reuse(child) -> None:
     """The PID of an exited process handed to a new one within the refresh period: the new
@@ -429,6 +437,7 @@ def test_reused_figures_do_not_survive_pid_reuse(child) -> None:
         source.close()
 
 
+@pytest.mark.functional  # a process of its own
 def test_reused_figures_keep_no_descriptor_past_their_process(child) -> None:
     def open_fds() -> int:
         return len(os.listdir("/proc/self/fd"))

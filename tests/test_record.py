@@ -119,7 +119,7 @@ def test_a_mutable_default_or_a_required_field_after_a_default_is_refused_at_def
     with pytest.raises(ValueError, match="default_factory"):
         @record
         class Bad:
-            items: list[int] = []  # noqa: RUF012  # the mistake under test
+            items: list[int] = []  # the mistake under test
 
     with pytest.raises(TypeError, match="'b'"):
         @record

@@ -16,6 +16,8 @@ import pytest
 
 from tests.conftest import require
 
+pytestmark = pytest.mark.functional  # ruff, mypy and import-linter in subprocesses
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

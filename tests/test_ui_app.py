@@ -18,6 +18,7 @@ from gputui.core.demo import FROZEN_EPOCH, DemoMachine
 from gputui.core.machine import Machine, open_machine
 from gputui.core.model import Gpu, GpuReading
 from gputui.core.record import replace
+from gputui.core.sources import SourceUnavailable
 from gputui.ui.app import GpuTuiApp, make_app
 from gputui.ui.screens.containers import ContainersScreen
 from gputui.ui.screens.dashboard import DashboardScreen
@@ -413,7 +414,7 @@ async def test_kill_is_disabled_without_a_row_and_migrate_falls_back_to_the_sugg
         assert screen.check_action("migrate", ()) is True
         await pilot.press("7")  # nobody on GPU 7: no row, no stale process in view
         assert screen.check_action("kill", ()) is None
-        assert screen.check_action("kill_stale", ()) is None
+        assert screen.check_action("kill_stale", ()) is True  # K stays live: it says "No stale process in view."
         assert screen.active_bindings["k"].enabled is False  # greyed in the footer
         # The imbalance judge names a container to move: m still has something to open.
         assert screen.check_action("migrate", ()) is True
@@ -446,11 +447,13 @@ async def test_migrate_is_disabled_with_neither_a_row_nor_a_suggestion():
         await wait_for_polls(pilot)
         screen = app.screen
         assert app.snapshot.imbalance.suggestion is None and table(app).cursor_process is None
-        for action in ("migrate", "kill", "kill_stale"):
+        for action in ("migrate", "kill"):
             assert screen.check_action(action, ()) is None, action
         assert screen.active_bindings["m"].enabled is False
         await pilot.press("m", "k", "K")
         assert isinstance(app.screen, DashboardScreen)
+        await pilot.pause(0.1)
+        assert [n.message for n in app._notifications] == ["No stale process in view."]
 
 
 async def test_read_only_disables_kill_and_migrate_everywhere():
@@ -508,7 +511,8 @@ class FlakyGpus:
 
     def __init__(self, sim: DemoMachine, delay: float = 0.0) -> None:
         self.sim = sim
-        self.fail = False
+        #: True: the driver fails (one sentence); "bug": gputui itself raises
+        self.fail: bool | str = False
         self.delay = delay
         self.lost: set[int] = set()
         self.active = 0
@@ -524,8 +528,10 @@ class FlakyGpus:
         try:
             if self.delay:
                 time.sleep(self.delay)
+            if self.fail == "bug":
+                raise KeyError("a bug in gputui")
             if self.fail:
-                raise RuntimeError("NVML_ERROR_UNKNOWN from nvmlDeviceGetUtilizationRates")
+                raise SourceUnavailable("NVML_ERROR_UNKNOWN from nvmlDeviceGetUtilizationRates")
             reading = self.sim.read()
             gpus = tuple(
                 replace(g, lost=True, utilization_gpu=None, memory_used=None, temperature=None, power_draw=None)
@@ -564,6 +570,23 @@ async def test_a_failing_poll_shows_in_the_status_line_and_clears_on_recovery():
         await repoll(pilot)
         assert "Could not read" not in status_text(app)
         assert "⚠" not in status_text(app)
+
+
+async def test_a_bug_in_a_poll_says_so_and_logs_its_traceback_not_a_driver_fault(isolated_xdg):
+    app, gpus = flaky_app()
+    log = isolated_xdg / "state" / "gputui" / "gputui.log"
+    async with app.run_test(size=(140, 44)) as pilot:
+        await wait_for_polls(pilot)
+        gpus.fail = "bug"
+        await repoll(pilot)
+        await repoll(pilot)
+        text = status_text(app)
+        assert "gputui hit a bug; details in" in text and "Could not read the GPUs" not in text
+        assert app.poll_status.error == f"gputui hit a bug; details in {log}."
+    logged = log.read_text()
+    assert "Traceback" in logged and "KeyError: 'a bug in gputui'" in logged
+    assert logged.count("Traceback") == 1  # once, not once per poll
+    assert log.stat().st_mode & 0o777 == 0o600
 
 
 async def test_a_lost_gpu_is_shown_as_lost():

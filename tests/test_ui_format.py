@@ -6,7 +6,8 @@ from rich.style import Style
 
 from gputui.ui import format as fmt
 from gputui.ui.plots import downsample, nice_ticks
-from gputui.ui.widgets.lines import BARS, MISSING, level_code, sparkline
+from gputui.ui.widgets.lines import level_code, sparkline
+from gputui.ui.widgets.spans import BARS, MISSING
 
 GIB = 1024**3
 

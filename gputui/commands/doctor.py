@@ -28,8 +28,8 @@ def add_parser(sub, common):
         description=(
             "Walk the troubleshooting checklist: every check prints pass, warn, fail or skip (it could not run: "
             "no driver, Docker not asked or not reachable) with one sentence, and the fix after a warning or a "
-            "failure. Every run lists the same 18 checks. Exit 0 when nothing failed, 1 when a check failed, 2 "
-            "when doctor could not run."
+            f"failure. Every run lists the same {len(C.ALL_CHECKS)} checks. Exit 0 when nothing failed, 1 when a "
+            "check failed, 2 when doctor could not run."
         ),
     )
     common(p)

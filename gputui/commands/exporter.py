@@ -70,6 +70,38 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
                    help="seconds a client has to send its request header before it is dropped (default 10)")
     p.add_argument("--certfile", metavar="F", help="serve HTTPS with this PEM certificate (needs --keyfile)")
     p.add_argument("--keyfile", metavar="F", help="the certificate's PEM private key")
+    p.add_argument("--print-systemd-unit", action="store_true",
+                   help="print a systemd unit that runs this gputui with these options, and exit "
+                        "(gputui exporter --print-systemd-unit > /etc/systemd/system/gputui-exporter.service)")
+
+
+def _print_unit(ctx: Context) -> int:
+    """``--print-systemd-unit``: the unit for this gputui and the options given (nothing is bound or read)."""
+    import os
+
+    from gputui.context import UsageError
+    from gputui.exporter.metrics import DEFAULT_MAX_PROCESSES
+    from gputui.exporter.systemd import UnitError, gputui_command, unit
+
+    args = ctx.args
+    options = ["--listen", args.listen, "--interval", f"{ctx.settings.interval:g}"]
+    if args.hostname:
+        options += ["--hostname", args.hostname]
+    if args.dcgm_names:
+        options.append("--dcgm-names")
+    if args.max_processes != DEFAULT_MAX_PROCESSES:
+        options += ["--max-processes", str(args.max_processes)]
+    for flag, path in (("--certfile", args.certfile), ("--keyfile", args.keyfile),
+                       ("--config", getattr(args, "config", None))):
+        if path:
+            options += [flag, os.path.abspath(path)]  # the service starts in /
+    if getattr(args, "no_docker", False):
+        options.append("--no-docker")
+    try:
+        ctx.stdout.write(unit(gputui_command(), options))
+    except UnitError as exc:
+        raise UsageError(str(exc)) from None
+    return EXIT_OK
 
 
 def _bind(ctx: Context) -> Any:
@@ -124,6 +156,8 @@ def run(ctx: Context) -> int:
     from gputui.exporter.server import PollLoop, SnapshotCollector, serve_in_thread, stop_server, tune_sources
 
     args = ctx.args
+    if args.print_systemd_unit:
+        return _print_unit(ctx)
     server, registry, histogram, url = _bind(ctx)  # exit 2 before touching the machine
     stop = threading.Event()
 
@@ -144,6 +178,7 @@ def run(ctx: Context) -> int:
                                 max_processes=args.max_processes, docker=docker)
         import time
 
+        _log_to(ctx.stderr)
         loop = PollLoop(poller, ctx.settings.interval, histogram, PollStatus(snap, True, time.time()))
         # Everything imported and built so far lives as long as the process: keep it out of the
         # collector's full passes, which would otherwise rescan it every few polls.
@@ -170,3 +205,17 @@ def run(ctx: Context) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         sys.stderr.flush()
+
+
+def _log_to(stream) -> None:
+    """The exporter's log lines (:data:`gputui.exporter.server.LOG`) as plain lines on ``stream``."""
+    import logging
+
+    from gputui.exporter.server import LOG
+
+    for old in list(LOG.handlers):
+        LOG.removeHandler(old)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    LOG.addHandler(handler)
+    LOG.propagate = False

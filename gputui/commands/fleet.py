@@ -47,7 +47,7 @@ def add_parser(sub, common):
                     "Enter opens a host's GPUs and processes. With --json, print one document and exit. "
                     "Exit 3 when Prometheus cannot be read.",
     )
-    common(p)
+    common(p, machine=False)  # --demo, --gpu, --read-only, --no-docker are about this machine: not offered
     add_prometheus_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON document and exit")
     p.add_argument("--interval", type=interval_arg, default=argparse.SUPPRESS, metavar="SECONDS",

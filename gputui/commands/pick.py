@@ -56,7 +56,7 @@ def add_parser(sub, common):
                    help="highest mean utilization allowed over the sample, in percent")
     p.add_argument("--sample", type=sample_arg, default=1.0, metavar="SECONDS",
                    help="how long to watch the GPUs before choosing (default 1; 0 = one reading)")
-    p.add_argument("--format", choices=FORMATS + FLEET_FORMATS, default=None,
+    p.add_argument("--format", choices=FORMATS + tuple(f for f in FLEET_FORMATS if f not in FORMATS), default=None,
                    help="index (3,5), uuid, env (CUDA_VISIBLE_DEVICES=3,5) or docker (--gpus device=GPU-...); "
                         "with --prometheus: host-index (gpu-node-03 5), docker (DOCKER_HOST=ssh://... docker run "
                         "--gpus device=GPU-...) or ssh (ssh gpu-node-03 CUDA_VISIBLE_DEVICES=5)")

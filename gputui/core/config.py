@@ -14,6 +14,7 @@ from typing import Any
 
 from gputui.core.limits import RANGES, NumberError, check_number
 from gputui.core.record import fields, record, replace
+from gputui.core.safe_text import clean
 from gputui.core.statefile import CONFIG_LIMIT, ensure_state_dir, read_regular
 
 MIN_INTERVAL = 0.25
@@ -76,10 +77,22 @@ class Settings:
     containerd_address: str | None = None
     #: the kubelet's pod-resources socket (None: /var/lib/kubelet/pod-resources/kubelet.sock where it exists)
     kubelet_socket: str | None = None
+    #: ``[keymap]``: (binding id, keys) pairs that replace the dashboard's keys (``App.set_keymap``)
+    keymap: tuple[tuple[str, str], ...] = ()
 
     def with_overrides(self, **overrides: Any) -> Settings:
         clean = {k: v for k, v in overrides.items() if v is not None}
         return replace(self, **clean)
+
+    def order_problem(self) -> tuple[str, str] | None:
+        """(key, clause) when two thresholds that rise in step are the wrong way round (a warning at or
+        above its critical level, a "low" at or above its "high"); None when they are in order."""
+        for low, high in (("temp_warning", "temp_critical"), ("util_low", "util_high"),
+                          ("memory_low", "memory_high")):
+            a, b = getattr(self, low), getattr(self, high)
+            if a >= b:
+                return low, f"{low} ({a:g}) must be below {high} ({b:g})"
+        return None
 
 
 #: config-file keys -> Settings fields; sections flatten with their key names.
@@ -165,7 +178,9 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
         raise ConfigError(f"Config file {path} is nested too deeply to be a gputui config.") from None
     values: dict[str, Any] = {}
     for key, value in data.items():
-        if isinstance(value, dict):
+        if key == "keymap" and isinstance(value, dict):
+            values["keymap"] = tuple(_keymap_entry(path, text, k, v) for k, v in value.items())
+        elif isinstance(value, dict):
             section = _SECTIONS.get(key)
             if section is None or key == "":
                 raise ConfigError(_where(path, text, key, f"unknown section [{key}]"))
@@ -186,6 +201,9 @@ def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
         raise ConfigError(_where(path, text, "driver", f"driver must be one of {', '.join(DRIVERS)}"))
     if settings.interval < MIN_INTERVAL:
         raise ConfigError(_where(path, text, "interval", f"interval must be at least {MIN_INTERVAL} seconds"))
+    problem = settings.order_problem()
+    if problem is not None:
+        raise ConfigError(_where(path, text, *problem))
     return settings
 
 
@@ -233,6 +251,21 @@ def socket_address(value: str) -> str:
     if not path.startswith("/") or len(path) > 1024 or any(ord(ch) < 32 or ord(ch) == 127 for ch in path):
         raise ValueError(f"{value[:80]!r} is not the absolute path of a unix socket")
     return path
+#: A binding id (``kill``, ``help-close-?``) and the keys given for it (``x``, ``ctrl+k,f9``): Textual's
+#: key names, printable ASCII, comma-separated.
+_BINDING_ID = re.compile(r"[a-z0-9?!_-]{1,40}")
+_KEYS = re.compile(r"[!-~]{1,24}(,[!-~]{1,24}){0,3}")
+
+
+def _keymap_entry(path: str | os.PathLike[str], text: str, key: str, value: Any) -> tuple[str, str]:
+    """One ``[keymap]`` line, checked for shape (which ids exist is the dashboard's to say)."""
+    if not _BINDING_ID.fullmatch(key):
+        raise ConfigError(_where(path, text, key, f"[keymap] {clean(key)!r} is not a key binding id"))
+    keys = re.sub(r"\s*,\s*", ",", value.strip()) if isinstance(value, str) else None
+    if keys is None or not _KEYS.fullmatch(keys):
+        raise ConfigError(_where(path, text, key, f"[keymap] {key} must be a key name such as \"x\" or "
+                                                   f"\"ctrl+k\" (several: \"x,f9\")"))
+    return key, keys
 
 
 def _in_range(target: str, value: float, key: str = "the value") -> float:

@@ -172,7 +172,7 @@ def _lazy(cls: Any, name: str, build: Callable[[], tuple[str, dict[str, Any]]]) 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         source, env = build()
         namespace: dict[str, Any] = {}
-        exec(source, env, namespace)  # noqa: S102 (source built from the class's own field names)
+        exec(source, env, namespace)  # source built from the class's own field names
         real = namespace[name]
         real.__qualname__ = f"{cls.__qualname__}.{name}"
         real.__module__ = cls.__module__

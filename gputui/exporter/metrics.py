@@ -30,7 +30,7 @@ from gputui.core.record import record
 MIB = 1024 * 1024
 DEFAULT_MAX_PROCESSES = 200
 PROCESS_LABELS = ["gpu", "uuid", "pid", "user", "exe", "container", "image", "compose_project", "compose_service",
-                  "runtime", "pod", "namespace", "mig_uuid"]
+                  "runtime", "pod", "namespace", "mig_uuid", "mig_device"]
 CONTAINER_LABELS = ["container", "image", "compose_project", "compose_service", "runtime", "pod", "namespace"]
 DCGM_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname", "container", "pod", "namespace"]
 
@@ -209,7 +209,9 @@ def _build_process_families(procs: list[Process], cap: int, uuid_of: dict[int, s
         mig = _s(mig_of.get((p.gpu_index, p.mig_device), "")) if p.mig_device is not None else ""
         if p.gpu_memory is not None:
             job = [p.job.id if p.job is not None else ""] if slurm else []
-            memory.add_metric(head + [_s(p.user), _s(p.exe or "")] + _container_labels(p) + [mig] + job,
+            # mig_device: the MIG device's index on its GPU, so a reader can say "5:1" as the dashboard does
+            device = str(p.mig_device) if mig and p.mig_device is not None else ""
+            memory.add_metric(head + [_s(p.user), _s(p.exe or "")] + _container_labels(p) + [mig, device] + job,
                               p.gpu_memory)
         if p.sm_utilization is not None:
             sm.add_metric(head + [mig], p.sm_utilization / 100)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import os
+import logging
 import queue
 import socket
 import ssl
@@ -38,6 +39,7 @@ from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, di
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from gputui.core import bugs
 from gputui.core.machine import Machine
 from gputui.core.poller import Poller
 from gputui.core.record import record
@@ -48,6 +50,9 @@ from gputui.core.statefile import open_regular
 from gputui.exporter.exposition import MetricsApp
 from gputui.exporter.metrics import ExportOptions, PollStatus, build_families
 
+#: What the exporter says while it runs (a poll failing, polling working again); ``gputui exporter``
+#: sends it to stderr (journald under systemd).
+LOG = logging.getLogger("gputui.exporter")
 #: Buckets of gputui_poll_duration_seconds: a poll of 8 GPUs × 64 processes costs a few ms.
 POLL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 #: How long the exporter reuses a living process's /proc/PID/stat figures (seconds). It exports no
@@ -90,7 +95,7 @@ class PollLoop:
         self.histogram = histogram
         #: a poll running longer than this turns nvml down until it returns (a hung driver)
         self.stale_after = stale_after if stale_after is not None else max(5.0, 3 * interval)
-        self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        self._log = log or LOG.warning
         self._status = first
         self._poll_started: float | None = None
         self._stop = threading.Event()
@@ -126,9 +131,11 @@ class PollLoop:
         self._poll_started = t0 = time.monotonic()
         try:
             snap = self.poller.poll()
-        except Exception as exc:  # noqa: BLE001 (a lost driver changes the data, never the availability of /metrics)
+        except Exception as exc:  # a lost driver changes the data, never the availability of /metrics
             self._status = PollStatus(None, False, self._status.last_poll)
-            message = clean(str(exc)) or type(exc).__name__
+            # the driver's fault in its words; a bug as a pointer to its traceback in gputui.log
+            message = (clean(str(exc)) or type(exc).__name__) if bugs.expected(exc) else bugs.report(
+                exc, "polling for the exporter")
             if message != self._last_error:
                 self._log(f"gputui exporter: poll failed: {message}")
             self._last_error = message

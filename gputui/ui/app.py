@@ -66,12 +66,14 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.worker import Worker, get_current_worker
 
+from gputui.core import bugs
 from gputui.core.config import Settings
 from gputui.core.errors import clause
 from gputui.core.history import GpuSample, History
 from gputui.core.judges.alerts import AlertRecorder
 from gputui.core.model import Gpu, Snapshot
 from gputui.core.poller import Poller
+from gputui.ui import keys
 from gputui.ui.base import AppState, Listening
 from gputui.ui.messages import JournalsChecked, PollFailed, PollFinished
 from gputui.ui.safe import markup
@@ -164,6 +166,8 @@ class GpuTuiApp(App[int]):
         return DashboardScreen()
 
     def on_mount(self) -> None:
+        if self.settings.keymap:  # [keymap] in the config (ids checked by run_app)
+            self.set_keymap(dict(self.settings.keymap))
         self.theme = self.settings.theme
         if self.settings.slow_link:
             self.add_class("-slow-link")  # gputui.tcss: one colour per graph
@@ -183,9 +187,9 @@ class GpuTuiApp(App[int]):
             sentences = tuple(p.describe() for p in found[:3])  # a folder of junk is one line, not thousands
             if len(found) > 3:
                 sentences += (f"{len(found) - 3} more interrupted migrations; run 'gputui migrate --recover'.",)
-        except Exception as exc:  # an unreadable state directory: one sentence, no traceback
-            text = clause(exc)
-            sentences = (f"Could not look for interrupted migrations: {text}.",)
+        except Exception as exc:  # an unreadable state directory (one sentence), or a bug (logged)
+            sentences = (bugs.describe(exc, "Could not look for interrupted migrations",
+                                       "looking for interrupted migrations"),)
         if not self._closing:
             self.post_message(JournalsChecked(sentences))
 
@@ -264,7 +268,7 @@ class GpuTuiApp(App[int]):
             events = self.alert_recorder.record(snapshot)
             if self.settings.bell and any(e.rings for e in events) and not worker.is_cancelled:
                 self.call_from_thread(self.bell)
-        except Exception as exc:  # any source failure becomes a status-line sentence
+        except Exception as exc:  # a source failure, or a bug (logged): a status-line sentence
             if not worker.is_cancelled:
                 self.post_message(PollFailed(describe_error(exc), time.monotonic() - started))
             return
@@ -390,8 +394,11 @@ if TYPE_CHECKING:
 
 
 def describe_error(exc: BaseException) -> str:
-    """One sentence for a failed poll, whatever raised it."""
-    return f"Could not read the GPUs: {clause(exc)}. Retrying."
+    """One sentence for a failed poll: the driver's (or another source's) fault, or a bug in gputui
+    (its traceback logged, see :mod:`gputui.core.bugs`)."""
+    if bugs.expected(exc):
+        return f"Could not read the GPUs: {clause(exc)}. Retrying."
+    return bugs.report(exc, "polling the GPUs")
 
 
 def make_app(
@@ -429,10 +436,14 @@ def run_app(ctx) -> int:
         if getattr(ctx.args, "gpu", None):
             gpu_filter = ctx.gpu_filter(machine.gpu.read().gpus)
         app = make_app(machine, ctx.settings, gpu_filter=gpu_filter)
+        problem = keys.check_keymap(ctx.settings.keymap)
+        if problem is not None:
+            raise UsageError(problem)
         if ctx.settings.theme not in app.available_themes:
             names = ", ".join(sorted(app.available_themes))
             raise UsageError(f"There is no theme {ctx.settings.theme!r}; choose one of: {names}.")
-        app.run()
+        with bugs.hold_stderr():  # --debug tracebacks reach stderr once the screen is given back
+            app.run()
         return app.return_code or 0
     finally:
         machine.close()

@@ -29,6 +29,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
+from gputui.core import bugs
 from gputui.core.config import Settings
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.fleet.prom import PrometheusError
@@ -145,9 +146,9 @@ class FleetApp(App[int]):
                 snapshot = self.reader.read()
             except PrometheusError as exc:
                 message: Message = FleetFailed(str(exc), time.monotonic() - started)
-            except Exception as exc:  # noqa: BLE001 - a bug must not stop refreshing: one sentence, keep going
-                text = (str(exc).strip() or type(exc).__name__).rstrip(".")
-                message = FleetFailed(f"Reading the fleet failed: {text}.", time.monotonic() - started)
+            except Exception as exc:  # a bug must not stop refreshing: one sentence (logged), keep going
+                message = FleetFailed(bugs.describe(exc, "Reading the fleet failed", "reading the fleet"),
+                                      time.monotonic() - started)
             else:
                 message = FleetRefreshed(snapshot, time.monotonic() - started)
             if not worker.is_cancelled and not self._closing:
@@ -216,7 +217,7 @@ class FleetApp(App[int]):
             error = None
         except PrometheusError as exc:
             history, error = None, str(exc)
-        except Exception as exc:  # noqa: BLE001 - the screen says it instead of a traceback
+        except Exception as exc:  # the screen says it instead of a traceback
             history, error = None, f"Reading the host's history failed: {exc}."
         if not worker.is_cancelled and not self._closing:
             self.post_message(HostHistoryRead(history, error))
@@ -244,7 +245,8 @@ def run_fleet_app(ctx, reader: FleetReader) -> int:
         names = ", ".join(sorted(app.available_themes))
         raise UsageError(f"There is no theme {ctx.settings.theme!r}; choose one of: {names}.")
     try:
-        app.run()
+        with bugs.hold_stderr():  # --debug tracebacks reach stderr once the screen is given back
+            app.run()
     finally:
         reader.close()
     return app.return_code or 0

@@ -1,8 +1,10 @@
 """Every key binding of the dashboard's views, in one registry.
 
-The screens and widgets take their ``BINDINGS`` from here and the help screen lists them from
-here, so the help cannot drift from the real keys and needs to import none of the screens it
-describes. Each binding that users may remap has an id (``[keymap]`` in the config).
+The dashboard's screens and widgets take their ``BINDINGS`` from here and the help screen lists
+them from here, so the help cannot drift from the real keys and needs to import none of the
+screens it describes. (The modal dialogs — help, kill, migrate, alerts — and the fleet's screens
+declare their own few keys.) Each binding that users may remap has an id: ``[keymap]`` in the
+config maps ids to other keys (:func:`check_keymap`, then Textual's ``App.set_keymap``).
 """
 
 from __future__ import annotations
@@ -110,3 +112,18 @@ SECTIONS: list[tuple[str, list[BindingType], list[tuple[str, str]]]] = [
     ("Mouse", [], EXTRA["Mouse"]),
     ("Anywhere", [], EXTRA["Anywhere"]),
 ]
+
+
+def remappable() -> dict[str, Binding]:
+    """Binding id -> binding, for every binding of the registry that has an id."""
+    return {b.id: b for _, bindings, _ in SECTIONS for b in bindings if isinstance(b, Binding) and b.id}
+
+
+def check_keymap(keymap: tuple[tuple[str, str], ...]) -> str | None:
+    """One sentence when ``[keymap]`` names an id no binding has; None when every id exists."""
+    known = remappable()
+    unknown = [k for k, _ in keymap if k not in known]
+    if not unknown:
+        return None
+    return (f"The config's [keymap] names no key binding {unknown[0]!r}; the ids are: "
+            f"{', '.join(sorted(known))}.")

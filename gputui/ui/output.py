@@ -30,7 +30,6 @@ give (tests/test_output.py replays both into tmux and compares
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from itertools import groupby
 
 from rich.cells import get_character_cell_size
@@ -539,8 +538,3 @@ def _changed_cells(wc: list[str | None], wp: list[int], hc: list[str | None], hp
         changed.extend(x for x in range(a, b)
                        if (wc[x] != hc[x] or wp[x] != hp[x]) and wc[x] is not None)
     return changed
-
-
-def passthrough_writer(write: Callable[[str], None]) -> Callable[[str], None]:
-    """The identity layer (``GPUTUI_DRIVER=textual``): every write goes to the terminal as written."""
-    return write

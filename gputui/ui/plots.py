@@ -87,8 +87,8 @@ def plot_text(
     """A line plot of ``values`` over ``times`` (POSIX seconds) with clock labels on the x axis."""
     import plotext as plt
 
-    if width < 20 or height < 6:
-        return Text(title, style=label_style)
+    if width < 20 or height < 6:  # no room for axes: the title on one line, cut with "…" (never mid-word wraps)
+        return Text(title, style=label_style, no_wrap=True, overflow="ellipsis")
     points = [(t, v) for t, v in zip(times, values, strict=False) if v is not None]
     end = now if now is not None else (times[-1] if times else 0.0)
     span = window if window is not None else (end - times[0] if times else 60.0)

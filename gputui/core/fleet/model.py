@@ -42,6 +42,8 @@ class FleetProcess:
     runtime: str | None = None
     pod: str | None = None
     namespace: str | None = None
+    #: The MIG device it runs on (its index on the GPU), when the exporter says.
+    mig_device: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"pid": self.pid, "user": self.user, "exe": self.exe, "gpu_memory": self.gpu_memory,
@@ -76,7 +78,10 @@ class FleetGpu(MemoryFigures):
 
     def busy(self, has_process_data: bool) -> bool:
         """Working or held: utilization at BUSY_UTILIZATION or above, or a process on it
-        (without process data, memory at BUSY_MEMORY_PERCENT or above)."""
+        (without process data, memory at BUSY_MEMORY_PERCENT or above). A lost GPU is neither busy
+        nor idle (:attr:`FleetHost.lost_gpus`)."""
+        if self.lost:
+            return False
         if self.utilization_gpu is not None and self.utilization_gpu >= BUSY_UTILIZATION:
             return True
         if has_process_data:
@@ -162,6 +167,11 @@ class FleetHost:
     @cached_property
     def busy_gpus(self) -> int:
         return sum(1 for g in self.gpus if g.busy(self.has_process_data))
+
+    @cached_property
+    def lost_gpus(self) -> int:
+        """GPUs NVML no longer answers for: counted apart, never as idle."""
+        return sum(1 for g in self.gpus if g.lost)
 
     @cached_property
     def memory_used(self) -> int | None:

@@ -106,7 +106,7 @@ class PromClient:
         for item in result:
             try:
                 labels = item["metric"]
-                if type(labels) is not dict:  # noqa: E721 - JSON objects are exactly dict
+                if type(labels) is not dict:  # JSON objects are exactly dict
                     continue
                 append(Sample(labels, float(item["value"][1])))
             except (KeyError, IndexError, TypeError, ValueError):

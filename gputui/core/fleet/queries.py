@@ -108,6 +108,14 @@ def label_int(text: str | None) -> int | None:
     return int(text)
 
 
+def _mig_device(text: str | None) -> int | None:
+    """A MIG device index from a label: 0-63 (an A100 has at most seven), anything else None."""
+    if not text or len(text) > 2:
+        return None
+    value = label_int(text)
+    return value if value is not None and 0 <= value < 64 else None
+
+
 def _finite(value: float) -> bool:
     return math.isfinite(value)
 
@@ -282,6 +290,7 @@ def _processes(samples: Sequence[Sample], problems: _Problems) -> dict[tuple[str
             runtime=s.labels.get("runtime") or None,
             pod=s.labels.get("pod") or None,
             namespace=s.labels.get("namespace") or None,
+            mig_device=_mig_device(s.labels.get("mig_device")),
         ))
     for procs in out.values():
         procs.sort(key=lambda p: (-(p.gpu_memory or 0), p.pid))

@@ -864,10 +864,8 @@ class NvmlSource:
 
 
 def _binding_version() -> str | None:
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-    except ImportError:  # pragma: no cover - Python < 3.8
-        return None
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("nvidia-ml-py")
     except PackageNotFoundError:

@@ -20,12 +20,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gputui.core.judges.alerts import AlertEvent, AlertRecorder
 from gputui.core.model import Alert, Snapshot
 from gputui.ui.base import GpuScreen
 from gputui.ui.safe import markup, text
+from gputui.ui.widgets.footer import FitFooter
 
 _SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow"}
 _EVENT_WORD = {"raised": "raised", "changed": "now", "cleared": "cleared"}
@@ -133,7 +134,7 @@ class AlertsScreen(GpuScreen[None]):
             yield Static("", id="alerts-active")
             yield Static("This session", classes="alerts-heading")
             yield Static("", id="alerts-history")
-        yield Footer()
+        yield FitFooter()
 
     @property
     def recorder(self) -> AlertRecorder:

@@ -19,16 +19,17 @@ from __future__ import annotations
 
 from rich.table import Table
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from gputui.core.model import Container, Snapshot
 from gputui.ui import format as fmt
 from gputui.ui import keys
 from gputui.ui.base import GpuScreen
 from gputui.ui.safe import markup, plain, text
+from gputui.ui.widgets.footer import FitFooter
 from gputui.ui.widgets.status import PollStatus, StatusLine
 
 #: How each grant form is named in the table.
@@ -83,21 +84,29 @@ def via_cell(c: Container) -> str:
     return VIA.get(c.grant_source, c.grant_source)
 
 
-def gpu_strip(c: Container, snapshot: Snapshot) -> Text:
-    """Every GPU of the snapshot; the container's used GPUs filled, granted-only underlined, others dim."""
+#: The strip's legend, roomy then short; cut with "…" where even the short one does not fit.
+LEGENDS = (("its processes run here", "granted, unused", "other"), ("used", "granted", "other"))
+
+
+def gpu_strip(c: Container, snapshot: Snapshot, width: int | None = None) -> Text:
+    """Every GPU of the snapshot; the container's used GPUs filled, granted-only underlined, others dim,
+    then a legend that fits ``width`` cells (the short one, or cut with "…", on a narrow terminal)."""
     used, granted = set(c.used_gpus), set(c.granted_gpus)
-    out = Text("GPUs ")
+    gpus = Text("GPUs ")
     for g in snapshot.gpus:
         style = USED_STYLE if g.index in used else GRANTED_STYLE if g.index in granted else OTHER_STYLE
-        out.append(f" {g.index} ", style=style)
-        out.append(" ")
-    out.append("   ")
-    out.append(" n ", style=USED_STYLE)
-    out.append(" its processes run here  ")
-    out.append(" n ", style=GRANTED_STYLE)
-    out.append(" granted, unused  ")
-    out.append(" n ", style=OTHER_STYLE)
-    out.append(" other")
+        gpus.append(f" {g.index} ", style=style)
+        gpus.append(" ")
+    out = gpus
+    for words in LEGENDS:
+        out = gpus.copy()
+        out.append("   ")
+        for style, word in zip((USED_STYLE, GRANTED_STYLE, OTHER_STYLE), words, strict=True):
+            out.append(" n ", style=style)
+            out.append(f" {word}" + ("  " if style is not OTHER_STYLE else ""))
+        if width is None or out.cell_len <= width:
+            return out
+    out.truncate(width or 0, overflow="ellipsis")
     return out
 
 
@@ -244,7 +253,7 @@ class ContainersScreen(GpuScreen["str | None"]):
         yield Static(id="container-gpus")
         with VerticalScroll(id="container-detail-scroll"):
             yield Static(id="container-detail")
-        yield Footer()
+        yield FitFooter()
 
     @property
     def table(self) -> DataTable:
@@ -345,11 +354,15 @@ class ContainersScreen(GpuScreen["str | None"]):
                 reason = (snapshot.docker.error or "unknown reason").rstrip(".")
                 body.update(text(f"Containers unavailable: {reason}.", style="bold"))
             return
-        self.strip = gpu_strip(c, snapshot)
+        self.strip = gpu_strip(c, snapshot, strip_widget.content_region.width or self.app.size.width - 2)
         strip_widget.update(self.strip)
         body.update(detail(c, snapshot))
 
     # -- events and actions -----------------------------------------------------------------
+    def on_resize(self, event: events.Resize) -> None:
+        if self.is_mounted:
+            self._show_selected()  # the strip's legend fits the new width
+
     @on(DataTable.RowHighlighted, "#containers-table")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         key = event.row_key.value if event.row_key is not None else None

@@ -15,12 +15,13 @@ from collections.abc import Iterable
 from textual import on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 
 from gputui.core.model import Process, Snapshot
 from gputui.ui import keys
 from gputui.ui.base import GpuScreen
 from gputui.ui.widgets.banner import SuggestionBanner
+from gputui.ui.widgets.footer import FitFooter
 from gputui.ui.widgets.gpu_panel import GpuPanel
 from gputui.ui.widgets.process_table import COLUMNS, ProcessHeader, ProcessTable
 from gputui.ui.widgets.rules_banner import RulesBanner
@@ -57,7 +58,7 @@ class DashboardScreen(GpuScreen[None]):
         yield SelectionBar(id="selection")
         yield Input(placeholder="filter by user, command, container or PID — Enter keeps it, Escape clears",
                     id="filter")
-        yield Footer()
+        yield FitFooter()
 
     # -- typed lookups ------------------------------------------------------------
     @property
@@ -179,8 +180,7 @@ class DashboardScreen(GpuScreen[None]):
             return None  # greyed: read-only mode turns every kill and migration off
         if action == "kill":
             return True if self.table.cursor_process is not None else None
-        if action == "kill_stale":
-            return True if self.stale_in_view() else None
+        # kill_stale stays enabled with no stale process in view: K then says so (a toast)
         if action == "migrate":
             has_target = self.table.cursor_process is not None or self._suggested_container() is not None
             return True if has_target else None
@@ -355,7 +355,7 @@ class DashboardScreen(GpuScreen[None]):
                 continue
             if name == "only_gpu" and int(action[9:-1]) not in gpus:
                 continue
-            if self.check_action(name, ()) is not True:
+            if self.check_action(name, ()) is not True or (name == "kill_stale" and not self.stale_in_view()):
                 continue
             key = binding.key_display or binding.key
             yield SystemCommand(binding.description, f"key: {key}",

@@ -14,14 +14,16 @@ from datetime import datetime
 
 from rich.table import Table
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal, VerticalScroll
+from textual.containers import Grid, Horizontal, ScrollableContainer, VerticalScroll
+from textual.geometry import Size
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
+from gputui.core import units
 from gputui.core.history import GpuSample
 from gputui.core.mig import MIG_LOAD_NOTE
 from gputui.core.model import Gpu, Snapshot, describe_fields
@@ -31,6 +33,7 @@ from gputui.ui import keys
 from gputui.ui.base import GpuScreen
 from gputui.ui.plots import plot_text
 from gputui.ui.safe import markup, plain
+from gputui.ui.widgets.footer import FitFooter
 from gputui.ui.widgets.mig_card import add_mig_rows, mig_mode_text
 from gputui.ui.widgets.status import PollStatus, StatusLine
 
@@ -59,6 +62,7 @@ class PlotView(Widget):
         super().__init__(id=id, classes=f"-{kind}")
         self.kind = kind
         self.title = kind
+        self.titles: tuple[str, ...] = (kind,)
         self.times: tuple[float, ...] = ()
         self.values: tuple[float | None, ...] = ()
         self.ylim = (0.0, 100.0)
@@ -68,13 +72,19 @@ class PlotView(Widget):
         self.window: float | None = None
         self._cache: tuple[tuple, Text] | None = None
 
-    def show(self, title: str, times: Sequence[float], values: Sequence[float | None], ylim: tuple[float, float],
-             now: float, tz, window: float | None = None) -> None:
+    def show(self, title: str | tuple[str, ...], times: Sequence[float], values: Sequence[float | None],
+             ylim: tuple[float, float], now: float, tz, window: float | None = None) -> None:
+        """``title``: one, or several from the longest to the shortest (the first that fits is drawn);
+        ``window``: the seconds the x axis spans (None: the live history's)."""
+        self.titles = (title,) if isinstance(title, str) else title
+        title = self.titles[0]
         self.title, self.times, self.values, self.ylim, self.now, self.tz, self.window = (
             title, tuple(times), tuple(values), ylim, now, tz, window)
         self.refresh()
 
     def render(self) -> Text:
+        room = self.size.width - 2
+        self.title = next((t for t in self.titles if len(t) <= room), self.titles[-1])
         key = (self.size, self.title, self.ylim, self.now, self.window, len(self.times),
                self.values[-1:] if self.values else ())
         if self._cache is not None and self._cache[0] == key:
@@ -122,6 +132,12 @@ def _fmt_field(name: str, value, gpu: Gpu, settings) -> str:
     return str(value)
 
 
+#: Columns from which the fields stand beside the plots (60 for the fields, two plots of 20 or more).
+WIDE = 110
+#: Lines a plot needs to draw its axes (below, it shows its title only).
+MIN_PLOT_HEIGHT = 6
+
+
 def read_day_minutes(gpu: int, now: float) -> tuple[list[GpuMinute], str | None]:
     """One GPU's per-minute figures of the 24 hours before ``now`` from the history database, or
     the sentence saying why there are none (called on a worker thread)."""
@@ -164,7 +180,7 @@ class GpuDetailScreen(GpuScreen[None]):
     def compose(self) -> ComposeResult:
         yield StatusLine(id="status")
         yield Static(id="detail-title")
-        with Horizontal(id="detail-body"):
+        with ScrollableContainer(id="detail-body"):
             with Grid(id="plots"):
                 yield PlotView("util", id="plot-util")
                 yield PlotView("memory", id="plot-memory")
@@ -172,9 +188,31 @@ class GpuDetailScreen(GpuScreen[None]):
                 yield PlotView("power", id="plot-power")
             with VerticalScroll(id="fields-scroll"):
                 yield Static(id="fields")
-        yield Footer()
+        yield FitFooter()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size)
+
+    def _fit(self, size: Size) -> None:
+        """Below :data:`WIDE` columns the fields go under the plots (beside them the four plots got
+        a few columns each and showed their titles only), the plots as tall as the height spares;
+        the body scrolls to the fields."""
+        narrow = size.width < WIDE
+        self.set_class(narrow, "-narrow")
+        # the one that scrolls takes the keys (↑/↓, page): the body when narrow, the fields beside the plots
+        body, fields = self.query_one("#detail-body"), self.query_one("#fields-scroll")
+        body.can_focus, fields.can_focus = narrow, not narrow
+        if self.focused in (body, fields) and not self.focused.can_focus:
+            (body if narrow else fields).focus()
+        plots = self.query_one("#plots")
+        if narrow:
+            room = max(0, size.height - 3)  # status line, title, footer
+            plots.styles.height = 1 + max(2 * MIN_PLOT_HEIGHT, min(2 * 9, room - 7))  # 1: the grid's top padding
+        else:
+            plots.styles.height = "1fr"
 
     def on_mount(self) -> None:
+        self._fit(self.app.size)
         app = self.gpu_app
         self.update_poll_status(app.poll_status)
         if app.snapshot is not None:
@@ -247,7 +285,7 @@ class GpuDetailScreen(GpuScreen[None]):
         if gpu is None:
             title.update(Text(f" GPU {self.gpu_index} is not in the latest poll.", style="bold"))
             return
-        head = Text()
+        head = Text(no_wrap=True, overflow="ellipsis")  # cut with "…" on a narrow terminal
         head.append(f" GPU {gpu.index} ", style="bold reverse")
         head.append(f"  {plain(gpu.name)}", style="bold")  # NVML strings: the one rule, as everywhere
         head.append(f"   {plain(gpu.uuid)}", style="dim")
@@ -277,25 +315,29 @@ class GpuDetailScreen(GpuScreen[None]):
             return fmt.NA if value is None else f"{value:.0f}{unit}"
 
         util = [None if s.lost else s.utilization for s in samples]
+        note = MIG_LOAD_NOTE if gpu.mig_enabled else minutes
+        util_now = cur(gpu.utilization_gpu, " %")
         self.query_one("#plot-util", PlotView).show(
-            f"Utilization {cur(gpu.utilization_gpu, ' %')} · {MIG_LOAD_NOTE if gpu.mig_enabled else minutes}",
+            (f"Utilization {util_now} · {note}", f"Util {util_now} · {note}", f"Util {util_now}"),
             times, util, (0, 100), now, tz)
         total = gpu.memory_total or max((s.memory_total or 0 for s in samples), default=0) or GIB
         mem = [None if s.lost or s.memory_used is None else s.memory_used / GIB for s in samples]
         used = None if gpu.memory_used is None else gpu.memory_used / GIB
+        shown = fmt.NA if used is None else f"{used:.1f}"
         self.query_one("#plot-memory", PlotView).show(
-            f"Memory {fmt.NA if used is None else f'{used:.1f}'} of {total / GIB:.0f} GiB", times, mem,
+            (f"Memory {shown} of {total / GIB:.0f} GiB", f"Mem {shown}/{total / GIB:.0f} GiB"), times, mem,
             (0, total / GIB), now, tz)
         temps = [None if s.lost else s.temperature for s in samples]
         top = 10 * math.ceil(max([settings.temp_critical + 10] + [t + 5 for t in temps if t is not None]) / 10)
+        limits = f"(warn {settings.temp_warning}, crit {settings.temp_critical})"
         self.query_one("#plot-temperature", PlotView).show(
-            f"Temperature {cur(gpu.temperature, ' °C')} (warn {settings.temp_warning}, crit {settings.temp_critical})",
-            times, temps, (20, top), now, tz)
+            (f"Temperature {cur(gpu.temperature, ' °C')} {limits}", f"Temp {cur(gpu.temperature, ' °C')} {limits}",
+             f"Temp {cur(gpu.temperature, ' °C')}"), times, temps, (20, top), now, tz)
         power = [None if s.lost else s.power_draw for s in samples]
         limit = gpu.power_limit or max([p for p in power if p is not None] + [100.0])
         self.query_one("#plot-power", PlotView).show(
-            f"Power {cur(gpu.power_draw, ' W')} of {limit:.0f} W", times, power, (0, 50 * math.ceil(limit / 50)),
-            now, tz)
+            (f"Power {cur(gpu.power_draw, ' W')} of {limit:.0f} W", f"Power {cur(gpu.power_draw, '')}/{limit:.0f} W"),
+            times, power, (0, 50 * math.ceil(limit / 50)), now, tz)
 
     def _update_day_plots(self, gpu: Gpu, minutes: list[GpuMinute] | None, snapshot: Snapshot) -> None:
         """The last 24 hours from the history database: each minute's mean (h again: live)."""
@@ -343,6 +385,6 @@ class GpuDetailScreen(GpuScreen[None]):
         for p in sorted(gpu.processes, key=lambda p: -(p.gpu_memory or 0)):
             who = f"{p.user or '?'}"
             where = f" [{p.job.label}]" if p.job is not None else f" [{p.container.label}]" if p.container else ""
-            sm = fmt.NA if p.sm_utilization is None else p.sm_utilization
-            table.add_row(f"{p.pid}", markup(f"{who} {fmt.size(p.gpu_memory)} SM {sm}%{where} {p.command or ''}"))
+            sm = units.fmt_percent(p.sm_utilization)  # "N/A" stands alone, never "N/A%"
+            table.add_row(f"{p.pid}", markup(f"{who} {fmt.size(p.gpu_memory)} SM {sm}{where} {p.command or ''}"))
         return table

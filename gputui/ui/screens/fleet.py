@@ -9,22 +9,45 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.segment import Segment
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.strip import Strip
+from textual.widgets import DataTable, Input, Static
 from textual.widgets.data_table import CellDoesNotExist
 
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.safe_text import clean
 from gputui.ui.fleet_status import FleetStatus, fleet_app
-from gputui.ui.screens.fleet_view import COLUMNS, SORT_KEYS, banner, host_cells, matches, summary, update_cell
+from gputui.ui.screens.fleet_view import COLUMNS, banner, host_cells, matches, sort_key, summary, update_cell
+from gputui.ui.widgets.footer import FitFooter
 
 
 def row_key(host: FleetHost) -> str:
     return f"{host.job}\x00{host.instance}"
+
+
+class HostTable(DataTable[Text]):
+    """The host list: Home and End go to the first and last host (a row table's own Home and End
+    scroll sideways only), and rows cut at the right edge say so."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("home", "scroll_top", "First host", show=False),
+        Binding("end", "scroll_bottom", "Last host", show=False),
+    ]
+
+    def render_line(self, y: int) -> Strip:
+        """A row ends in "…" while columns are cut off at the right edge (→ scrolls to them)."""
+        strip = super().render_line(y)
+        width = strip.cell_length
+        if self.scroll_x < self.max_scroll_x and width > 1 and strip.text.strip():
+            segments = list(strip.crop(width - 1, width))
+            style = segments[-1].style if segments else None
+            strip = Strip([*strip.crop(0, width - 1), Segment("…", style)], width)
+        return strip
 
 
 class FleetScreen(Screen[None]):
@@ -70,11 +93,11 @@ class FleetScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-banner")
         yield Static(summary(None, 0, ""), id="fleet-summary")
-        table: DataTable[Text] = DataTable(id="fleet-hosts", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Text] = HostTable(id="fleet-hosts", cursor_type="row", zebra_stripes=True)
         yield table
         yield Input(placeholder="filter: host, user, container, alert… (Enter keeps it, Esc clears)", id="fleet-filter")
         yield Static(id="fleet-warnings")
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#fleet-hosts", DataTable)
@@ -94,7 +117,7 @@ class FleetScreen(Screen[None]):
             return
         now = fleet_app(self).now()
         hosts = [h for h in snap.hosts if matches(h, self.needle)]
-        hosts.sort(key=SORT_KEYS[self.sort_column], reverse=self.reverse)  # type: ignore[arg-type]  # each key's values compare among themselves
+        hosts.sort(key=sort_key(self.sort_column), reverse=self.reverse)
         self._hosts = {row_key(h): h for h in snap.hosts}
         order = [row_key(h) for h in hosts]
         cells = {row_key(h): host_cells(h, now) for h in hosts}

@@ -17,17 +17,19 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 from textual.widgets.data_table import CellDoesNotExist
 
 from gputui.actions.migrate.plan import runtime_refusal
 from gputui.core.fleet.model import FleetGpu, FleetHost, FleetProcess, FleetSnapshot
 from gputui.core.fleet.queries import HostHistory
+from gputui.core.mig import mig_label
 from gputui.core.safe_text import clean
 from gputui.ui import format as fmt
 from gputui.ui.fleet_status import fleet_app
 from gputui.ui.safe import markup
-from gputui.ui.screens.fleet_view import banner, spark, state_cell, update_cell
+from gputui.ui.screens.fleet_view import banner, procs, spark, state_cell, update_cell
+from gputui.ui.widgets.footer import FitFooter
 
 PROCESS_COLUMNS = (("gpu", "GPU"), ("pid", "PID"), ("user", "User"), ("exe", "Executable"),
                    ("container", "Container"), ("image", "Image"), ("memory", "GPU memory"))
@@ -44,7 +46,7 @@ def card_text(gpu: FleetGpu, history: HostHistory | None, selected: bool,
     text.append(f"  load {fmt.percent(gpu.utilization_gpu).strip()}  ")
     text.append(f"memory {fmt.size_pair(gpu.memory_used, gpu.memory_total)}  ")
     text.append(f"{fmt.temperature(gpu.temperature)}  ")
-    text.append(f"{len(gpu.processes)} proc" if gpu.processes else "")
+    text.append(procs(len(gpu.processes)) if gpu.processes else "")
     mine = [f"job {j} ({u or 'unknown user'})" for uuid, j, u in jobs if uuid == gpu.uuid]
     if mine:
         text.append("  Slurm " + ", ".join(clean(m) for m in mine), style="bold")
@@ -60,7 +62,8 @@ def card_text(gpu: FleetGpu, history: HostHistory | None, selected: bool,
 
 
 def process_cells(gpu: FleetGpu, p: FleetProcess) -> tuple[Text, ...]:
-    return (Text(str(gpu.index)), Text(str(p.pid)), Text(clean(p.user or "N/A")), Text(clean(p.exe or "N/A")),
+    where = str(gpu.index) if p.mig_device is None else mig_label(gpu.index, p.mig_device)  # "5:1" on MIG
+    return (Text(where), Text(str(p.pid)), Text(clean(p.user or "N/A")), Text(clean(p.exe or "N/A")),
             Text(clean(p.owner or "-")), Text(clean(p.image or "-")), Text(fmt.size(p.gpu_memory)))
 
 
@@ -126,7 +129,12 @@ class CommandScreen(ModalScreen[None]):
                 yield Static(Text(self.command), id="command-text")
                 yield Static(Text("gputui never acts on a remote host itself. c copies the command, Esc closes.",
                                   style="dim"))
-            yield Footer()
+            yield FitFooter()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "copy" and self.command is None:
+            return False  # nothing to copy: the key is not offered
+        return True
 
     def action_copy(self) -> None:
         if self.command is not None:
@@ -174,7 +182,7 @@ class HostScreen(Screen[None]):
         yield VerticalScroll(Static(id="host-cards-text"), id="host-cards")
         table: DataTable[Text] = DataTable(id="host-procs", cursor_type="row", zebra_stripes=True)
         yield table
-        yield Footer()
+        yield FitFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#host-procs", DataTable)

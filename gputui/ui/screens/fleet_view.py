@@ -67,7 +67,8 @@ _CELLS: dict[tuple, tuple[Text, ...]] = {}
 
 def host_cells(host: FleetHost, now: float) -> tuple[Text, ...]:
     """The row of one host (cached on what it shows: most rows are unchanged between refreshes)."""
-    key = (host.shown, host.source, host.up, host.last_seen, len(host.gpus), host.busy_gpus, host.memory_used,
+    key = (host.shown, host.source, host.up, host.last_seen, len(host.gpus), host.busy_gpus, host.lost_gpus,
+           host.memory_used,
            host.memory_total, host.hottest, host.imbalance_flagged, host.stale_gpu_memory, host.stale_processes,
            host.alerts, host.containers_with_findings, datetime.fromtimestamp(now).date())
     cells = _CELLS.get(key)
@@ -87,8 +88,10 @@ def _host_cells(host: FleetHost, now: float) -> tuple[Text, ...]:
         na = Text("")
         return (name, state_cell(host, now), na, na, na, na, na, na, na)
     total = len(host.gpus)
-    busy = host.busy_gpus
-    gpus = Text(f"{busy}/{total - busy}" if total else "no GPUs", style="yellow" if not total else "")
+    busy, lost = host.busy_gpus, host.lost_gpus
+    gpus = Text(f"{busy}/{total - busy - lost}" if total else "no GPUs", style="yellow" if not total else "")
+    if lost:  # neither busy nor idle
+        gpus.append(f" +{lost} lost", style="bold red")
     memory = Text(fmt.size_pair(host.memory_used, host.memory_total))
     hot = host.hottest
     hottest = Text(fmt.temperature(hot), style="red" if hot is not None and hot >= 85 else "")
@@ -100,7 +103,7 @@ def _host_cells(host: FleetHost, now: float) -> tuple[Text, ...]:
         stale = Text(fmt.size(host.stale_gpu_memory) if host.stale_gpu_memory else "0",
                      style="yellow" if host.stale_gpu_memory else "")
     elif host.stale_processes:
-        stale = Text(f"{host.stale_processes} proc", style="yellow")
+        stale = Text(procs(host.stale_processes), style="yellow")
     else:
         stale = Text(fmt.NA, style="dim")
     alerts = Text(", ".join(clean(a.kind) + (f"@{a.gpu}" if a.gpu is not None else "") for a in host.alerts) or
@@ -119,7 +122,9 @@ def _num(value: float | None) -> tuple[int, float]:
 
 SORT_KEYS: dict[str, Callable[[FleetHost], object]] = {
     "host": lambda h: (h.shown.lower(), h.instance),
-    "state": lambda h: (h.up, h.last_seen.timestamp() if h.last_seen else 0.0),
+    # down hosts first, the longest down first; up hosts in name order (their last scrape moves every
+    # refresh: sorting on it reshuffled the list under the cursor)
+    "state": lambda h: (h.up, 0.0 if h.up or not h.last_seen else h.last_seen.timestamp()),
     "gpus": lambda h: (not h.up, -h.busy_gpus, -len(h.gpus)),
     "memory": lambda h: _num(h.memory_used / h.memory_total if h.memory_used is not None and h.memory_total else None),
     "hottest": lambda h: _num(h.hottest),
@@ -128,6 +133,17 @@ SORT_KEYS: dict[str, Callable[[FleetHost], object]] = {
     "alerts": lambda h: (-sum(2 if a.severity == "critical" else 1 for a in h.alerts),),
     "findings": lambda h: (-len(h.containers_with_findings),),
 }
+
+
+def sort_key(column: str) -> Callable[[FleetHost], tuple]:
+    """The sort of ``column``, ties broken by host name and instance so the order is stable."""
+    key = SORT_KEYS[column]
+    return lambda h: (key(h), h.shown.lower(), h.instance)
+
+
+def procs(n: int) -> str:
+    """ "1 proc", "4 procs"."""
+    return f"{n} proc{'s' if n != 1 else ''}"
 
 
 def matches(host: FleetHost, needle: str) -> bool:
@@ -151,13 +167,17 @@ def summary(snap: FleetSnapshot | None, shown: int, needle: str) -> Text:
     up = sum(1 for h in snap.hosts if h.up)
     gpus = sum(len(h.gpus) for h in snap.hosts)
     busy = sum(h.busy_gpus for h in snap.hosts)
+    lost = sum(h.lost_gpus for h in snap.hosts)
     text = Text()
     text.append(f"{len(snap.hosts)} hosts", style="bold")
     text.append(f" · {up} up")
     down = len(snap.hosts) - up
     if down:
         text.append(f" · {down} down", style="bold red")
-    text.append(f" · {busy}/{gpus} GPUs busy · {clean(snap.prometheus)}")
+    text.append(f" · {busy}/{gpus - lost} GPUs busy")
+    if lost:
+        text.append(f" · {lost} lost", style="bold red")
+    text.append(f" · {clean(snap.prometheus)}")
     if needle:
         text.append(f" · filter {clean(needle)!r}: {shown} shown", style="yellow")
     return text

@@ -25,13 +25,19 @@ def _group(title: str, bindings: list[Binding], app: App[Any] | None) -> list[tu
     """One row per action: keys bound to the same action and description share it ("escape / q")."""
     rows: list[tuple[str, str]] = []
     row_of: dict[tuple[str, str], int] = {}
-    digits = [b for b in bindings if b.action.startswith("only_gpu(")]
+    #: the config's [keymap]: the keys a remapped binding answers to now
+    remap = dict(getattr(getattr(app, "settings", None), "keymap", None) or ())
+    digits = [b for b in bindings if b.action.startswith("only_gpu(") and b.id not in remap]
     for b in bindings:
         if b in digits:
             if b is digits[0]:
                 rows.append(("0 … 9", "Only that GPU's processes (again: all GPUs)"))
             continue
-        key = app.get_key_display(b) if app is not None else (b.key_display or b.key)
+        if app is not None and b.id in remap:
+            key = " / ".join(app.get_key_display(Binding(k, b.action, b.description, id=b.id))
+                             for k in remap[b.id].split(","))
+        else:
+            key = app.get_key_display(b) if app is not None else (b.key_display or b.key)
         what = b.description or b.action
         same = row_of.get((b.action, what))
         if same is not None:

@@ -111,6 +111,7 @@ class KillScreen(GpuModal["KillReport | None"]):
         self.plan: KillPlan | None = None
         self.report: KillReport | None = None
         self._generation = 0
+        self._refusals_recorded = False
         #: Created by the first plan worker (a real backend may connect to Docker).
         self._flow: KillFlow | None = None
 
@@ -176,10 +177,20 @@ class KillScreen(GpuModal["KillReport | None"]):
         else:
             lines.append("")
             lines.append("Nothing can be killed.")
+            self._record_refusals(message.plan)
         # commands, users, container names: each line through the one rule, never parsed as markup
         self.query_one("#kill-plan", Static).update(Text("\n".join(plain(ln) for ln in lines)))
         self._show_options()
         self.refresh_bindings()
+
+    def _record_refusals(self, plan: KillPlan) -> None:
+        """Every target refused: the refusals go to the audit log, as ``gputui kill`` records them (once
+        per dialog, however often the plan is redone). An app worker: the dialog may close first."""
+        if self._refusals_recorded or not plan.refusals or self._flow is None:
+            return
+        self._refusals_recorded = True
+        self.app.run_worker(partial(self._flow.refuse, plan), thread=True, exit_on_error=False,
+                            group="kill-audit", description="record refused kills")
 
     def _show_options(self) -> None:
         esc = "on: SIGKILL whatever is left after" if self.escalate else "off (e to turn on)"

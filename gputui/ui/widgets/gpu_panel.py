@@ -3,17 +3,15 @@
 Why one widget and not a card widget per GPU: every GPU changes every tick (its
 graphs shift), and a stock widget per card re-measures and re-renders whole
 regions. Here each card is drawn into a few cached :class:`Strip` objects, keyed by
-exactly what it shows; a tick rebuilds only cards whose key changed and refreshes
-only their lines.
+exactly what they show (their spans); a tick refreshes only the lines whose spans changed.
 
 Layout: cards (five lines each, as many columns as fit) when they fit the height
 the screen can spare; otherwise one line per GPU ("compact"); the panel scrolls
 when even that does not fit (16 GPUs on a small terminal). ``v`` switches to
 the other layout on every press (back to "auto" when auto would pick it).
 
-Over 600 lines on purpose: both layouts share the strip cache, the selection and the scroll
-geometry of the one widget; the card drawing moves to its own module when the MIG card of issue
-16 joins it.
+What each line shows is :mod:`card_view`'s pure ``(text, style name)`` spans; the panel keeps
+the strip of each distinct line (cached by its spans), the selection and the scroll geometry.
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -30,21 +29,19 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from gputui.core import units
 from gputui.core.config import Settings
 from gputui.core.history import GpuSample
-from gputui.core.judges.suspect import activity
-from gputui.core.model import THERMAL_OR_POWER, Gpu, Snapshot
+from gputui.core.model import Gpu, Snapshot
 from gputui.core.record import record
 from gputui.ui import format as fmt
 from gputui.ui import keys
-from gputui.ui.widgets import mig_card
-from gputui.ui.widgets.lines import LineBuilder, SkipIdentityFilter, component_style, level_code, sparkline
+from gputui.ui.widgets import card_view
+from gputui.ui.widgets.card_view import CARD_HEIGHT
+from gputui.ui.widgets.lines import LineBuilder, SkipIdentityFilter, component_style, level_code
 
 Mode = Literal["cards", "compact"]
 ModeChoice = Literal["auto", "cards", "compact"]
 
-CARD_HEIGHT = 5
 #: Most cells the power pair ("1006/1000 W") and the memory pair ("1023 MiB/141.0 GiB") can take. The
 #: panel gives each the width its widest GPU needs (at least the minimum), so no value is ever cut and
 #: every card and row aligns.
@@ -212,7 +209,9 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
         self._cols = 1
         self._card_width = 0
         self._lines: list[Strip] = []
-        self._card_cache: dict[int, tuple[tuple, list[Strip]]] = {}
+        #: (style under the line, the line's spans) -> its strip, for the lines drawn last time and now.
+        self._strips: dict[tuple[str, card_view.Line], Strip] = {}
+        self._last_strips: dict[tuple[str, card_view.Line], Strip] = {}
         self._codes = SeriesCodes()
         #: (first slot of a card row, line) -> (the card strips it was joined from, the joined line)
         self._joined: dict[tuple[int, int], tuple[tuple[Strip, ...], Strip]] = {}
@@ -234,7 +233,8 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
         # Called while the widget is being registered too, before its component
         # styles exist: only drop caches here; lines are rebuilt when drawn.
         self._styles.clear()
-        self._card_cache.clear()
+        self._strips.clear()
+        self._last_strips.clear()
         self._joined.clear()
         self._stale = True
         self.refresh()
@@ -321,17 +321,22 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
         else:
             mode = "compact"
             total = max(1, n)
-        self.mode, self._cols, self._card_width = mode, cols, card_width
         height = max(1, min(total, self._available_height))
+        self._draw_width = width
+        if total > height:  # the panel scrolls: its scrollbar takes the last column(s), so draw narrower
+            self._draw_width = width = max(1, width - self.styles.scrollbar_size_vertical)
+            cols, card_width = self._geometry(width)
+        self.mode, self._cols, self._card_width = mode, cols, card_width
         if self.styles.height is None or self.styles.height.value != height:
             self.styles.height = height
         self.virtual_size = Size(width, total)
-        self._card_cache.clear()
         self._joined.clear()
         self._rebuild(force=True)
 
     # -- drawing --------------------------------------------------------------
     def _compute_lines(self, width: int) -> list[Strip]:
+        # Strips drawn this time; those of last time are reused when a line draws the same.
+        self._last_strips, self._strips = self._strips, {}
         if not self.views:
             waiting = LineBuilder().add("  waiting for the first poll…", self._style("dim")).strip(width)
             return [waiting.apply_style(self.rich_style)]
@@ -357,14 +362,52 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
             if a is not b:
                 self.refresh(Region(0, y - top, width, 1))
 
+    def _base(self) -> Style:
+        """The widget's own colours (cached: computing them walks the DOM)."""
+        style = self._styles.get("")
+        if style is None:
+            style = self._styles[""] = self.rich_style
+        return style
+
+    def _look(self, width: int) -> card_view.CardLook:
+        return card_view.CardLook(width, self._mem_w, self._pow_w, self.settings.temp_warning,
+                                  self.settings.temp_critical)
+
+    def _strip(self, line: card_view.Line, under: str = "") -> Strip:
+        """The strip of a line's spans, cached by the spans: a line that draws the same as last
+        poll is the same strip object (so the panel does not repaint it)."""
+        key = (under, line)
+        strip = self._strips.get(key)
+        if strip is None:
+            strip = self._last_strips.get(key)
+            if strip is None:
+                base = self._base() + self._style(under) if under else self._base()
+                width = sum(cell_len(text) for text, _ in line)
+                strip = Strip([Segment(text, base + self._named(name) if name else base) for text, name in line],
+                              width)
+            self._strips[key] = strip
+        return strip
+
+    def _named(self, name: str) -> Style:
+        """A style name of :mod:`card_view` ("title", "title+reverse") as a Rich style."""
+        style = self._styles.get(name)
+        if style is None:
+            component, _, modifier = name.partition("+")
+            style = self._style(component)
+            if modifier == "reverse":
+                style += Style(reverse=True)
+            self._styles[name] = style
+        return style
+
     def _card_lines(self, width: int) -> list[Strip]:
         cols, cw = self._cols, self._card_width
         out: list[Strip] = []
         base = self._base()
         gap = Strip.blank(GAP, base)
         joined_cache = self._joined
+        look = self._look(cw)
         for row_start in range(0, len(self.views), cols):
-            cards = [self._card(v, cw) for v in self.views[row_start:row_start + cols]]
+            cards = [self._card(v, look) for v in self.views[row_start:row_start + cols]]
             for line in range(CARD_HEIGHT):
                 parts = tuple(card[line] for card in cards)
                 cached = joined_cache.get((row_start, line))
@@ -387,262 +430,27 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
                 out.append(joined)
         return out
 
-    def _card(self, view: GpuView, width: int) -> list[Strip]:
-        """The five lines of one card, each cached by exactly what it shows.
-
-        A tick usually changes only the two graph lines (they shift by a sample);
-        the title, the clocks line and the bottom border come from the cache.
-        """
+    def _card(self, view: GpuView, look: card_view.CardLook) -> list[Strip]:
+        """The five lines of one card: :func:`card_view.card`, each strip cached by what it draws."""
         g = view.gpu
-        spark_w = max(4, width - 2 - 6 - 1 - 4 - 1 - self._card_field() - 1)
         selected = g.index == self.selected and self.has_focus
-        frame = (width, selected, g.index == self.filtered, g.lost, self._mem_w, self._pow_w)
-        if g.lost:
-            keys: tuple[tuple, ...] = (
-                (frame, g.name, len(g.processes), view.alerts, view.critical),
-                (frame, "lost-1"), (frame, "lost-2"), (frame, "lost-3", len(g.processes)), (frame,),
-            )
-        elif g.mig_enabled:  # MIG mode: the body lists the instances (no load graphs exist)
-            keys = (
-                (frame, g.name, self._users(g), len(g.processes), view.alerts, view.critical, g.mig_reset_pending),
-                (frame, "mig", mig_card.body_key(g, 1)), (frame, "mig", mig_card.body_key(g, 2)),
-                (frame, "mig", mig_card.body_key(g, 3)), (frame,),
-            )
-        else:
-            keys = (
-                (frame, g.name, self._users(g), len(g.processes), view.alerts, view.critical, g.mig_reset_pending),
-                (frame, view.util[-spark_w:], g.utilization_gpu, g.temperature,
-                 fmt.power_pair(g.power_draw, g.power_limit), self.settings.temp_warning, self.settings.temp_critical),
-                (frame, view.mem[-spark_w:], fmt.mem_percent(g.memory_used, g.memory_total),
-                 fmt.size_pair(g.memory_used, g.memory_total)),
-                (frame, g.clock_sm, g.clock_sm_max, g.clock_memory, g.fan_speed, g.pstate, g.throttle_reasons),
-                (frame,),
-            )
-        cached = self._card_cache.get(g.index)
-        old_keys, old_lines = cached if cached is not None else ((), [])
-        if old_keys == keys:
-            return old_lines
-        base = self._base()
-        lines = []
-        for n, key in enumerate(keys):
-            if n < len(old_keys) and old_keys[n] == key:
-                lines.append(old_lines[n])
-            else:
-                lines.append(self._draw_card_line(n, view, width, spark_w, selected, base))
-        self._card_cache[g.index] = (keys, lines)
-        return lines
-
-    def _base(self) -> Style:
-        """The widget's own colours (cached: computing them walks the DOM)."""
-        style = self._styles.get("")
-        if style is None:
-            style = self._styles[""] = self.rich_style
-        return style
-
-    def _users(self, g: Gpu) -> tuple[str, ...]:
-        by_user: dict[str, int] = {}
-        for p in g.processes:
-            name = p.user or "?"
-            by_user[name] = by_user.get(name, 0) + (p.gpu_memory or 0)
-        return tuple(sorted(by_user, key=lambda u: (-by_user[u], u)))
-
-    def _border_style(self, view: GpuView, selected: bool) -> Style:
-        if view.gpu.lost:
-            return self._style("border-lost")
-        if selected:
-            return self._style("border-selected")
-        if view.gpu.index == self.filtered:
-            return self._style("border-filtered")
-        return self._style("border")
-
-    def _badge(self, view: GpuView) -> tuple[str, Style] | None:
-        if view.gpu.mig_reset_pending and not view.alerts:
-            # MIG mode pending ≠ current: the change waits for a GPU reset
-            return " MIG→reset ", self._style("badge-warning")
-        if not view.alerts:
-            return None
-        text = f" ⚠ {view.alerts} " if view.alerts > 1 else " ⚠ "
-        return text, self._style("badge-critical" if view.critical else "badge-warning")
-
-    def _temp_style(self, temp: int | None) -> Style:
-        if temp is None:
-            return self._style("dim")
-        if temp >= self.settings.temp_critical:
-            return self._style("critical")
-        if temp >= self.settings.temp_warning:
-            return self._style("warning")
-        return self._style("value")
-
-    def _draw_card_line(self, n: int, view: GpuView, width: int, spark_w: int, selected: bool,
-                        base: Style) -> Strip:
-        """Line ``n`` (0 = top border ... 4 = bottom border) of a card, over the panel's ``base`` style."""
-        g = view.gpu
-        s = self._style
-        border = self._border_style(view, selected)
-        if n == 0:
-            return self._top_line(view, width, selected, border).apply_style(base)
-        if n == 4:
-            return LineBuilder().add("╰" + "─" * max(0, width - 2) + "╯", border).strip(width).apply_style(base)
-        if g.lost:
-            body = [
-                LineBuilder().add(" ✖ NVML no longer answers for this GPU.", s("lost")),
-                LineBuilder().add(" It may have fallen off the bus: check `dmesg` for Xid errors.", s("dim")),
-                LineBuilder().add(f" {len(g.processes)} process(es) were on it at the last good read.", s("dim")),
-            ][n - 1]
-        elif g.mig_enabled:
-            body = mig_card.body_line(g, n, width - 2, s)
-        elif n == 1:
-            body = self._util_line(view, spark_w)
-        elif n == 2:
-            body = self._mem_line(view, spark_w)
-        else:
-            body = self._info_line(g)
-        side = Segment("│", border)
-        pad = width - 2 - body.width
-        if pad < 0:  # wider than the card: cut (never with the panel's own widths)
-            line = LineBuilder().extend([side], 1)
-            line.extend(body.segments, body.width)
-            stripped = Strip(line.segments, line.width).adjust_cell_length(width - 1)
-            return Strip.join([stripped, Strip([side], 1)]).apply_style(base)
-        # The same segments as cutting, joining and styling strips would give, built as one strip:
-        # a tick redraws two lines of every card, and each intermediate Strip costs its caches.
-        segments = [side, *body.segments, Segment(" " * pad), side] if pad else [side, *body.segments, side]
-        return Strip([Segment(text, base + style if style is not None else base) for text, style, _ in segments],
-                     width)
-
-    def _top_line(self, view: GpuView, width: int, selected: bool, border: Style) -> Strip:
-        """╭─ 0  A100-SXM4-80GB ──── alice, bob · 4 procs ─ ⚠ ─╮"""
-        g = view.gpu
-        s = self._style
-        top = LineBuilder().add("╭─", border)
-        top.add(f" {g.index} ", s("title") + Style(reverse=True) if selected else s("title"))
-        top.add(" ", border)
-        title = fmt.short_gpu_name(g.name) + (" · MIG" if g.mig_enabled else "")
-        right = LineBuilder()
-        users = self._users(g)
-        if g.lost:
-            right.add(" LOST ", s("lost") + Style(reverse=True))
-        elif g.processes:
-            shown = ", ".join(users[:2]) + (f" +{len(users) - 2}" if len(users) > 2 else "")
-            right.add(f" {shown} ", s("users"))
-            right.add(f"· {len(g.processes)} proc{'s' if len(g.processes) != 1 else ''} ", s("dim"))
-        else:
-            state = activity(g)
-            right.add(f" {state} ", s("dim") if state == "idle" else s("warning"))
-        badge = self._badge(view)
-        if badge:
-            right.add("─", border).add(*badge)
-        right.add("─╮", border)
-        room = width - top.width - right.width - 2
-        top.add_fit(title, min(len(title), max(0, room)), s("title"))
-        top.add(" ", border)
-        fill = width - top.width - right.width
-        top.add("─" * max(0, fill), border)
-        top.extend(right.segments, right.width)
-        return top.strip(width)
-
-    def _spark(self, values: Sequence[int], width: int) -> list[Segment]:
-        s = self._style
-        return sparkline(values, width, s("empty"), s("low"), s("mid"), s("high"))
-
-    def _util_line(self, view: GpuView, spark_w: int) -> LineBuilder:
-        g, s = view.gpu, self._style
-        line = LineBuilder().add(" UTIL ", s("label"))
-        line.extend(self._spark(view.util, spark_w), spark_w)
-        line.add(" ")
-        line.add(fmt.percent(g.utilization_gpu), self._value_style(g.utilization_gpu))
-        line.add("  ")
-        line.add_fit(fmt.temperature(g.temperature), 5, self._temp_style(g.temperature), right=True)
-        line.add(" ")
-        line.add_fit(fmt.power_pair(g.power_draw, g.power_limit), self._card_field() - 7, s("value"), right=True)
-        return line
-
-    def _card_field(self) -> int:
-        """Cells after a card's graph and percentage: the memory pair, or the temperature (5), a gap
-        and the power pair on the line above, whichever is wider, so both lines end together."""
-        return max(self._mem_w, 7 + self._pow_w)
-
-    def _mem_line(self, view: GpuView, spark_w: int) -> LineBuilder:
-        g, s = view.gpu, self._style
-        line = LineBuilder().add(" MEM  ", s("label"))
-        line.extend(self._spark(view.mem, spark_w), spark_w)
-        line.add(" ")
-        line.add(fmt.mem_percent(g.memory_used, g.memory_total), self._value_style(g.memory_percent))
-        line.add(" ")
-        line.add_fit(fmt.size_pair(g.memory_used, g.memory_total), self._card_field(), s("value"), right=True)
-        return line
-
-    def _info_line(self, g: Gpu) -> LineBuilder:
-        s = self._style
-        line = LineBuilder()
-        line.add(" SM ", s("label")).add(units.fmt_mhz_pair(g.clock_sm, g.clock_sm_max, sep="/"), s("value"))
-        line.add("  MEM ", s("label")).add(units.fmt_mhz(g.clock_memory), s("value"))
-        line.add("  FAN ", s("label"))
-        line.add(fmt.NA if g.fan_speed is None else f"{g.fan_speed}%", s("dim") if g.fan_speed is None else s("value"))
-        line.add("  ")
-        line.add(units.fmt_pstate(g.pstate), s("value") if g.pstate is not None else s("dim"))
-        throttled = fmt.throttle_label(g.throttle_reasons)
-        if throttled:
-            hot = any(r in THERMAL_OR_POWER for r in g.throttle_reasons or ())
-            line.add("  ▼ " + throttled, s("warning") if hot else s("dim"))
-        return line
-
-    def _value_style(self, value: float | None) -> Style:
-        if value is None:
-            return self._style("dim")
-        return self._style("value")
+        lines = card_view.card(g, view.util, view.mem, view.alerts, view.critical, look, selected,
+                               g.index == self.filtered)
+        return [self._strip(line) for line in lines]
 
     def _compact_line(self, view: GpuView, width: int) -> Strip:
-        """One line per GPU: index, (name), util and memory graphs with numbers, temp, power, who."""
-        g, s = view.gpu, self._style
+        """One line per GPU (:func:`card_view.compact`)."""
+        g = view.gpu
         selected = g.index == self.selected and self.has_focus
-        base = s("compact-selected") if selected else Style()
-        line = LineBuilder()
-        idx_style = (self._style("lost") if g.lost
-                     else s("border-filtered") if g.index == self.filtered else s("title"))
-        line.add(f"{g.index:>2} ", idx_style + (Style(reverse=True) if selected else Style()))
-        if g.lost:
-            line.add("LOST  NVML no longer answers for this GPU (fallen off the bus?)", s("lost"))
-            return line.strip(width, base).apply_style(self._base() + base)
-        fixed = 3 + 4 + 1 + 5 + 4 + 1 + 5 + 1 + self._mem_w + 6 + self._pow_w + 2
-        name = fmt.short_gpu_name(g.name)
-        show_name = width - fixed - len(name) - 2 >= 24
-        if show_name:
-            line.add_fit(name, len(name) + 1, s("dim"))
-        room = width - fixed - (len(name) + 1 if show_name else 0) - 14
-        spark = max(0, min(40, room // 2))
-        if g.mig_enabled:  # no load in MIG mode: how many instances instead of a graph
-            line.add_fit(mig_card.compact_load(g), (2 + spark if spark >= 4 else 4) + 5, s("label"))
-        else:
-            if spark >= 4:
-                line.add("U ", s("label")).extend(self._spark(view.util, spark), spark)
-            else:
-                line.add("UTIL", s("label"))
-            line.add(fmt.percent(g.utilization_gpu) + " ", self._value_style(g.utilization_gpu))
-        if spark >= 4:
-            line.add(" M ", s("label")).extend(self._spark(view.mem, spark), spark)
-        else:
-            line.add(" MEM", s("label"))
-        line.add(fmt.mem_percent(g.memory_used, g.memory_total), self._value_style(g.memory_percent))
-        line.add(" ")
-        line.add_fit(fmt.size_pair(g.memory_used, g.memory_total), self._mem_w, s("value"), right=True)
-        line.add(" ")
-        line.add_fit(fmt.temperature(g.temperature), 5, self._temp_style(g.temperature), right=True)
-        line.add(" ")
-        line.add_fit(fmt.power_pair(g.power_draw, g.power_limit), self._pow_w, s("value"), right=True)
-        badge = self._badge(view)
-        users = self._users(g)
-        rest = width - line.width - (len(badge[0]) + 1 if badge else 0)
-        if rest > 2:
-            who = " " + (", ".join(users) if users else activity(g))
-            line.add_fit(who, rest, s("users") if users else s("dim"))
-        if badge:
-            line.pad_to(width - len(badge[0]))
-            line.add(*badge)
-        return line.strip(width, base).apply_style(self._base() + base)
+        line = card_view.compact(g, view.util, view.mem, view.alerts, view.critical, self._look(width), selected,
+                                 g.index == self.filtered)
+        return self._strip(line, "compact-selected" if selected else "")
 
     def _width(self) -> int:
-        return self._card_width_basis if self._card_width_basis > 0 else (self.size.width or 80)
+        return self._draw_width if self._draw_width > 0 else (self.size.width or 80)
+
+    #: The width lines are drawn at: the panel's, less a scrollbar when the panel scrolls.
+    _draw_width = -1
 
     def render_line(self, y: int) -> Strip:
         if self._stale:

@@ -18,10 +18,7 @@ from textual.filter import ANSIToTruecolor, LineFilter
 from textual.strip import Strip
 
 from gputui.core.safe_text import clean
-
-#: Eighth-blocks, index = level 0..8. Level 0 is drawn as the lowest bar in the
-#: "empty" style so the track stays visible and a 0 % GPU still shows a line.
-BARS = " ▁▂▃▄▅▆▇█"
+from gputui.ui.widgets.spans import MISSING, spark_runs
 
 
 class LineBuilder:
@@ -68,6 +65,14 @@ class LineBuilder:
     def strip(self, width: int, style: Style | None = None) -> Strip:
         return Strip(self.segments, self.width).adjust_cell_length(width, style)
 
+    def strip_cut(self, width: int, style: Style | None = None) -> Strip:
+        """:meth:`strip`, but a line too long ends in a visible "…" instead of stopping short."""
+        if self.width <= width or width < 2:
+            return self.strip(width, style)
+        kept = Strip(self.segments, self.width).crop(0, width - 1)
+        last = self.segments[-1].style if self.segments else style
+        return Strip([*kept, Segment("…", last)], width)
+
 
 def level_style(value: float, low: Style, mid: Style, high: Style, thresholds: tuple[float, float] = (50, 80)) -> Style:
     if value >= thresholds[1]:
@@ -77,8 +82,6 @@ def level_style(value: float, low: Style, mid: Style, high: Style, thresholds: t
     return low
 
 
-#: Code of a missing sample (N/A): drawn blank.
-MISSING = -1
 
 
 def level_code(value: float | None, thresholds: tuple[float, float] = (50, 80)) -> int:
@@ -104,27 +107,7 @@ def sparkline(codes: Sequence[int], width: int, empty: Style, low: Style, mid: S
     flat 97–99 % line stays a flat full-height line here. Missing values (N/A)
     are blanks; samples not yet collected are the empty track.
     """
-    if width <= 0:
-        return []
-    tiers = (low, mid, high)
-    vals = codes[-width:]
-    out: list[Segment] = []
-    run_text: list[str] = [BARS[1]] * (width - len(vals))
-    run_style: Style = empty
-    for code in vals:
-        if code <= 0:
-            ch, style = (" " if code == MISSING else BARS[1]), empty
-        else:
-            ch, style = BARS[code // 3], tiers[code % 3]
-        if style is not run_style:
-            if run_text:
-                out.append(Segment("".join(run_text), run_style))
-                run_text = []
-            run_style = style
-        run_text.append(ch)
-    if run_text:
-        out.append(Segment("".join(run_text), run_style))
-    return out
+    return [Segment(text, style) for text, style in spark_runs(codes, width, empty, low, mid, high)]
 
 
 class CachedStyles:

@@ -9,9 +9,6 @@ no load graph and show temperature and power.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
@@ -19,7 +16,7 @@ from gputui.core.mig import MIG_LOAD_NOTE, instance_owner, mig_label
 from gputui.core.model import Gpu, MigDevice
 from gputui.core.safe_text import clean
 from gputui.ui import format as fmt
-from gputui.ui.widgets.lines import LineBuilder
+from gputui.ui.widgets.spans import Spans
 
 BODY_LINES = 3
 
@@ -32,75 +29,60 @@ def _slots(g: Gpu) -> list[list[MigDevice]]:
     return [devs[i:i + 2] for i in range(0, min(len(devs), 2 * BODY_LINES), 2)]
 
 
-def body_key(g: Gpu, n: int) -> tuple:
-    """What body line ``n`` (1-3) shows, for the card cache."""
-    slots = _slots(g)
-    if n - 1 < len(slots):
-        return tuple((d.index, d.profile, d.memory_used, d.memory_total, instance_owner(g, d))
-                     for d in slots[n - 1]) + (len(g.mig_devices),)
-    return ("note", len(g.mig_devices), g.temperature, fmt.power_pair(g.power_draw, g.power_limit))
-
-
-def _bar(line: LineBuilder, percent: float | None, width: int, s: Callable[[str], Style]) -> None:
+def _bar(line: Spans, percent: float | None, width: int) -> None:
     if width <= 0:
         return
     filled = 0 if percent is None else max(0, min(width, round(width * percent / 100)))
     level = "high" if (percent or 0) >= 90 else "mid" if (percent or 0) >= 70 else "low"
-    line.add("█" * filled, s(level)).add("░" * (width - filled), s("empty"))
+    line.add("█" * filled, level).add("░" * (width - filled), "empty")
 
 
-def _instance(line: LineBuilder, g: Gpu, d: MigDevice, width: int, full: bool, s: Callable[[str], Style]) -> None:
+def _instance(line: Spans, g: Gpu, d: MigDevice, width: int, full: bool) -> None:
     start = line.width
-    line.add(f" {mig_label(g.index, d.index)} ", s("title"))
-    line.add_fit(clean(d.profile or fmt.NA), 8, s("label"))
+    line.add(f" {mig_label(g.index, d.index)} ", "title")
+    line.add_fit(clean(d.profile or fmt.NA), 8, "label")
     bar = 8 if full else 4
     line.add(" ")
-    _bar(line, d.memory_percent, bar, s)
-    line.add(fmt.percent(d.memory_percent, 4), s("value") if d.memory_percent is not None else s("dim"))
+    _bar(line, d.memory_percent, bar)
+    line.add(fmt.percent(d.memory_percent, 4), "value" if d.memory_percent is not None else "dim")
     if full:
         line.add(" ")
-        line.add_fit(fmt.size_pair(d.memory_used, d.memory_total), 13, s("value"), right=True)
+        line.add_fit(fmt.size_pair(d.memory_used, d.memory_total), 13, "value", right=True)
     rest = width - (line.width - start)
     if rest > 2:
         owner = clean(instance_owner(g, d))
-        line.add_fit(" " + owner, rest, s("dim") if owner == "idle" else s("users"))
+        line.add_fit(" " + owner, rest, "dim" if owner == "idle" else "users")
 
 
-def body_line(g: Gpu, n: int, width: int, s: Callable[[str], Style]) -> LineBuilder:
-    """Body line ``n`` (1-3) of a MIG card, ``width`` cells inside the borders."""
+def body_line(g: Gpu, n: int, width: int) -> Spans:
+    """Body line ``n`` (1-3) of a MIG card, ``width`` cells inside the borders, as the
+    ``(text, style name)`` spans of :mod:`card_view`."""
     slots = _slots(g)
-    line = LineBuilder()
+    line = Spans()
     if n - 1 < len(slots):
         pair = slots[n - 1]
         if len(pair) == 1:
-            _instance(line, g, pair[0], width, True, s)
+            _instance(line, g, pair[0], width, True)
         else:
             half = width // 2
-            _instance(line, g, pair[0], half, False, s)
+            _instance(line, g, pair[0], half, False)
             line.pad_to(half)
-            _instance(line, g, pair[1], width - half, False, s)
+            _instance(line, g, pair[1], width - half, False)
         if n == BODY_LINES and len(g.mig_devices) > 2 * BODY_LINES:
             more = f" +{len(g.mig_devices) - 2 * BODY_LINES} "
-            line = _truncate(line, width - len(more)).add(more, s("dim"))
+            line = line.cut(width - len(more)).add(more, "dim")
         return line
     if not g.mig_devices and n == 1:
-        return line.add(" MIG on, no MIG devices: CUDA sees nothing here", s("warning"))
+        return line.add(" MIG on, no MIG devices: CUDA sees nothing here", "warning")
     if not g.mig_devices and n == 2:
-        return line.add(f" create some: nvidia-smi mig -i {g.index} -cgi … -C", s("dim"))
-    line.add(" MIG ", s("label"))
-    line.add_fit(MIG_LOAD_NOTE, max(0, width - 5 - 17), s("dim"))
+        return line.add(f" create some: nvidia-smi mig -i {g.index} -cgi … -C", "dim")
+    line.add(" MIG ", "label")
+    line.add_fit(MIG_LOAD_NOTE, max(0, width - 5 - 17), "dim")
     line.add(" ")
-    line.add_fit(fmt.temperature(g.temperature), 5, s("value"), right=True)
+    line.add_fit(fmt.temperature(g.temperature), 5, "value", right=True)
     line.add(" ")
-    line.add_fit(fmt.power_pair(g.power_draw, g.power_limit), 9, s("value"), right=True)
+    line.add_fit(fmt.power_pair(g.power_draw, g.power_limit), 9, "value", right=True)
     return line
-
-
-def _truncate(line: LineBuilder, width: int) -> LineBuilder:
-    out = LineBuilder()
-    strip = line.strip(max(0, width))
-    out.extend(list(strip), strip.cell_length)
-    return out
 
 
 def compact_load(g: Gpu) -> str:

@@ -247,7 +247,7 @@ class SelectionBar(_OneLine):
                 line.add(f"  ? {invisible_phrase(p.invisible_reason)}", st("dim"))
             if p.command:
                 line.add("  $ ", st("dim")).add(p.command, st("text"))
-        return line.strip(width).apply_style(base_style(self))
+        return line.strip_cut(width).apply_style(base_style(self))
 
 
 class ImbalanceBanner(CachedStyles, Widget):
