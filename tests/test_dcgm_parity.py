@@ -61,7 +61,7 @@ _TWO_GPUS = [
     gpu(0, memory_temperature=57, total_energy_consumption=987_654_321, pcie_replay_counter=12,
         encoder_utilization=21, decoder_utilization=34, remapped_rows_correctable=3, remapped_rows_uncorrectable=1,
         remapped_rows_failure=1, power_draw=250.5, memory_reserved=600 * MiB),
-    gpu(1, unsupported=["memory_temperature", "pcie_replay_counter", "encoder_utilization"],
+    gpu(1, unsupported=["memory_temperature", "pcie_replay_counter", "encoder_utilization", "events"],
         unsupported_field_ids=[186]),
 ]
 
@@ -78,6 +78,7 @@ def test_one_field_values_call_per_gpu_per_poll_reads_power_and_the_dcgm_fields(
     # GPU 1: what it does not support is N/A; the power id its driver lacks came from the single getter
     assert g1["memory_temperature"] is None and g1["pcie_replay_counter"] is None
     assert g1["encoder_utilization"] is None and g1["power_draw"] == 62.5
+    assert g1["xid_last"] is None  # no XID events on this GPU: N/A, not "no error"
     # one batch per GPU per poll; power only through the getter of the GPU whose batch refused it
     assert calls["nvmlDeviceGetFieldValues"] == 2
     assert calls.get("nvmlDeviceGetPowerUsage") == 1
@@ -133,7 +134,8 @@ def test_dcgm_series_values_units_labels_and_absent_when_not_supported(fake_nvml
         assert sample.labels["Hostname"] == "node-d" and sample.labels["device"] == "nvidia0"
         assert sample.labels["modelName"] == "NVIDIA A100-SXM4-80GB" and sample.labels["GPU_I_ID"] == ""
     # not supported by GPU 1: no series at all, never 0
-    for name in ("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_ENC_UTIL"):
+    for name in ("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_ENC_UTIL",
+                 "DCGM_FI_DEV_XID_ERRORS"):
         assert not [x for x in fam[name] if x.labels["gpu"] == "1"], name
     assert _one(fam["DCGM_FI_DEV_DEC_UTIL"], gpu="1").value == 0
     # MIG: one FB series per GPU instance, labelled as dcgm-exporter labels them
@@ -192,3 +194,13 @@ def test_released_dcgm_dashboard_panels_get_data_with_either_host_label(fake_nvm
                  "ROW_REMAP_FAILURE"):
         result = prom.query(f'DCGM_FI_DEV_{name}{{pci_bus_id=~"0000.*"}}')
         assert len(result) == 4, (name, result)
+    # the units a dashboard reads: MiB, mJ, %
+    assert _value(prom, f'DCGM_FI_DEV_FB_RESERVED{{instance="{released.address}",gpu="0"}}') == 512
+    assert _value(prom, f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{instance="{released.address}",gpu="0"}}') \
+        == 3_600_000_000
+
+
+def _value(prom: Any, expr: str) -> float:
+    result = prom.query(expr)
+    assert len(result) == 1, (expr, result)
+    return float(result[0]["value"][1])
