@@ -62,7 +62,7 @@ _TWO_GPUS = [
         encoder_utilization=21, decoder_utilization=34, remapped_rows_correctable=3, remapped_rows_uncorrectable=1,
         remapped_rows_failure=1, power_draw=250.5, memory_reserved=600 * MiB),
     gpu(1, unsupported=["memory_temperature", "pcie_replay_counter", "encoder_utilization", "events"],
-        unsupported_field_ids=[186]),
+        unsupported_field_ids=[185]),
 ]
 
 

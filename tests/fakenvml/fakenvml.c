@@ -1319,6 +1319,7 @@ static const struct { unsigned id; int field; int value; unsigned type; } field_
     {143, E_remapped_rows, V_remapped_uncorrectable, VT_UINT},          /* NVML_FI_DEV_REMAPPED_UNC */
     {144, E_remapped_rows, V_remapped_pending, VT_UINT},                /* NVML_FI_DEV_REMAPPED_PENDING */
     {145, E_remapped_rows, V_remapped_failure, VT_UINT},                /* NVML_FI_DEV_REMAPPED_FAILURE */
+    {185, E_power_draw, V_power_draw_mw, VT_UINT},                      /* NVML_FI_DEV_POWER_AVERAGE (mW) */
     {186, E_power_draw, V_power_draw_mw, VT_UINT},                      /* NVML_FI_DEV_POWER_INSTANT (mW) */
     {190, E_power_limit, V_power_limit_mw, VT_UINT},                    /* NVML_FI_DEV_POWER_CURRENT_LIMIT (mW) */
     {4, E_ecc_errors, V_ecc_errors, VT_ULL},                            /* NVML_FI_DEV_ECC_DBE_VOL_TOTAL */

@@ -168,6 +168,10 @@ def format_cuda_version(value: int | None) -> str | None:
     return f"{major}.{minor}"
 
 
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
@@ -945,10 +949,6 @@ class NvmlSource:
              "remapped_rows_pending", "remapped_rows_failure"))
         empty.update(values)
         return DeviceHealth(index=dev.index, name=dev.name, uuid=dev.uuid, lost=lost, **empty)
-
-
-def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
 
 
 def _binding_version() -> str | None:

@@ -34,7 +34,9 @@ _DOUBLE, _UINT, _ULONG, _ULL, _SLL, _SINT, _USHORT = range(7)
 
 #: Gpu-side name -> NVML field id (nvml.h NVML_FI_DEV_*; the ids nvidia-ml-py names)
 FIELDS: dict[str, int] = {
-    "power_draw": 186,  # NVML_FI_DEV_POWER_INSTANT, mW
+    # NVML_FI_DEV_POWER_AVERAGE, mW: the 1 s average nvmlDeviceGetPowerUsage reports on the boards that
+    # have it (Ampere and newer, not GA100); others refuse the id and keep the getter
+    "power_draw": 185,
     "power_limit": 190,  # NVML_FI_DEV_POWER_CURRENT_LIMIT, mW
     "ecc_errors": 4,  # NVML_FI_DEV_ECC_DBE_VOL_TOTAL: volatile uncorrected
     "memory_temperature": 82,  # NVML_FI_DEV_MEMORY_TEMP, °C
