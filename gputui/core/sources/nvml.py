@@ -484,33 +484,28 @@ class NvmlSource:
         else through their getters every ``slow_ttl`` seconds."""
         nv = self._nv
 
-        def slow(name: str, fn_name: str, *args: Any) -> Callable[[_Device], Any]:
-            return lambda d: self._slow(d, name, now, lambda d: self._q(d, name, getattr(nv, fn_name), d.handle, *args))
+        def slow(name: str, fn: Callable[..., Any], part: int | None = None) -> Callable[[_Device], Any]:
+            def read(d: _Device) -> Any:
+                value = self._slow(d, name, now, lambda d: self._q(d, name, fn, d.handle))
+                return value if part is None or value is None else value[part]
+            return read
 
-        rows = None
-        if any(f not in fields for f in ("remapped_rows_correctable", "remapped_rows_uncorrectable",
-                                         "remapped_rows_failure")):
-            rows = self._slow(dev, "remapped_rows", now, lambda d: self._q(
-                d, "remapped_rows", nv.nvmlDeviceGetRemappedRows, d.handle)) \
-                if dev.batch.off or "remapped_rows_correctable" not in dev.batch.names else None
-        failure = self._field(dev, fields, "remapped_rows_failure", lambda d: None if rows is None else rows[3])
-        enc = self._slow(dev, "encoder_utilization", now, lambda d: self._q(
-            d, "encoder_utilization", nv.nvmlDeviceGetEncoderUtilization, d.handle))
-        dec = self._slow(dev, "decoder_utilization", now, lambda d: self._q(
-            d, "decoder_utilization", nv.nvmlDeviceGetDecoderUtilization, d.handle))
+        # one getter answers all three remapped-row fields (cached: asked once per slow_ttl)
+        rows = nv.nvmlDeviceGetRemappedRows
+        failure = self._field(dev, fields, "remapped_rows_failure", slow("remapped_rows", rows, 3))
         return dict(
-            memory_temperature=_int(fields.get("memory_temperature")),
+            memory_temperature=_int(self._field(dev, fields, "memory_temperature", None)),
             total_energy_consumption=_int(self._field(dev, fields, "total_energy_consumption", slow(
-                "total_energy_consumption", "nvmlDeviceGetTotalEnergyConsumption"))),
+                "total_energy_consumption", nv.nvmlDeviceGetTotalEnergyConsumption))),
             pcie_replay_counter=_int(self._field(dev, fields, "pcie_replay_counter", slow(
-                "pcie_replay_counter", "nvmlDeviceGetPcieReplayCounter"))),
+                "pcie_replay_counter", nv.nvmlDeviceGetPcieReplayCounter))),
             remapped_rows_correctable=_int(self._field(dev, fields, "remapped_rows_correctable",
-                                                       lambda d: None if rows is None else rows[0])),
+                                                       slow("remapped_rows", rows, 0))),
             remapped_rows_uncorrectable=_int(self._field(dev, fields, "remapped_rows_uncorrectable",
-                                                         lambda d: None if rows is None else rows[1])),
+                                                         slow("remapped_rows", rows, 1))),
             remapped_rows_failure=None if failure is None else bool(failure),
-            encoder_utilization=None if enc is None else int(enc[0]),
-            decoder_utilization=None if dec is None else int(dec[0]),
+            encoder_utilization=_int(slow("encoder_utilization", nv.nvmlDeviceGetEncoderUtilization, 0)(dev)),
+            decoder_utilization=_int(slow("decoder_utilization", nv.nvmlDeviceGetDecoderUtilization, 0)(dev)),
             xid_last=self._xids.last.get(dev.index),
         )
 
