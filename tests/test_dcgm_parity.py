@@ -151,6 +151,7 @@ def test_dcgm_series_values_units_labels_and_absent_when_not_supported(fake_nvml
     while _one(_families(e.metrics())["DCGM_FI_DEV_XID_ERRORS"], gpu="0").value != 79:
         assert time.monotonic() < deadline, "the XID never reached /metrics"
         time.sleep(0.3)
+    assert _one(_families(e.metrics())["DCGM_FI_DEV_XID_ERRORS"], gpu="0").labels["err_code"] == "79"
     # promtool: nothing but dcgm's own camelCase names (as before)
     check = subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     problems = set((check.stdout + check.stderr).splitlines())

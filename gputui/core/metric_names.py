@@ -95,7 +95,9 @@ DCGM_TOTAL_ENERGY_CONSUMPTION = _dcgm("TOTAL_ENERGY_CONSUMPTION", "Total energy 
 DCGM_SM_CLOCK = _dcgm("SM_CLOCK", "SM clock frequency (in MHz).", "MHz", "clock_sm")
 DCGM_MEM_CLOCK = _dcgm("MEM_CLOCK", "Memory clock frequency (in MHz).", "MHz", "clock_memory")
 DCGM_PCIE_REPLAY_COUNTER = _dcgm("PCIE_REPLAY_COUNTER", "Total number of PCIe retries.", "", "pcie_replay_counter")
-DCGM_XID_ERRORS = _dcgm("XID_ERRORS", "Value of the last XID error encountered.", "", "xid_last")
+#: (dcgm-exporter also labels it with the code, ``err_code``; its ``err_msg`` text is not served)
+DCGM_XID_ERRORS = MetricName("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", "",
+                             dcgm_labels() + ("err_code",), "xid_last")
 DCGM_UNCORRECTABLE_REMAPPED_ROWS = _dcgm("UNCORRECTABLE_REMAPPED_ROWS",
                                          "Number of remapped rows for uncorrectable errors", "",
                                          "remapped_rows_uncorrectable")

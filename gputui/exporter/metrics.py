@@ -268,7 +268,9 @@ def _dcgm_families(snap: Snapshot, hostname: str, host_label: str = "Hostname") 
     core/metric_names.py), so dcgm dashboards work unchanged. A MIG-enabled GPU also has one series per
     MIG instance (GPU_I_ID, GPU_I_PROFILE) for what an instance reports."""
     labels = list(mn.dcgm_labels(host_label))
-    families = {m.name: _gauge(m.name, m.help, labels) for m in mn.DCGM_GPU}
+    base = len(labels)
+    # a series' own labels after the common ones (XID_ERRORS: err_code, the XID as text)
+    families = {m.name: _gauge(m.name, m.help, labels + list(m.labels[base:])) for m in mn.DCGM_GPU}
     mig_fields = {m.name for m in mn.DCGM_MIG}
     for g in snap.gpus:
         if g.lost:
@@ -281,7 +283,8 @@ def _dcgm_families(snap: Snapshot, hostname: str, host_label: str = "Hostname") 
             family = families[m.name]
             value = getattr(g, m.field)
             if value is not None:
-                family.add_metric(head + ["", "", container], float(value) * m.scale)
+                own = [str(int(value))] if len(m.labels) > base else []
+                family.add_metric(head + ["", "", container] + own, float(value) * m.scale)
             if m.name not in mig_fields:
                 continue
             seen: set[int] = set()  # one series per GPU instance (its compute instances share its memory)
