@@ -67,3 +67,20 @@ def test_a_lost_gpu_raises() -> None:
         FieldBatch().read(_Driver({}, ret=GPU_IS_LOST), None)
     with pytest.raises(Lost):
         FieldBatch().read(_Driver({FIELDS["ecc_errors"]: GPU_IS_LOST}), None)
+
+
+def test_the_new_readings_go_through_the_plausibility_rules() -> None:
+    from gputui.core.model import Gpu
+    from gputui.core.plausible import plausible_gpu
+
+    wrapped = 4294967295  # a 32-bit counter read as -1
+    g = Gpu(index=0, uuid="GPU-x", name="A100", memory_total=80 << 30, memory_reserved=81 << 30,
+            memory_temperature=wrapped, total_energy_consumption=2**64 - 1, pcie_replay_counter=12,
+            encoder_utilization=250, decoder_utilization=3, remapped_rows_correctable=wrapped,
+            remapped_rows_uncorrectable=1, xid_last=wrapped)
+    fixed, dropped = plausible_gpu(g)
+    assert (fixed.memory_reserved, fixed.memory_temperature, fixed.total_energy_consumption,
+            fixed.encoder_utilization, fixed.remapped_rows_correctable, fixed.xid_last) == (None,) * 6
+    assert (fixed.pcie_replay_counter, fixed.decoder_utilization, fixed.remapped_rows_uncorrectable) == (12, 3, 1)
+    assert len(dropped) == 6 and any("memory temperature" in d for d in dropped)
+    assert any("memory reserved" in d for d in dropped)
