@@ -248,7 +248,8 @@ def test_a_driver_without_memory_v2_reports_v1_memory(fake_nvml_factory) -> None
 def test_older_fallbacks_for_throttle_power_limit_and_cuda_version(fake_nvml_factory) -> None:
     fake = fake_nvml_factory(without=("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetEnforcedPowerLimit",
                                       "nvmlSystemGetCudaDriverVersion_v2", "nvmlDeviceGetProcessUtilization"))
-    fake.write(scenario([gpu(0, throttle_reasons=["sw_power_cap"], power_limit=350.0,
+    # an old driver: no power-limit field id (190) in nvmlDeviceGetFieldValues either
+    fake.write(scenario([gpu(0, throttle_reasons=["sw_power_cap"], power_limit=350.0, unsupported_field_ids=[190],
                              processes=[process(os.getpid(), sm=20)])], cuda_driver_version=11080))
     snap = fake.snapshot()
     g = snap["gpus"][0]
@@ -301,13 +302,15 @@ def test_no_driver_library_is_one_sentence_and_exit_3(tmp_path: Path) -> None:
 
 PER_POLL = (
     "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetTemperature",
-    "nvmlDeviceGetPowerUsage", "nvmlDeviceGetPerformanceState", "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetFieldValues", "nvmlDeviceGetPerformanceState", "nvmlDeviceGetCurrentClocksEventReasons",
     "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3",
     "nvmlDeviceGetProcessUtilization",
 )
 STATIC = ("nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetMinorNumber",
           "nvmlDeviceGetHandleByIndex_v2")
-SLOW = ("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetPersistenceMode")
+#: (the power limit and ECC errors come with the per-poll field values batch, power draw too)
+SLOW = ("nvmlDeviceGetPersistenceMode", "nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization")
+BATCHED = ("nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetTotalEccErrors")
 
 
 def test_each_thing_is_read_once_per_poll_and_static_facts_once(fake_nvml: FakeNvml) -> None:
@@ -329,6 +332,7 @@ def test_each_thing_is_read_once_per_poll_and_static_facts_once(fake_nvml: FakeN
     for name in SLOW:  # five polls well inside the 5 s cache
         assert calls.get(name) == gpus, name
     assert calls["nvmlDeviceGetFanSpeed"] == gpus  # NOT_SUPPORTED is not asked again
+    assert not any(calls.get(name) for name in BATCHED)
     system = ("nvmlSystemGetDriverVersion", "nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetNVMLVersion",
               "nvmlDeviceGetCount_v2", "nvmlInitWithFlags")
     assert all(calls.get(name) == 1 for name in system)

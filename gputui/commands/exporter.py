@@ -22,6 +22,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from gputui.core.limits import RANGES, flag_type
+from gputui.core.metric_names import DCGM_HOST_LABELS
 
 if TYPE_CHECKING:
     from gputui.context import Context
@@ -62,6 +63,9 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
     p.add_argument("--hostname", metavar="NAME", help="hostname label of the series (default: this host's name)")
     p.add_argument("--dcgm-names", action="store_true",
                    help="also export dcgm-exporter's DCGM_FI_DEV_* names so dcgm dashboards work unchanged")
+    p.add_argument("--dcgm-hostname-label", choices=DCGM_HOST_LABELS, default="Hostname",
+                   help="the host label of the DCGM_* series: Hostname (released dcgm-exporter, the default) "
+                        "or hostname (dcgm-exporter's main branch)")
     p.add_argument("--max-processes", type=_positive_int, metavar="N", default=DEFAULT_MAX_PROCESSES,
                    help=f"most process series per scrape, largest GPU memory first (default {DEFAULT_MAX_PROCESSES})")
     p.add_argument("--max-connections", type=_max_connections, metavar="N", default=None,
@@ -175,6 +179,7 @@ def run(ctx: Context) -> int:
         poller, snap, _ = ctx.start_polling(machine)
         docker = machine.containers is not None
         options = ExportOptions(hostname=args.hostname, dcgm_names=args.dcgm_names,
+                                dcgm_host_label=args.dcgm_hostname_label,
                                 max_processes=args.max_processes, docker=docker)
         import time
 

@@ -280,6 +280,23 @@ class Gpu(MemoryFigures):
     mig_devices: tuple[MigDevice, ...] = ()
     #: The batch jobs (Slurm) this GPU is allocated to.
     allocated_to: tuple[Allocation, ...] = ()
+    #: Memory the driver keeps for itself (bytes; memory info v2), outside used and free.
+    memory_reserved: int | None = None
+    #: Memory (HBM) temperature, °C.
+    memory_temperature: int | None = None
+    #: Energy used since the driver loaded, millijoules.
+    total_energy_consumption: int | None = None
+    #: PCIe replays (link retries) since the driver loaded.
+    pcie_replay_counter: int | None = None
+    #: Video encoder and decoder utilization, %.
+    encoder_utilization: int | None = None
+    decoder_utilization: int | None = None
+    #: Rows remapped for correctable and uncorrectable memory errors, and whether a remap failed.
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_failure: bool | None = None
+    #: The last XID critical error since gputui started watching (0: none); None where events are N/A.
+    xid_last: int | None = None
 
     @property
     def mig_enabled(self) -> bool:
@@ -324,6 +341,16 @@ class Gpu(MemoryFigures):
             "mig_mode": self.mig_mode.to_json() if self.mig_mode is not None else None,
             "mig_devices": [m.to_json() for m in self.mig_devices],
             "allocated_to": [a.to_json() for a in self.allocated_to],
+            "memory_reserved": self.memory_reserved,
+            "memory_temperature": self.memory_temperature,
+            "total_energy_consumption": self.total_energy_consumption,
+            "pcie_replay_counter": self.pcie_replay_counter,
+            "encoder_utilization": self.encoder_utilization,
+            "decoder_utilization": self.decoder_utilization,
+            "remapped_rows_correctable": self.remapped_rows_correctable,
+            "remapped_rows_uncorrectable": self.remapped_rows_uncorrectable,
+            "remapped_rows_failure": self.remapped_rows_failure,
+            "xid_last": self.xid_last,
         }
 
 

@@ -49,6 +49,15 @@ LIMITS: dict[str, tuple[float, float, str]] = {
     "memory_total": (1, PIB, "total memory"),
     "memory_used": (0, PIB, "memory used"),
     "ecc_errors": (0, JSON_SAFE_INT, "ECC error count"),
+    "memory_reserved": (0, PIB, "memory reserved"),
+    "memory_temperature": (-60, 200, "memory temperature"),
+    "total_energy_consumption": (0, JSON_SAFE_INT, "energy consumption"),  # mJ
+    "pcie_replay_counter": (0, JSON_SAFE_INT, "PCIe replay count"),
+    "encoder_utilization": (0, 100, "encoder utilization"),
+    "decoder_utilization": (0, 100, "decoder utilization"),
+    "remapped_rows_correctable": (0, 1_000_000, "correctable remapped rows"),  # a card has a few hundred spares
+    "remapped_rows_uncorrectable": (0, 1_000_000, "uncorrectable remapped rows"),
+    "xid_last": (0, 65_535, "last XID"),
 }
 
 
@@ -111,6 +120,10 @@ def plausible_gpu(gpu: Gpu) -> tuple[Gpu, list[str]]:
     if used is not None and total is not None and used > total:
         changes["memory_used"] = None
         dropped.append(f"memory used ({used} bytes of {total})")
+    reserved = changes.get("memory_reserved", gpu.memory_reserved)
+    if reserved is not None and total is not None and reserved > total:
+        changes["memory_reserved"] = None
+        dropped.append(f"memory reserved ({reserved} bytes of {total})")
     if not changes:
         return gpu, []
     return replace(gpu, **changes), dropped

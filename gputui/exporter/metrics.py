@@ -19,11 +19,12 @@ newest snapshot, which the poll thread published earlier.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gputui import __version__
+from gputui.core import metric_names as mn
 from gputui.core.model import Container, Gpu, Process, Snapshot
 from gputui.core.record import record
 
@@ -32,7 +33,7 @@ DEFAULT_MAX_PROCESSES = 200
 PROCESS_LABELS = ["gpu", "uuid", "pid", "user", "exe", "container", "image", "compose_project", "compose_service",
                   "runtime", "pod", "namespace", "mig_uuid", "mig_device"]
 CONTAINER_LABELS = ["container", "image", "compose_project", "compose_service", "runtime", "pod", "namespace"]
-DCGM_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname", "container", "pod", "namespace"]
+DCGM_LABELS = list(mn.dcgm_labels())
 
 
 @record
@@ -44,6 +45,8 @@ class ExportOptions:
     max_processes: int = DEFAULT_MAX_PROCESSES
     #: False with --no-docker: then there is no docker source to report up or down.
     docker: bool = True
+    #: the host label of the DCGM_* series: "Hostname" (released dcgm-exporter) or "hostname" (its main branch)
+    dcgm_host_label: str = "Hostname"
 
 
 @record
@@ -77,23 +80,14 @@ class _Gpus:
 
     def __init__(self) -> None:
         lab = ["gpu", "uuid"]
-        self.info = _gauge("gputui_gpu_info", "A GPU: 1 per GPU, with its name and PCI bus id.",
-                           ["gpu", "uuid", "name", "pci_bus_id"])
-        self.util = _gauge("gputui_gpu_utilization_ratio", "GPU (SM) utilization, 0-1.", lab)
-        self.mem_util = _gauge("gputui_gpu_memory_utilization_ratio",
-                               "GPU memory controller (bandwidth) utilization, 0-1.", lab)
-        self.mem_used = _gauge("gputui_gpu_memory_used_bytes", "GPU memory in use, bytes.", lab)
-        self.mem_total = _gauge("gputui_gpu_memory_total_bytes", "GPU memory in total, bytes.", lab)
-        self.temp = _gauge("gputui_gpu_temperature_celsius", "GPU core temperature, degrees Celsius.", lab)
-        self.power = _gauge("gputui_gpu_power_watts", "GPU power draw, watts.", lab)
-        self.power_limit = _gauge("gputui_gpu_power_limit_watts", "GPU power limit in force, watts.", lab)
-        self.fan = _gauge("gputui_gpu_fan_ratio", "GPU fan speed as a share of its maximum, 0-1.", lab)
-        self.sm_clock = _gauge("gputui_gpu_sm_clock_hertz", "GPU SM clock, hertz.", lab)
-        self.lost = _gauge("gputui_gpu_lost", "1 when the GPU fell off the bus or stopped answering, else 0.", lab)
+        self.info = _gauge(mn.GPU_INFO.name, mn.GPU_INFO.help, list(mn.GPU_INFO.labels))
+        #: the value series: (family, Gpu field, factor), from the one table of names
+        self.values = [(_gauge(m.name, m.help, list(m.labels)), m.field, m.scale) for m in mn.GPU_VALUES]
+        self.lost = _gauge(mn.GPU_LOST.name, mn.GPU_LOST.help, lab)
         self.throttled = _gauge("gputui_gpu_throttled", "1 per active clock-throttle reason.", lab + ["reason"])
-        self.stale = _gauge("gputui_stale_processes", "Processes holding GPU memory judged stale, per kind.",
+        self.stale = _gauge(mn.STALE_PROCESSES, "Processes holding GPU memory judged stale, per kind.",
                             lab + ["kind"])
-        self.stale_memory = _gauge("gputui_stale_gpu_memory_bytes",
+        self.stale_memory = _gauge(mn.STALE_GPU_MEMORY,
                                    "GPU memory held by processes judged stale, bytes.", lab)
         mig = lab + ["mig_uuid", "profile"]
         self.mig_used = _gauge("gputui_mig_device_memory_used_bytes", "Memory in use on a MIG device, bytes.", mig)
@@ -103,17 +97,8 @@ class _Gpus:
         lab = [str(g.index), g.uuid]
         self.info.add_metric([str(g.index), _s(g.uuid), _s(g.name), _s(g.pci_bus_id)], 1)
         self.lost.add_metric(lab, 1 if g.lost else 0)
-        for family, value, scale in (
-            (self.util, g.utilization_gpu, 0.01),
-            (self.mem_util, g.utilization_memory, 0.01),
-            (self.mem_used, g.memory_used, 1),
-            (self.mem_total, g.memory_total, 1),
-            (self.temp, g.temperature, 1),
-            (self.power, g.power_draw, 1),
-            (self.power_limit, g.power_limit, 1),
-            (self.fan, g.fan_speed, 0.01),
-            (self.sm_clock, g.clock_sm, 1e6),
-        ):
+        for family, field, scale in self.values:
+            value = getattr(g, field)
             if value is not None:
                 family.add_metric(lab, value * scale)
         for reason in g.throttle_reasons or ():  # None: the driver does not say, so no series
@@ -136,8 +121,7 @@ class _Gpus:
                 self.mig_total.add_metric(mig, m.memory_total)
 
     def families(self) -> list[Metric]:
-        return [self.info, self.util, self.mem_util, self.mem_used, self.mem_total, self.temp, self.power,
-                self.power_limit, self.fan, self.sm_clock, self.lost, self.throttled, self.stale,
+        return [self.info, *(family for family, _, _ in self.values), self.lost, self.throttled, self.stale,
                 self.stale_memory, self.mig_used, self.mig_total]
 
 
@@ -272,14 +256,14 @@ def _slurm_families(snap: Snapshot) -> list[Metric]:
 
 
 def _judgement_families(snap: Snapshot) -> list[Metric]:
-    flagged = _gauge("gputui_imbalance_flagged", "1 while the GPUs are judged imbalanced, else 0.", [])
+    flagged = _gauge(mn.IMBALANCE_FLAGGED, "1 while the GPUs are judged imbalanced, else 0.", [])
     flagged.add_metric([], 1 if snap.imbalance.flagged else 0)
     suggestion = _gauge("gputui_imbalance_suggestion", "1 while a suggested move stands.",
                         ["container", "pid", "from_gpu", "to_gpu"])
     s = snap.imbalance.suggestion
     if s is not None:
         suggestion.add_metric([_s(s.container), _s(s.pid), str(s.from_gpu), str(s.to_gpu)], 1)
-    alert = _gauge("gputui_alert_active", "1 per active alert (gpu is empty for machine-wide alerts).",
+    alert = _gauge(mn.ALERT_ACTIVE, "1 per active alert (gpu is empty for machine-wide alerts).",
                    ["gpu", "kind", "severity"])
     seen: set[tuple[str, str, str]] = set()
     for a in snap.alerts:
@@ -324,31 +308,38 @@ def _dcgm_container(g: Gpu, snap: Snapshot) -> tuple[str, str, str]:
     return granted[0] if len(granted) == 1 else ("", "", "")
 
 
-def _dcgm_families(snap: Snapshot, hostname: str) -> list[Metric]:
-    """dcgm-exporter's names and units for the fields gputui has (dcgm dashboards work unchanged)."""
-    spec: list[tuple[str, str, Callable[[Gpu], float | None]]] = [
-        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda g: g.utilization_gpu),
-        ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).",
-         lambda g: None if g.memory_used is None else g.memory_used / MIB),
-        ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
-         lambda g: None if g.memory_free is None else g.memory_free / MIB),
-        ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda g: g.temperature),
-        ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda g: g.power_draw),
-        ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda g: g.clock_sm),
-        ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", lambda g: g.clock_memory),
-    ]
-    out: list[Metric] = []
-    for name, doc, get in spec:
-        family = _gauge(name, doc, DCGM_LABELS)
-        for g in snap.gpus:
-            value = get(g)
-            if value is None:
+def _dcgm_families(snap: Snapshot, hostname: str, host_label: str = "Hostname") -> list[Metric]:
+    """dcgm-exporter's names, units and labels for every default counter NVML can give (the table in
+    core/metric_names.py), so dcgm dashboards work unchanged. A MIG-enabled GPU also has one series per
+    MIG instance (GPU_I_ID, GPU_I_PROFILE) for what an instance reports."""
+    labels = list(mn.dcgm_labels(host_label))
+    base = len(labels)
+    # a series' own labels after the common ones (XID_ERRORS: err_code, the XID as text)
+    families = {m.name: _gauge(m.name, m.help, labels + list(m.labels[base:])) for m in mn.DCGM_GPU}
+    mig_fields = {m.name for m in mn.DCGM_MIG}
+    for g in snap.gpus:
+        if g.lost:
+            continue
+        device = f"nvidia{g.minor_number if g.minor_number is not None else g.index}"
+        head = [str(g.index), _s(g.uuid), _s(g.pci_bus_id), device, _s(g.name), _s(hostname)]
+        who = [_s(v) for v in _dcgm_container(g, snap)]  # container, pod, namespace
+        migs = g.mig_devices if g.mig_enabled else ()
+        for m in mn.DCGM_GPU:
+            family = families[m.name]
+            value = getattr(g, m.field)
+            if value is not None:
+                own = [str(int(value))] if len(m.labels) > base else []
+                family.add_metric(head + ["", ""] + who + own, float(value) * m.scale)
+            if m.name not in mig_fields:
                 continue
-            device = f"nvidia{g.minor_number if g.minor_number is not None else g.index}"
-            family.add_metric([str(g.index), _s(g.uuid), device, _s(g.name), _s(hostname),
-                               *(_s(v) for v in _dcgm_container(g, snap))], value)
-        out.append(family)
-    return out
+            seen: set[int] = set()  # one series per GPU instance (its compute instances share its memory)
+            for mig in migs:
+                mig_value = getattr(mig, m.field)
+                if mig_value is not None and mig.gpu_instance_id is not None and mig.gpu_instance_id not in seen:
+                    seen.add(mig.gpu_instance_id)
+                    family.add_metric(head + [_s(mig.profile), str(mig.gpu_instance_id)] + who,
+                                      float(mig_value) * m.scale)
+    return list(families.values())
 
 
 def build_families(status: PollStatus, options: ExportOptions,
@@ -358,8 +349,7 @@ def build_families(status: PollStatus, options: ExportOptions,
     objects as last time are handed out again (never changed after they are built)."""
     snap = status.snapshot
     hostname = options.hostname or (snap.host if snap is not None else os.uname().nodename)
-    host = _gauge("gputui_host_info", "The machine and the exporter: 1, with versions as labels.",
-                  ["hostname", "driver_version", "cuda_version", "gputui_version"])
+    host = _gauge(mn.HOST_INFO.name, mn.HOST_INFO.help, list(mn.HOST_INFO.labels))
     host.add_metric([_s(hostname), _s(snap and snap.driver_version), _s(snap and snap.cuda_driver_version),
                      __version__], 1)
     yield host
@@ -385,4 +375,4 @@ def build_families(status: PollStatus, options: ExportOptions,
     if snap.slurm is not None:
         yield from _slurm_families(snap)
     if options.dcgm_names:
-        yield from _dcgm_families(snap, hostname)
+        yield from _dcgm_families(snap, hostname, options.dcgm_host_label)

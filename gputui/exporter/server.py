@@ -21,8 +21,8 @@
 from __future__ import annotations
 
 import errno
-import os
 import logging
+import os
 import queue
 import socket
 import ssl

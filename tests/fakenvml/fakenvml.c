@@ -148,7 +148,16 @@ typedef struct {
     X(nvmlDeviceGetGpuInstanceId)                             \
     X(nvmlDeviceGetComputeInstanceId)                         \
     X(nvmlDeviceGetAttributes_v2)                             \
-    X(nvmlDeviceGetBAR1MemoryInfo)
+    X(nvmlDeviceGetBAR1MemoryInfo)                            \
+    X(nvmlDeviceGetFieldValues)                               \
+    X(nvmlDeviceGetSupportedEventTypes)                       \
+    X(nvmlDeviceRegisterEvents)                               \
+    X(nvmlEventSetCreate)                                     \
+    X(nvmlEventSetWait)                                       \
+    X(nvmlEventSetWait_v2)                                    \
+    X(nvmlEventSetFree)                                       \
+    X(nvmlDeviceGetTotalEnergyConsumption)                    \
+    X(nvmlDeviceGetPcieReplayCounter)
 
 enum {
 #define X(name) F_##name,
@@ -201,7 +210,12 @@ static unsigned long long call_counts[F_COUNT];
     X(decoder_utilization)     \
     X(mig_mode)                \
     X(mig_devices)             \
-    X(attributes)
+    X(attributes)              \
+    X(memory_temperature)      \
+    X(total_energy_consumption) \
+    X(pcie_replay_counter)     \
+    X(field_values)            \
+    X(events)
 
 enum {
 #define X(name) E_##name,
@@ -252,7 +266,10 @@ static const char *const field_names[E_COUNT] = {
     X(mig_capable)               \
     X(mig_current)               \
     X(mig_pending)               \
-    X(sm_count)
+    X(sm_count)                  \
+    X(memory_temperature)        \
+    X(energy_mj)                 \
+    X(pcie_replay_counter)
 
 enum {
 #define X(name) V_##name,
@@ -276,6 +293,8 @@ typedef struct {
 } fake_proc;
 
 #define MAX_MIG 7 /* an A100/H100/H200 has at most seven MIG devices */
+#define MAX_FI 64
+#define MAX_XIDS 64
 typedef struct {
     unsigned gi, ci, sm_count;
     long long memory_total, memory_used;
@@ -293,6 +312,10 @@ typedef struct {
     unsigned nprocs, cap;
     fake_mig migs[MAX_MIG];
     unsigned nmigs;
+    unsigned fi_unsupported[MAX_FI]; /* field ids nvmlDeviceGetFieldValues answers NOT_SUPPORTED */
+    unsigned nfi_unsupported;
+    unsigned xids[MAX_XIDS];         /* XID critical errors, in the order they happened */
+    unsigned nxids;
 } fake_gpu;
 
 typedef struct {
@@ -356,6 +379,8 @@ static void copy_rest(char *dst, size_t n, const char *src) {
  *     mig_mode <current> <pending>   (the GPU is MIG-capable; without it MIG queries answer NOT_SUPPORTED)
  *     mig <gi> <ci> <sm_count> <memory_total> <memory_used> <uuid> <name>
  *                                (the next MIG device; slot = order, processes name it by slot)
+ *     fi_unsupported <field id>  (nvmlDeviceGetFieldValues answers NOT_SUPPORTED for that id only)
+ *     xid <code>                 (an XID critical error that happened; events deliver each once)
  */
 static scenario_t *parse_scenario(FILE *f) {
     scenario_t *s = calloc(1, sizeof *s);
@@ -427,6 +452,10 @@ static scenario_t *parse_scenario(FILE *f) {
                 g->procs = np;
             }
             g->procs[g->nprocs++] = pr;
+        } else if (strcmp(key, "fi_unsupported") == 0) {
+            if (g->nfi_unsupported < MAX_FI) g->fi_unsupported[g->nfi_unsupported++] = (unsigned)strtoul(rest, NULL, 0);
+        } else if (strcmp(key, "xid") == 0) {
+            if (g->nxids < MAX_XIDS) g->xids[g->nxids++] = (unsigned)strtoul(rest, NULL, 0);
         } else if (strcmp(key, "mig_mode") == 0) {
             int cur = 0, pend = 0;
             sscanf(rest, "%d %d", &cur, &pend);
@@ -1258,4 +1287,183 @@ nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttribute
         attrs->memorySizeMB = (unsigned long long)g->v[V_memory_total] >> 20;
     }
     return end(NVML_SUCCESS);
+}
+
+/* ---- field values (nvmlDeviceGetFieldValues): many readings in one call ---- */
+
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    long long sllVal;
+    int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+typedef struct {
+    unsigned int fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    unsigned int valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+enum { VT_UINT = 1, VT_ULL = 3 };
+
+/* The field ids this fake knows: id -> (the scenario field that can fail it, the value, its type). */
+static const struct { unsigned id; int field; int value; unsigned type; } field_ids[] = {
+    {82, E_memory_temperature, V_memory_temperature, VT_UINT},          /* NVML_FI_DEV_MEMORY_TEMP */
+    {83, E_total_energy_consumption, V_energy_mj, VT_ULL},              /* NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION */
+    {94, E_pcie_replay_counter, V_pcie_replay_counter, VT_UINT},        /* NVML_FI_DEV_PCIE_REPLAY_COUNTER */
+    {142, E_remapped_rows, V_remapped_correctable, VT_UINT},            /* NVML_FI_DEV_REMAPPED_COR */
+    {143, E_remapped_rows, V_remapped_uncorrectable, VT_UINT},          /* NVML_FI_DEV_REMAPPED_UNC */
+    {144, E_remapped_rows, V_remapped_pending, VT_UINT},                /* NVML_FI_DEV_REMAPPED_PENDING */
+    {145, E_remapped_rows, V_remapped_failure, VT_UINT},                /* NVML_FI_DEV_REMAPPED_FAILURE */
+    {185, E_power_draw, V_power_draw_mw, VT_UINT},                      /* NVML_FI_DEV_POWER_AVERAGE (mW) */
+    {186, E_power_draw, V_power_draw_mw, VT_UINT},                      /* NVML_FI_DEV_POWER_INSTANT (mW) */
+    {190, E_power_limit, V_power_limit_mw, VT_UINT},                    /* NVML_FI_DEV_POWER_CURRENT_LIMIT (mW) */
+    {4, E_ecc_errors, V_ecc_errors, VT_ULL},                            /* NVML_FI_DEV_ECC_DBE_VOL_TOTAL */
+};
+
+/*
+ * Each entry gets its own nvmlReturn: NOT_SUPPORTED for an id the fake does not know or the
+ * scenario lists in fi_unsupported, the scenario's error for its field; the call itself
+ * succeeds unless the GPU is lost or "field_values" fails.
+ */
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *values) {
+    COUNT(nvmlDeviceGetFieldValues);
+    DEVICE_BEGIN(E_field_values);
+    if (!values || count < 0) return end(NVML_ERROR_INVALID_ARGUMENT);
+    long long ts = (long long)now_us();
+    for (int i = 0; i < count; i++) {
+        nvmlFieldValue_t *fv = &values[i];
+        fv->timestamp = ts;
+        fv->latencyUsec = 0;
+        fv->value.ullVal = 0;
+        fv->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        for (unsigned k = 0; k < g->nfi_unsupported; k++)
+            if (g->fi_unsupported[k] == fv->fieldId) goto next;
+        for (unsigned k = 0; k < sizeof field_ids / sizeof field_ids[0]; k++) {
+            if (field_ids[k].id != fv->fieldId) continue;
+            if (g->err[field_ids[k].field]) {
+                fv->nvmlReturn = g->err[field_ids[k].field];
+                break;
+            }
+            fv->valueType = field_ids[k].type;
+            if (field_ids[k].type == VT_ULL) fv->value.ullVal = (unsigned long long)g->v[field_ids[k].value];
+            else fv->value.uiVal = (unsigned)g->v[field_ids[k].value];
+            fv->nvmlReturn = NVML_SUCCESS;
+            break;
+        }
+    next:;
+    }
+    return end(NVML_SUCCESS);
+}
+
+/* ---- events: XID critical errors (what dcgm-exporter's DCGM_FI_DEV_XID_ERRORS reports) ---- */
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+
+#define EVENT_XID 0x8ULL
+#define EVENTS_SUPPORTED (0x1ULL | 0x2ULL | 0x4ULL | EVENT_XID | 0x10ULL)
+#define MAX_SETS 8
+typedef struct fake_event_set {
+    int used;
+    unsigned long long types[MAX_GPUS];
+    unsigned delivered[MAX_GPUS]; /* how many of the GPU's xids this set has handed out */
+} *nvmlEventSet_t;
+static struct fake_event_set event_sets[MAX_SETS];
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *types) {
+    COUNT(nvmlDeviceGetSupportedEventTypes);
+    DEVICE_BEGIN(E_events);
+    if (!types) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *types = EVENTS_SUPPORTED;
+    return end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    COUNT(nvmlEventSetCreate);
+    int rc = begin_system(-1);
+    if (rc) return rc;
+    if (!set) return end(NVML_ERROR_INVALID_ARGUMENT);
+    for (int i = 0; i < MAX_SETS; i++) {
+        if (event_sets[i].used) continue;
+        memset(&event_sets[i], 0, sizeof event_sets[i]);
+        event_sets[i].used = 1;
+        *set = &event_sets[i];
+        return end(NVML_SUCCESS);
+    }
+    return end(NVML_ERROR_UNKNOWN);
+}
+
+static int valid_set(nvmlEventSet_t set) {
+    return set && set >= event_sets && set < event_sets + MAX_SETS && set->used;
+}
+
+/* Only errors after registration are delivered, as with the real driver. */
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types, nvmlEventSet_t set) {
+    COUNT(nvmlDeviceRegisterEvents);
+    DEVICE_BEGIN(E_events);
+    if (!valid_set(set)) return end(NVML_ERROR_INVALID_ARGUMENT);
+    if (types & ~EVENTS_SUPPORTED) return end(NVML_ERROR_NOT_SUPPORTED);
+    set->types[device->index] |= types;
+    set->delivered[device->index] = g->nxids;
+    return end(NVML_SUCCESS);
+}
+
+/* The next undelivered XID of a registered GPU; TIMEOUT at once when there is none (never sleeps). */
+static nvmlReturn_t event_wait(nvmlEventSet_t set, nvmlEventData_t *data) {
+    int rc = begin_system(-1);
+    if (rc) return rc;
+    if (!valid_set(set) || !data) return end(NVML_ERROR_INVALID_ARGUMENT);
+    for (unsigned i = 0; i < current->ngpus && i < MAX_GPUS; i++) {
+        fake_gpu *g = &current->gpus[i];
+        if (!(set->types[i] & EVENT_XID) || g->v[V_lost] || g->err[E_events]) continue;
+        if (set->delivered[i] > g->nxids) set->delivered[i] = g->nxids; /* the scenario forgot some */
+        if (set->delivered[i] == g->nxids) continue;
+        data->device = &handles[i];
+        data->eventType = EVENT_XID;
+        data->eventData = g->xids[set->delivered[i]++];
+        data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFFu;
+        return end(NVML_SUCCESS);
+    }
+    return end(NVML_ERROR_TIMEOUT);
+}
+nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms) {
+    COUNT(nvmlEventSetWait);
+    (void)timeout_ms;
+    return event_wait(set, data);
+}
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms) {
+    COUNT(nvmlEventSetWait_v2);
+    (void)timeout_ms;
+    return event_wait(set, data);
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    COUNT(nvmlEventSetFree);
+    pthread_mutex_lock(&lock);
+    if (!valid_set(set)) return end(NVML_ERROR_INVALID_ARGUMENT);
+    set->used = 0;
+    return end(NVML_SUCCESS);
+}
+
+/* ---- the single getters of the fields above that have one ---- */
+
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
+    COUNT(nvmlDeviceGetTotalEnergyConsumption);
+    DEVICE_BEGIN(E_total_energy_consumption);
+    if (!energy) return end(NVML_ERROR_INVALID_ARGUMENT);
+    *energy = (unsigned long long)g->v[V_energy_mj];
+    return end(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value) {
+    COUNT(nvmlDeviceGetPcieReplayCounter);
+    return get_uint(device, E_pcie_replay_counter, V_pcie_replay_counter, value);
 }

@@ -28,8 +28,14 @@ exists: ``name``, ``uuid``, ``pci_bus_id``, ``minor_number``, ``memory_total``,
 ``retired_pages_pending``, ``remapped_rows_correctable``,
 ``remapped_rows_uncorrectable``, ``remapped_rows_pending``,
 ``remapped_rows_failure``, ``compute_mode``, ``display_active``,
-``encoder_utilization``, ``decoder_utilization`` (asked by other monitors such as
-nvitop, so benchmarks compare like with like), ``lost`` (bool: every query on the GPU answers
+``encoder_utilization``, ``decoder_utilization`` (%), ``memory_temperature`` (°C,
+HBM), ``total_energy_consumption`` (mJ since the driver loaded), ``pcie_replay_counter``
+(the last three are answered only through ``nvmlDeviceGetFieldValues``, which also answers
+power draw, power limit, volatile uncorrected ECC errors and the remapped rows),
+``unsupported_field_ids`` (NVML field ids that ``nvmlDeviceGetFieldValues`` answers
+NOT_SUPPORTED while the single getter still works, as on drivers older than the id),
+``xid_events`` (XID critical error codes that happened, oldest first: an event set
+registered for XIDs delivers each one added after it registered, once), ``lost`` (bool: every query on the GPU answers
 GPU_IS_LOST), ``processes`` (list of ``{"pid", "used_memory", "sm", "type",
 "mem_util"}``; ``used_memory`` None = NVML's "not available" (a negative number
 wraps to a huge unsigned value, as an underflowing driver counter does), ``sm`` None = no
@@ -50,7 +56,8 @@ Field names for ``unsupported``/``errors``: the GPU keys above, plus
 "processes" (= compute and graphics lists), "compute_processes",
 "graphics_processes", "process_utilization" (alias "sm_utilization"),
 "retired_pages", "remapped_rows", "ecc_mode", "mig_mode", "mig_devices"
-(max count and handles), "attributes".
+(max count and handles), "attributes", "field_values" (the whole
+``nvmlDeviceGetFieldValues`` call), "events" (registering for and receiving events).
 """
 
 from __future__ import annotations
@@ -105,6 +112,7 @@ _GPU_FIELDS = frozenset({
     "throttle_reasons", "ecc_errors", "ecc_mode", "persistence_mode", "compute_processes", "graphics_processes",
     "process_utilization", "retired_pages", "remapped_rows", "compute_mode", "display_active",
     "encoder_utilization", "decoder_utilization", "mig_mode", "mig_devices", "attributes",
+    "memory_temperature", "total_energy_consumption", "pcie_replay_counter", "field_values", "events",
 })
 _SYSTEM_FIELDS = frozenset({"driver_version", "cuda_driver_version", "nvml_version", "device_count"})
 
@@ -143,6 +151,9 @@ _VALUES: dict[str, tuple[str, float]] = {
     "decoder_utilization": ("decoder_utilization", 1),
     "lost": ("lost", 1),
     "sm_count": ("sm_count", 1),
+    "memory_temperature": ("memory_temperature", 1),
+    "total_energy_consumption": ("energy_mj", 1),
+    "pcie_replay_counter": ("pcie_replay_counter", 1),
 }
 
 _BUS_IDS = ("07", "0F", "47", "4E", "87", "90", "B7", "BD")
@@ -246,6 +257,11 @@ def gpu(index: int, **overrides: Any) -> dict[str, Any]:
         "display_active": 0,
         "encoder_utilization": 0,
         "decoder_utilization": 0,
+        "memory_temperature": 41,
+        "total_energy_consumption": 3_600_000_000,
+        "pcie_replay_counter": 0,
+        "unsupported_field_ids": [],
+        "xid_events": [],
         "lost": False,
         "sm_count": 108,
         "mig_mode": None,
@@ -368,6 +384,10 @@ def render(s: Mapping[str, Any]) -> str:
         for name, err in dict(g.get("errors", {})).items():
             for f in _fields(name, _GPU_FIELDS):
                 out.append(f"  error {f} {_error_code(err)}")
+        for fid in g.get("unsupported_field_ids", ()):
+            out.append(f"  fi_unsupported {int(fid)}")
+        for xid in g.get("xid_events", ()):
+            out.append(f"  xid {int(xid)}")
         mode = g.get("mig_mode")
         if mode is not None:
             cur, pend = (mode[0], mode[1]) if isinstance(mode, (tuple, list)) else (mode, mode)

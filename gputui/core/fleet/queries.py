@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
+from gputui.core import metric_names as mn
 from gputui.core.fleet.model import (
     ContainerFinding,
     FleetAlert,
@@ -46,16 +47,16 @@ LAST_SEEN_STEP = "15s"
 RECENT = "2m"
 
 GPUTUI_GPU_METRICS = (
-    "gputui_host_info", "gputui_gpu_info", "gputui_gpu_utilization_ratio", "gputui_gpu_memory_used_bytes",
-    "gputui_gpu_memory_total_bytes", "gputui_gpu_temperature_celsius", "gputui_gpu_lost",
+    mn.HOST_INFO.name, mn.GPU_INFO.name, mn.GPU_UTILIZATION.name, mn.GPU_MEMORY_USED.name,
+    mn.GPU_MEMORY_TOTAL.name, mn.GPU_TEMPERATURE.name, mn.GPU_LOST.name,
 )
 DCGM_GPU_METRICS = (
-    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED",
-    "DCGM_FI_DEV_GPU_TEMP",
+    mn.DCGM_GPU_UTIL.name, mn.DCGM_FB_USED.name, mn.DCGM_FB_FREE.name, mn.DCGM_FB_RESERVED.name,
+    mn.DCGM_GPU_TEMP.name,
 )
 STATE_METRICS = (
-    "gputui_alert_active", "gputui_imbalance_flagged", "gputui_stale_processes", "gputui_stale_gpu_memory_bytes",
-    "gputui_container_finding", "gputui_container_gpu_granted", "gputui_slurm_job_info",
+    mn.ALERT_ACTIVE, mn.IMBALANCE_FLAGGED, mn.STALE_PROCESSES, mn.STALE_GPU_MEMORY,
+    mn.CONTAINER_FINDING, mn.CONTAINER_GPU_GRANTED, "gputui_slurm_job_info",
 )
 
 
@@ -76,7 +77,7 @@ Q_UP = "up"
 Q_HOSTS = (_seen("gputui_host_info", "hostname", "gputui") + " or "
            + _seen("DCGM_FI_DEV_FB_USED", "Hostname", "dcgm"))
 Q_GPUS = names(GPUTUI_GPU_METRICS + DCGM_GPU_METRICS)
-Q_PROCESSES = "gputui_process_gpu_memory_bytes"
+Q_PROCESSES = mn.PROCESS_GPU_MEMORY
 Q_STATE = names(STATE_METRICS)
 FLEET_QUERIES = (Q_UP, Q_HOSTS, Q_GPUS, Q_PROCESSES, Q_STATE)
 

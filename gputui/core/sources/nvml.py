@@ -17,13 +17,17 @@ What is read when — one poll asks each thing at most once:
 read once (open)       driver version, CUDA driver version, NVML version, GPU count,
                        handles; per GPU: name, UUID, PCI bus id, minor number,
                        max SM clock, max memory clock
-cached (``slow_ttl``,  power limit, total volatile uncorrected ECC errors,
-5 s by default)        persistence mode
-every poll             utilization (GPU and memory, one call), memory used/total,
-                       temperature, power draw, fan speed, SM clock, memory clock,
-                       P-state, clock-throttle reasons, compute processes, graphics
-                       processes, per-process SM utilization (only when the GPU has
-                       processes)
+cached (``slow_ttl``,  persistence mode, encoder and decoder utilization (and the batched
+5 s by default)        fields below through their single getters when the batch cannot
+                       carry them)
+every poll             utilization (GPU and memory, one call), memory used/total/reserved,
+                       temperature, fan speed, SM clock, memory clock, P-state,
+                       clock-throttle reasons, compute processes, graphics processes,
+                       per-process SM utilization (only when the GPU has processes);
+                       one ``nvmlDeviceGetFieldValues`` call for power draw, power limit,
+                       volatile uncorrected ECC errors, memory temperature, energy, PCIe
+                       replays and remapped rows (``nvml_fields.py``); once per machine,
+                       the XID events waiting (timeout 0)
 =====================  ==================================================================
 
 The process lists and process utilization are read through nvidia-ml-py's
@@ -52,6 +56,7 @@ from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle
 from gputui.core.plausible import PlausibleMemo, plausible_reading
 from gputui.core.record import record, replace
 from gputui.core.sources import NvmlUnavailable
+from gputui.core.sources.nvml_fields import FieldBatch, Lost, XidEvents
 from gputui.core.sources.nvml_mig import MigReader
 
 #: How long slow values (power limit, ECC, persistence mode) are reused.
@@ -163,6 +168,10 @@ def format_cuda_version(value: int | None) -> str | None:
     return f"{major}.{minor}"
 
 
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
@@ -172,7 +181,7 @@ class _Device:
 
     __slots__ = ("index", "handle", "name", "uuid", "pci_bus_id", "minor_number", "clock_sm_max",
                  "clock_memory_max", "static_done", "unsupported", "failures", "last_error", "slow", "util_seen",
-                 "buffers", "raws", "lists", "merged", "procs", "gpu")
+                 "buffers", "raws", "lists", "merged", "procs", "gpu", "batch")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -206,6 +215,8 @@ class _Device:
         self.procs: tuple[dict[int, list[Any]], dict[int, int] | None, tuple[RawProcess, ...]] | None = None
         #: everything the last Gpu was built from, and that Gpu: the same readings give the same object
         self.gpu: tuple[tuple[Any, ...], Gpu] | None = None
+        #: the fields read through one nvmlDeviceGetFieldValues call per poll (nvml_fields.py)
+        self.batch = FieldBatch()
 
 
 @record
@@ -274,6 +285,7 @@ class NvmlSource:
         #: per-poll fields not asked for (see leave_unread)
         self._unread: frozenset[str] = frozenset()
         self._mig = MigReader(self, _Device, _Lost)
+        self._xids = XidEvents()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -306,6 +318,7 @@ class NvmlSource:
         self._devices = [_Device(index=i) for i in range(count)]
         for dev in self._devices:
             self._attach(dev)
+        self._xids.open(pynvml, {d.index: d.handle for d in self._devices if d.handle is not None})
 
     def close(self) -> None:
         """Shut NVML down (once). The source cannot be read afterwards."""
@@ -313,6 +326,7 @@ class NvmlSource:
         self._fns = {}
         if nv is None:
             return
+        self._xids.close(nv)
         try:
             nv.nvmlShutdown()
         except Exception:
@@ -343,6 +357,7 @@ class NvmlSource:
             now = self._clock()
             gpus: list[Gpu] = []
             processes: dict[int, tuple[RawProcess, ...]] = {}
+            self._xids.drain()
             for dev in self._devices:
                 try:
                     gpu, procs = self._read_device(dev, now)
@@ -373,10 +388,12 @@ class NvmlSource:
         elif not dev.static_done:  # a static query that failed before: ask again until it answers
             self._read_static(dev)
         h = dev.handle
+        fields = self._field_values(dev)
         util = self._q(dev, "utilization", nv.nvmlDeviceGetUtilizationRates, h)
         mem = self._memory(dev)
         temperature = self._q(dev, "temperature", nv.nvmlDeviceGetTemperature, h, _TEMPERATURE_GPU)
-        power = self._q(dev, "power_draw", nv.nvmlDeviceGetPowerUsage, h)
+        power = self._field(dev, fields, "power_draw", lambda d: self._q(
+            d, "power_draw", nv.nvmlDeviceGetPowerUsage, d.handle))
         fan = self._q(dev, "fan_speed", nv.nvmlDeviceGetFanSpeed, h)
         clock_sm = self._q(dev, "clock_sm", nv.nvmlDeviceGetClockInfo, h, _CLOCK_SM)
         unread = self._unread
@@ -384,9 +401,11 @@ class NvmlSource:
                                                                   _CLOCK_MEM)
         pstate = None if "pstate" in unread else self._q(dev, "pstate", nv.nvmlDeviceGetPerformanceState, h)
         reasons = self._throttle(dev)
-        power_limit = self._slow(dev, "power_limit", now, self._power_limit)
-        ecc = self._slow(dev, "ecc_errors", now, lambda d: self._q(
-            d, "ecc_errors", nv.nvmlDeviceGetTotalEccErrors, d.handle, _ECC_UNCORRECTED, _ECC_VOLATILE))
+        power_limit = self._field(dev, fields, "power_limit", lambda d: self._slow(
+            d, "power_limit", now, self._power_limit))
+        ecc = self._field(dev, fields, "ecc_errors", lambda d: self._slow(d, "ecc_errors", now, lambda d: self._q(
+            d, "ecc_errors", nv.nvmlDeviceGetTotalEccErrors, d.handle, _ECC_UNCORRECTED, _ECC_VOLATILE)))
+        extra = self._dcgm_fields(dev, fields, now)
         persistence = self._slow(dev, "persistence_mode", now,
                                  lambda d: self._q(d, "persistence_mode", nv.nvmlDeviceGetPersistenceMode, d.handle))
         procs = self._processes(dev)
@@ -394,7 +413,8 @@ class NvmlSource:
         # Every input of the Gpu below: when none changed since the last poll, the last Gpu is it.
         key = (dev.uuid, dev.name, dev.pci_bus_id, dev.minor_number, dev.clock_sm_max, dev.clock_memory_max,
                None if util is None else (util.gpu, util.memory), mem, temperature, power, power_limit, fan,
-               clock_sm, clock_mem, pstate, reasons, ecc, persistence, mig_mode, mig_devices)
+               clock_sm, clock_mem, pstate, reasons, ecc, persistence, mig_mode, mig_devices, extra,
+               mem[2] if mem is not None else None)
         if dev.gpu is not None and dev.gpu[0] == key:
             return dev.gpu[1], procs
         gpu = Gpu(
@@ -422,9 +442,72 @@ class NvmlSource:
             lost=False,
             mig_mode=mig_mode,
             mig_devices=mig_devices,
+            memory_reserved=mem[2] if mem is not None else None,
+            **extra,
         )
         dev.gpu = (key, gpu)
         return gpu, procs
+
+    def _field_values(self, dev: _Device) -> dict[str, float | int]:
+        """This poll's batched fields (one nvmlDeviceGetFieldValues call); {} when the driver or GPU
+        cannot batch. Raises _Lost."""
+        if dev.batch.off:
+            return {}
+        try:
+            fn = self._fn("nvmlDeviceGetFieldValues")
+        except Exception:
+            fn = None
+            self._missing.add("nvmlDeviceGetFieldValues")
+        try:
+            return dev.batch.read(fn, dev.handle)
+        except Lost:
+            raise _Lost from None
+
+    def _field(self, dev: _Device, fields: dict[str, float | int], name: str,
+               single: Callable[[_Device], Any] | None) -> Any:
+        """A batched field's value; its single getter when the batch does not carry it (the driver
+        lacks the call or refused that field); None when the batch asked and got no answer this poll."""
+        value = fields.get(name)
+        if value is not None:
+            if dev.failures:
+                dev.failures.pop(name, None)
+            return value
+        if not dev.batch.off and name in dev.batch.names:
+            code = dev.batch.errors.get(name)
+            if code is not None:  # counted like a failing getter: a warning when it keeps failing
+                self._failed(dev, name, code, self._nv.NVMLError(code))
+            return None
+        return single(dev) if single is not None else None
+
+    def _dcgm_fields(self, dev: _Device, fields: dict[str, float | int], now: float) -> dict[str, Any]:
+        """The readings dcgm-exporter's default counters add: batched where NVML has a field id,
+        else through their getters every ``slow_ttl`` seconds."""
+        nv = self._nv
+
+        def slow(name: str, fn: Callable[..., Any], part: int | None = None) -> Callable[[_Device], Any]:
+            def read(d: _Device) -> Any:
+                value = self._slow(d, name, now, lambda d: self._q(d, name, fn, d.handle))
+                return value if part is None or value is None else value[part]
+            return read
+
+        # one getter answers all three remapped-row fields (cached: asked once per slow_ttl)
+        rows = nv.nvmlDeviceGetRemappedRows
+        failure = self._field(dev, fields, "remapped_rows_failure", slow("remapped_rows", rows, 3))
+        return dict(
+            memory_temperature=_int(self._field(dev, fields, "memory_temperature", None)),
+            total_energy_consumption=_int(self._field(dev, fields, "total_energy_consumption", slow(
+                "total_energy_consumption", nv.nvmlDeviceGetTotalEnergyConsumption))),
+            pcie_replay_counter=_int(self._field(dev, fields, "pcie_replay_counter", slow(
+                "pcie_replay_counter", nv.nvmlDeviceGetPcieReplayCounter))),
+            remapped_rows_correctable=_int(self._field(dev, fields, "remapped_rows_correctable",
+                                                       slow("remapped_rows", rows, 0))),
+            remapped_rows_uncorrectable=_int(self._field(dev, fields, "remapped_rows_uncorrectable",
+                                                         slow("remapped_rows", rows, 1))),
+            remapped_rows_failure=None if failure is None else bool(failure),
+            encoder_utilization=_int(slow("encoder_utilization", nv.nvmlDeviceGetEncoderUtilization, 0)(dev)),
+            decoder_utilization=_int(slow("decoder_utilization", nv.nvmlDeviceGetDecoderUtilization, 0)(dev)),
+            xid_last=self._xids.last.get(dev.index),
+        )
 
     def _lost_gpu(self, dev: _Device) -> Gpu:
         return Gpu(index=dev.index, uuid=dev.uuid or "", name=dev.name or "Unknown GPU", pci_bus_id=dev.pci_bus_id,
@@ -594,18 +677,18 @@ class NvmlSource:
         self._absent.add(family)  # the driver has none of them
         return None
 
-    def _memory(self, dev: _Device) -> tuple[int, int] | None:
+    def _memory(self, dev: _Device) -> tuple[int, int, int | None] | None:
         nv, h = self._nv, dev.handle
 
-        def call(variant: str) -> tuple[int, int]:
+        def call(variant: str) -> tuple[int, int, int | None]:
             if variant == "nvmlDeviceGetMemoryInfo_v2":
                 version = getattr(nv, "nvmlMemory_v2", None)
                 if version is None:  # a binding too old to know the v2 struct
                     raise nv.NVMLError(_FUNCTION_NOT_FOUND)
                 m = nv.nvmlDeviceGetMemoryInfo(h, version=version)
-            else:
-                m = nv.nvmlDeviceGetMemoryInfo(h)
-            return int(m.used), int(m.total)
+                return int(m.used), int(m.total), int(m.reserved)
+            m = nv.nvmlDeviceGetMemoryInfo(h)
+            return int(m.used), int(m.total), None
 
         return self._variant_call(dev, "memory", ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"), call)
 

@@ -17,7 +17,7 @@ from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal, ScrollableContainer, VerticalScroll
+from textual.containers import Grid, ScrollableContainer, VerticalScroll
 from textual.geometry import Size
 from textual.message import Message
 from textual.widget import Widget

@@ -1,0 +1,218 @@
+"""NVML field values for ``NvmlSource``: many per-poll readings in one driver call, and XID events.
+
+``nvmlDeviceGetFieldValues`` answers a list of field ids in one call, each entry with its
+own return code. :class:`FieldBatch` asks it once per GPU per poll for every id in
+:data:`FIELDS` that the GPU has not refused; an id the driver refuses (NOT_SUPPORTED, an
+id newer than the driver) leaves the batch for good and the field falls back to its single
+getter, if NVML has one (``NvmlSource`` asks it). When the driver lacks the call, or the GPU
+refuses it as a whole, every field falls back.
+
+:class:`XidEvents` registers every GPU for XID critical errors once and drains the event
+set without waiting (timeout 0) on each poll: the last XID per GPU is what dcgm-exporter's
+``DCGM_FI_DEV_XID_ERRORS`` reports.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["FIELDS", "FieldBatch", "XidEvents"]
+
+# NVML return codes used here (nvml.h)
+_SUCCESS = 0
+_NOT_SUPPORTED = 3
+_FUNCTION_NOT_FOUND = 13
+_TIMEOUT = 10
+_GPU_IS_LOST = 15
+#: an entry or call refused for good: the field is not asked in the batch again
+_REFUSED = frozenset({2, _NOT_SUPPORTED, 4, _FUNCTION_NOT_FOUND, 25})
+
+# nvmlValueType_t
+_DOUBLE, _UINT, _ULONG, _ULL, _SLL, _SINT, _USHORT = range(7)
+
+#: Gpu-side name -> NVML field id (nvml.h NVML_FI_DEV_*; the ids nvidia-ml-py names)
+FIELDS: dict[str, int] = {
+    # NVML_FI_DEV_POWER_AVERAGE, mW: the 1 s average nvmlDeviceGetPowerUsage reports on the boards that
+    # have it (Ampere and newer, not GA100); others refuse the id and keep the getter
+    "power_draw": 185,
+    "power_limit": 190,  # NVML_FI_DEV_POWER_CURRENT_LIMIT, mW
+    "ecc_errors": 4,  # NVML_FI_DEV_ECC_DBE_VOL_TOTAL: volatile uncorrected
+    "memory_temperature": 82,  # NVML_FI_DEV_MEMORY_TEMP, °C
+    "total_energy_consumption": 83,  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ
+    "pcie_replay_counter": 94,  # NVML_FI_DEV_PCIE_REPLAY_COUNTER
+    "remapped_rows_correctable": 142,  # NVML_FI_DEV_REMAPPED_COR
+    "remapped_rows_uncorrectable": 143,  # NVML_FI_DEV_REMAPPED_UNC
+    "remapped_rows_failure": 145,  # NVML_FI_DEV_REMAPPED_FAILURE
+}
+
+_XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
+#: at most this many events are taken from the set in one poll (the rest wait for the next)
+MAX_EVENTS_PER_POLL = 64
+
+
+class _Value(ctypes.Union):
+    _fields_ = [("dVal", ctypes.c_double), ("uiVal", ctypes.c_uint), ("ulVal", ctypes.c_ulong),
+                ("ullVal", ctypes.c_ulonglong), ("sllVal", ctypes.c_longlong), ("siVal", ctypes.c_int),
+                ("usVal", ctypes.c_ushort)]
+
+
+class _FieldValue(ctypes.Structure):
+    """nvmlFieldValue_t."""
+
+    _fields_ = [("fieldId", ctypes.c_uint32), ("scopeId", ctypes.c_uint32), ("timestamp", ctypes.c_int64),
+                ("latencyUsec", ctypes.c_int64), ("valueType", ctypes.c_uint), ("nvmlReturn", ctypes.c_uint),
+                ("value", _Value)]
+
+
+class _EventData(ctypes.Structure):
+    """nvmlEventData_t."""
+
+    _fields_ = [("device", ctypes.c_void_p), ("eventType", ctypes.c_ulonglong), ("eventData", ctypes.c_ulonglong),
+                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+
+
+def _number(v: _FieldValue) -> float | int | None:
+    t, u = v.valueType, v.value
+    if t == _DOUBLE:
+        return float(u.dVal)
+    if t == _UINT:
+        return int(u.uiVal)
+    if t == _ULONG:
+        return int(u.ulVal)
+    if t == _ULL:
+        return int(u.ullVal)
+    if t == _SLL:
+        return int(u.sllVal)
+    if t == _SINT:
+        return int(u.siVal)
+    if t == _USHORT:
+        return int(u.usVal)
+    return None
+
+
+class Lost(Exception):
+    """The GPU answered GPU_IS_LOST."""
+
+
+class FieldBatch:
+    """The batch of one GPU: which fields are still asked, and the buffer they are read into."""
+
+    __slots__ = ("names", "buf", "off", "errors")
+
+    def __init__(self) -> None:
+        #: fields still asked in the batch (an entry refused for good leaves)
+        self.names: tuple[str, ...] = tuple(FIELDS)
+        self.buf: Any = None
+        #: True once the GPU or driver refused the call as a whole: every field uses its getter
+        self.off = False
+        #: this poll's entries that failed for a reason that may pass (field -> NVML error code)
+        self.errors: dict[str, int] = {}
+
+    def read(self, fn: Callable[..., int] | None, handle: Any) -> dict[str, float | int]:
+        """One ``nvmlDeviceGetFieldValues`` call: field -> value for each entry that answered.
+        ``fn`` None: the driver lacks the call. Raises :class:`Lost`. A field missing from the
+        answer is read by its single getter (if any); a refused one is not asked again here."""
+        if fn is None or self.off or not self.names:
+            self.off = self.off or fn is None
+            return {}
+        names = self.names
+        self.errors = {}
+        buf = self.buf
+        if buf is None or len(buf) != len(names):
+            buf = self.buf = (_FieldValue * len(names))()
+        for i, name in enumerate(names):
+            entry = buf[i]
+            entry.fieldId = FIELDS[name]
+            entry.scopeId = 0
+        try:
+            ret = fn(handle, ctypes.c_int32(len(names)), buf)
+        except Exception:  # binding trouble: treat as a driver without the call
+            ret = _FUNCTION_NOT_FOUND
+        if ret == _GPU_IS_LOST:
+            raise Lost
+        if ret != _SUCCESS:
+            if ret in _REFUSED:
+                self.off = True
+            else:
+                self.errors = dict.fromkeys(names, ret)
+            return {}
+        out: dict[str, float | int] = {}
+        refused: list[str] = []
+        for i, name in enumerate(names):
+            entry = buf[i]
+            code = entry.nvmlReturn
+            if code == _SUCCESS:
+                value = _number(entry)
+                if value is not None:
+                    out[name] = value
+            elif code == _GPU_IS_LOST:
+                raise Lost
+            elif code in _REFUSED:
+                refused.append(name)
+            else:
+                self.errors[name] = code
+        if refused:
+            self.names = tuple(n for n in names if n not in refused)
+        return out
+
+
+class XidEvents:
+    """XID critical errors of every GPU through one NVML event set, read without waiting."""
+
+    def __init__(self) -> None:
+        self._set: Any = None
+        self._data = _EventData()
+        self._wait: Any = None
+        #: handle address -> GPU index, for the GPUs registered
+        self._index: dict[int, int] = {}
+        #: GPU index -> the last XID seen (0: none since registration)
+        self.last: dict[int, int] = {}
+
+    def open(self, nv: Any, handles: dict[int, Any]) -> None:
+        """Create the event set and register every GPU that supports XID events (a GPU that
+        does not stays N/A). Never raises."""
+        try:
+            self._set = nv.nvmlEventSetCreate()
+            self._wait = nv._nvmlGetFunctionPointer("nvmlEventSetWait_v2")
+        except Exception:
+            self._set = None
+            return
+        for index, h in handles.items():
+            try:
+                if not nv.nvmlDeviceGetSupportedEventTypes(h) & _XID_CRITICAL:
+                    continue
+                nv.nvmlDeviceRegisterEvents(h, _XID_CRITICAL, self._set)
+            except Exception:
+                continue
+            self._index[ctypes.cast(h, ctypes.c_void_p).value or 0] = index
+            self.last[index] = 0
+        if not self._index:
+            self.close(nv)
+
+    def drain(self) -> None:
+        """Take every waiting event (timeout 0: never blocks the poll)."""
+        if self._set is None:
+            return
+        data = self._data
+        for _ in range(MAX_EVENTS_PER_POLL):
+            try:
+                ret = self._wait(self._set, ctypes.byref(data), ctypes.c_uint(0))
+            except Exception:
+                return
+            if ret != _SUCCESS:  # TIMEOUT: nothing waiting; anything else: try again next poll
+                return
+            index = self._index.get(data.device or 0)
+            if index is not None and data.eventType & _XID_CRITICAL:
+                self.last[index] = int(data.eventData)
+
+    def close(self, nv: Any) -> None:
+        s, self._set = self._set, None
+        self._index = {}
+        self.last = {}
+        if s is not None:
+            try:
+                nv.nvmlEventSetFree(s)
+            except Exception:
+                pass
