@@ -117,6 +117,9 @@ class FleetHost:
     note: str | None = None
     #: What a person calls it on screen: the hostname, with the instance when two targets share it.
     label: str = ""
+    #: One sentence per problem with what this host's exporter sent (an impossible value shown as
+    #: N/A, a series left out, a label cut, a name no command can carry); empty when none.
+    problems: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -177,6 +180,7 @@ class FleetHost:
                 {"container": c, "kinds": sorted({f.kind for f in self.findings if f.container == c})}
                 for c in self.containers_with_findings],
             "note": self.note,
+            "problems": list(self.problems),
         }
 
 

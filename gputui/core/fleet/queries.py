@@ -15,6 +15,17 @@ It is up when its target's ``up`` is 1 (or, for series that arrive without a
 target of their own, when it has samples now); a down host shows when it was last
 seen (the newest sample in the last hour) and no GPU values, since what it last
 said is no longer true.
+
+Trust
+-----
+Labels and values are written by each host's exporter, so any host may send
+anything. One label rule: a GPU index or PID is ASCII digits only, and bounded
+(``gpu="²"``, ``gpu="٣"`` or a 5,000-digit label is not an index); a hostname is
+cut at 253 bytes, other text labels at 256. One value rule, the driver's
+(:func:`gputui.core.plausible.implausible`): finite and in range, so an integer
+stays bounded. A series or value that breaks a rule is left out or shown as N/A,
+and its host carries one sentence saying so (:attr:`FleetHost.problems`); no
+answer makes a refresh fail.
 """
 
 from __future__ import annotations
@@ -36,6 +47,8 @@ from gputui.core.fleet.model import (
     Source,
 )
 from gputui.core.fleet.prom import PromClient, PrometheusError, PrometheusUnreachable, RangeSeries, Sample
+from gputui.core.fleet.remote import HOST_MAX, NAME_MAX, host_problem
+from gputui.core.plausible import JSON_SAFE_INT, PIB, implausible
 from gputui.core.record import record, replace
 
 MIB = 1024**2
@@ -102,10 +115,40 @@ def target_key(labels: dict[str, str]) -> tuple[str, str] | None:
     return (labels.get("job", ""), instance)
 
 
-def label_int(text: str | None) -> int | None:
-    if text is None or not text.strip().lstrip("-").isdigit():
+#: A GPU index label is at most this (no host has more GPUs); a PID label at most PID_MAX.
+GPU_INDEX_MAX = 1023
+PID_MAX = 2**32
+
+
+def label_int(text: object, limit: int = GPU_INDEX_MAX) -> int | None:
+    """A GPU index (or, with ``limit=PID_MAX``, a PID) label as a number: ASCII digits only, at most
+    ``limit``; None for anything else (``"²"`` and ``"٣"`` are digits to ``str.isdigit``, not here)."""
+    if type(text) is not str or not 0 < len(text) <= 10 or not text.isascii() or not text.isdigit():
         return None
-    return int(text)
+    value = int(text)
+    return value if value <= limit else None
+
+
+def fit(text: str, limit: int = NAME_MAX) -> str:
+    """``text`` cut to ``limit`` bytes of UTF-8 (with "…"), or itself when it fits."""
+    if len(text) <= limit // 4:
+        return text
+    raw = text.encode("utf-8", "surrogateescape")
+    if len(raw) <= limit:
+        return text
+    return raw[:limit - 3].decode("utf-8", "ignore") + "…"
+
+
+#: Windowed metrics ``pick --prometheus`` reads -> the plausibility field their values are judged by.
+_WINDOW_FIELDS = {"gputui_gpu_utilization_ratio": ("utilization_gpu", 100.0), "DCGM_FI_DEV_GPU_UTIL":
+                  ("utilization_gpu", 1.0), "gputui_gpu_memory_used_bytes": ("memory_used", 1.0),
+                  "DCGM_FI_DEV_FB_USED": ("memory_used", float(MIB))}
+
+
+def plausible_window(metric: str, value: float) -> bool:
+    """Whether a windowed value (an average or a peak) of ``metric`` is one a GPU can report."""
+    field, scale = _WINDOW_FIELDS.get(metric, ("memory_used", 1.0))
+    return value == value and not implausible(field, value * scale)
 
 
 def _finite(value: float) -> bool:
@@ -136,16 +179,62 @@ class _GpuDraft:
 
 
 class _Problems:
-    """Counts of series left out, turned into sentences at the end."""
+    """Counts of series left out (fleet-wide and per host) and per-host flags, turned into sentences."""
+
+    #: Sentences kept per host (more are counted in one last sentence).
+    PER_HOST = 12
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
+        #: host -> {what: (count, first example)}
+        self.left_out: dict[tuple[str, str], dict[str, tuple[int, str]]] = {}
+        #: host -> sentences, in order, without repeats
+        self.flags: dict[tuple[str, str], dict[str, None]] = {}
 
     def add(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
 
+    def leave_out(self, k: tuple[str, str], what: str, example: object, verb: str = "left out",
+                  plural: str | None = None) -> None:
+        """One more ``what`` of host ``k`` (``verb``: what was done with it), ``example`` the first."""
+        per = self.left_out.setdefault(k, {})
+        key = f"{what}\0{plural or what + 's'}\0{verb}"
+        n, first = per.get(key, (0, ""))
+        per[key] = (n + 1, first if n else _example(example))
+
+    def cut(self, k: tuple[str, str], text: str, limit: int = NAME_MAX) -> str:
+        """``text`` fit to ``limit`` bytes; a cut one is counted on host ``k``."""
+        short = fit(text, limit)
+        if short is not text:
+            self.leave_out(k, f"label longer than {limit} bytes", text, "shown cut")
+        return short
+
+    def flag(self, k: tuple[str, str], sentence: str) -> None:
+        self.flags.setdefault(k, {})[sentence] = None
+
     def sentences(self) -> list[str]:
         return [f"{n} {what} {'was' if n == 1 else 'were'} left out." for what, n in sorted(self.counts.items())]
+
+    def host_sentences(self, k: tuple[str, str]) -> tuple[str, ...]:
+        out = list(self.flags.get(k, ()))
+        for key, (n, example) in sorted(self.left_out.get(k, {}).items()):
+            one, many, verb = key.split("\0")
+            out.append(f"{n} {one if n == 1 else many} {'was' if n == 1 else 'were'} {verb} (such as {example}).")
+        if len(out) > self.PER_HOST:
+            out[self.PER_HOST - 1:] = [f"{len(out) - self.PER_HOST + 1} more problems with this host's data."]
+        return tuple(out)
+
+
+def _example(value: object) -> str:
+    if not value:
+        return "no label"
+    text = value if isinstance(value, str) else repr(value)
+    shown = repr(text[:24]) + ("…" if len(text) > 24 else "")
+    return f"{shown} ({len(text)} characters)" if len(text) > 24 else shown
+
+
+def _value(v: float) -> str:
+    return f"{v:g}"
 
 
 def _inventory(up: Sequence[Sample], seen: Sequence[Sample], gpus: Sequence[Sample],
@@ -168,7 +257,12 @@ def _inventory(up: Sequence[Sample], seen: Sequence[Sample], gpus: Sequence[Samp
         if source != draft.source:
             return  # a gputui exporter with --dcgm-names: its DCGM_* copies say nothing new
         if hostname and not draft.hostname:
-            draft.hostname = hostname
+            if type(hostname) is not str:
+                return
+            draft.hostname = fit(hostname, HOST_MAX)
+            if draft.hostname != hostname:
+                problems.flag(k, f"Its hostname label is {len(hostname.encode('utf-8', 'surrogateescape'))} "
+                                 f"bytes long: shown cut to {HOST_MAX}.")
         if ts is not None and _finite(ts):
             draft.last_seen = ts if draft.last_seen is None else max(draft.last_seen, ts)
 
@@ -206,7 +300,14 @@ def _missing(targets: dict[tuple[str, str], bool], hosts: dict[tuple[str, str], 
 def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDraft],
                 problems: _Problems) -> dict[tuple[str, str], dict[int, _GpuDraft]]:
     out: dict[tuple[str, str], dict[str, _GpuDraft]] = {}
-    isfinite = math.isfinite
+    #: (host, GPU index) -> the fields dropped as impossible, with the value sent
+    dropped: dict[tuple[tuple[str, str], int], list[str]] = {}
+
+    def bad(where: tuple[tuple[str, str], int], field: str, value: float) -> bool:
+        if not implausible(field, value):
+            return False
+        dropped.setdefault(where, []).append(f"{LIMITS_LABEL[field]} ({_value(v)})")
+        return True
     for labels, v in samples:  # thousands per refresh: plain lookups, no helper calls
         k = (labels.get("job", ""), labels.get("instance", ""))
         host = hosts.get(k)
@@ -224,61 +325,96 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
         if g is None:
             index = label_int(gpu)
             if index is None:
-                problems.add("GPU series without a gpu index label")
+                problems.leave_out(k, "GPU series whose gpu label is not a GPU index", gpu,
+                                   plural="GPU series whose gpu label is not a GPU index")
                 continue
             g = per_host[gpu] = _GpuDraft(index)
         if not g.uuid:
-            g.uuid = labels.get("UUID" if dcgm else "uuid") or ""
-        if not isfinite(v):
+            g.uuid = problems.cut(k, labels.get("UUID" if dcgm else "uuid") or "")
+        if v != v:  # NaN: not reported
             continue
+        where = (k, g.index)
         if metric == "gputui_gpu_info":
-            g.name = labels.get("name") or g.name
+            g.name = problems.cut(k, labels.get("name") or "") or g.name
         elif metric == "gputui_gpu_utilization_ratio":
-            g.util = round(v * 100)
+            if not bad(where, "utilization_gpu", v * 100):
+                g.util = round(v * 100)
         elif metric == "gputui_gpu_memory_used_bytes":
-            g.used = int(v)
+            if not bad(where, "memory_used", v):
+                g.used = int(v)
         elif metric == "gputui_gpu_memory_total_bytes":
-            g.total = int(v)
+            if not bad(where, "memory_total", v):
+                g.total = int(v)
         elif metric == "gputui_gpu_temperature_celsius":
-            g.temperature = round(v)
+            if not bad(where, "temperature", v):
+                g.temperature = round(v)
         elif metric == "gputui_gpu_lost":
             g.lost = v >= 1
         elif metric == "DCGM_FI_DEV_GPU_UTIL":
-            g.util, g.name = round(v), g.name or labels.get("modelName") or None
+            g.name = g.name or problems.cut(k, labels.get("modelName") or "") or None
+            if not bad(where, "utilization_gpu", v):
+                g.util = round(v)
         elif metric == "DCGM_FI_DEV_FB_USED":
-            g.used = int(v * MIB)
+            if not bad(where, "memory_used", v * MIB):
+                g.used = int(v * MIB)
         elif metric == "DCGM_FI_DEV_FB_FREE":
-            g.free = int(v * MIB)
+            if not bad(where, "memory_used", v * MIB):
+                g.free = int(v * MIB)
         elif metric == "DCGM_FI_DEV_FB_RESERVED":
-            g.reserved = int(v * MIB)
+            if not bad(where, "memory_used", v * MIB):
+                g.reserved = int(v * MIB)
         elif metric == "DCGM_FI_DEV_GPU_TEMP":
-            g.temperature = round(v)
+            if not bad(where, "temperature", v):
+                g.temperature = round(v)
     result: dict[tuple[str, str], dict[int, _GpuDraft]] = {}
     for k, per_host in out.items():  # keyed by the label text above; by index from here on
         by_index: dict[int, _GpuDraft] = {}
         for g in per_host.values():
             if g.total is None and g.used is not None and g.free is not None:
                 g.total = g.used + g.free + (g.reserved or 0)  # dcgm reports used, free and reserved
+            if g.used is not None and g.total is not None and g.used > g.total:
+                dropped.setdefault((k, g.index), []).append(f"memory used ({g.used} bytes of {g.total})")
+                g.used = None
             by_index[g.index] = g
         result[k] = by_index
+    for (k, index), fields in sorted(dropped.items()):
+        problems.flag(k, f"GPU {index}: Prometheus reported impossible values, shown as N/A: {', '.join(fields)}.")
     return result
+
+
+LIMITS_LABEL = {"utilization_gpu": "GPU utilization", "memory_used": "memory used", "memory_total": "total memory",
+                "temperature": "temperature"}
 
 
 def _processes(samples: Sequence[Sample], problems: _Problems) -> dict[tuple[str, str, int], list[FleetProcess]]:
     out: dict[tuple[str, str, int], list[FleetProcess]] = {}
-    for s in samples:
-        k = target_key(s.labels)
-        index, pid = label_int(s.labels.get("gpu")), label_int(s.labels.get("pid"))
-        if k is None or index is None or pid is None:
-            problems.add("process series without instance, gpu or pid labels")
+    cut = problems.cut
+    for labels, value in samples:
+        k = target_key(labels)
+        if k is None:
+            problems.add("process series without an instance label")
             continue
+        gpu, pid_text = labels.get("gpu"), labels.get("pid")
+        index, pid = label_int(gpu), label_int(pid_text, PID_MAX)
+        if index is None or pid is None:
+            what = "process series whose gpu or pid label is not a number"
+            problems.leave_out(k, what, gpu if index is None else pid_text, plural=what)
+            continue
+        memory = None
+        if value == value:
+            if 0 <= value <= PIB:
+                memory = int(value)
+            else:
+                problems.leave_out(k, "impossible process memory value", _value(value), "shown as N/A")
+        user, exe, container, image = (labels.get("user"), labels.get("exe"), labels.get("container"),
+                                       labels.get("image"))
         out.setdefault((k[0], k[1], index), []).append(FleetProcess(
             pid=pid,
-            user=s.labels.get("user") or None,
-            exe=s.labels.get("exe") or None,
-            gpu_memory=int(s.value) if _finite(s.value) else None,
-            container=s.labels.get("container") or None,
-            image=s.labels.get("image") or None,
+            user=cut(k, user) if user else None,
+            exe=cut(k, exe) if exe else None,
+            gpu_memory=memory,
+            container=cut(k, container) if container else None,
+            image=cut(k, image) if image else None,
         ))
     for procs in out.values():
         procs.sort(key=lambda p: (-(p.gpu_memory or 0), p.pid))
@@ -295,28 +431,32 @@ class _State:
     stale_memory: int | None = None
 
 
-def _states(samples: Sequence[Sample]) -> dict[tuple[str, str], _State]:
+def _states(samples: Sequence[Sample], problems: _Problems) -> dict[tuple[str, str], _State]:
     out: dict[tuple[str, str], _State] = {}
+    cut = problems.cut
     for s in samples:
         k = target_key(s.labels)
-        if k is None or not _finite(s.value):
+        if k is None or s.value != s.value:
             continue
         st = out.setdefault(k, _State([], [], []))
         metric, labels = s.labels.get("__name__", ""), s.labels
+        if metric in ("gputui_stale_processes", "gputui_stale_gpu_memory_bytes") and not 0 <= s.value <= JSON_SAFE_INT:
+            problems.leave_out(k, f"impossible {metric} value", _value(s.value))
+            continue
         if metric == "gputui_alert_active" and s.value >= 1:
-            st.alerts.append(FleetAlert(label_int(labels.get("gpu")), labels.get("kind", ""),
-                                        labels.get("severity", "")))
+            st.alerts.append(FleetAlert(label_int(labels.get("gpu")), cut(k, labels.get("kind", "")),
+                                        cut(k, labels.get("severity", ""))))
         elif metric == "gputui_imbalance_flagged":
             st.imbalance = s.value >= 1
         elif metric == "gputui_stale_processes":
-            st.stale_count += int(s.value)
+            st.stale_count = min(JSON_SAFE_INT, st.stale_count + int(s.value))
         elif metric == "gputui_stale_gpu_memory_bytes":
-            st.stale_memory = (st.stale_memory or 0) + int(s.value)
+            st.stale_memory = min(JSON_SAFE_INT, (st.stale_memory or 0) + int(s.value))
         elif metric == "gputui_container_finding" and s.value >= 1 and labels.get("container"):
-            st.findings.append(ContainerFinding(labels["container"], labels.get("kind", "")))
+            st.findings.append(ContainerFinding(cut(k, labels["container"]), cut(k, labels.get("kind", ""))))
         elif (metric == "gputui_container_gpu_granted" and s.value >= 1 and labels.get("via") != "all"
               and labels.get("uuid")):
-            st.grants.append((labels["uuid"], labels.get("container", "")))
+            st.grants.append((cut(k, labels["uuid"]), cut(k, labels.get("container", ""))))
     return out
 
 
@@ -328,7 +468,7 @@ def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequenc
     hosts, targets = _inventory(up, seen, gpus, now, problems)
     gpu_drafts = _gpu_drafts(gpus, hosts, problems)
     procs = _processes(processes, problems)
-    states = _states(state)
+    states = _states(state, problems)
     built: list[FleetHost] = []
     for k, draft in hosts.items():
         drafts = gpu_drafts.get(k, {})
@@ -361,6 +501,13 @@ def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequenc
             grants=tuple(st.grants) if st else (),
             note=note,
         ))
+        why = host_problem(built[-1].ssh_target)
+        if why is not None:
+            problems.flag(k, f"No ssh command is offered for this host: its name cannot be put in one "
+                             f"safely ({why}).")
+        flags = problems.host_sentences(k)
+        if flags:
+            built[-1] = replace(built[-1], problems=flags)
     built, warnings = _label(built)
     built.sort(key=lambda h: (h.host.lower(), h.instance, h.job))
     return FleetSnapshot(prometheus=prometheus, time=datetime.fromtimestamp(now, timezone.utc),
@@ -428,7 +575,7 @@ def _per_gpu(series: Sequence[RangeSeries], scale: Callable[[int, float], float 
         points = []
         for t, v in s.points:
             scaled = scale(index, v) if _finite(v) else None
-            if scaled is not None:
+            if scaled is not None and 0.0 <= scaled <= 100.0:  # a percent: anything else is no reading
                 points.append((t, scaled))
         out[index] = tuple(points)
     return out
