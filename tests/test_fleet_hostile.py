@@ -396,3 +396,46 @@ def test_basic_auth_is_sent_and_the_password_never_printed(http_server, tmp_path
         res = gputui("fleet", "--json", "--prometheus", bad)
         assert res.returncode == 3 and "http://admin:***@127.0.0.1:" in res.stderr
         assert "guess-7" not in res.stderr and "s3cret" not in res.stderr and res.stderr.count("\n") == 1
+
+
+# -- a host with too much to show -------------------------------------------------------------
+
+
+def test_a_host_with_thousands_of_processes_and_a_100kb_name_stays_usable() -> None:
+    from textual.widgets import DataTable
+
+    from gputui.core.fleet.prom import PrometheusError
+    from gputui.core.fleet.queries import build_fleet
+    from gputui.ui.fleet_app import make_fleet_app
+    from tests.test_fleet_model import NOW, gputui_host, s, up
+
+    procs = [s("gputui_process_gpu_memory_bytes", (i + 1) * 1024**2, instance="a:1", gpu=str(i % 2), pid=str(100 + i),
+               user="u", exe="python3") for i in range(2000)]
+    samples = gputui_host("a:1", "n" * 100_000) + gputui_host("b:1", "z-node-02")
+    snap = build_fleet("http://p", NOW, [up("a:1"), up("b:1")], [], samples, procs, [])
+
+    class Fixed(FleetReader):
+        def read(self):
+            return snap
+
+        def host_history(self, host, span=600.0, points=120):
+            raise PrometheusError("no history in this test.")
+
+    async def run() -> tuple[list[str], int, str]:
+        app = make_fleet_app(Fixed(PromClient("http://127.0.0.1:9")), Settings(interval=60.0))
+        async with app.run_test(size=(120, 40)) as pilot:
+            table = app.screen.query_one("#fleet-hosts", DataTable)
+            await _until(pilot, lambda: table.row_count == 2, "two hosts")
+            names = [str(table.get_row_at(i)[0]) for i in range(2)]
+            await pilot.press("enter")  # the long name sorts first
+            await _until(pilot, lambda: app.screen.query("#host-procs")
+                         and app.screen.query_one("#host-procs", DataTable).row_count > 0, "the processes")
+            procs_table = app.screen.query_one("#host-procs", DataTable)
+            last = " ".join(str(c) for c in procs_table.get_row_at(procs_table.row_count - 1))
+            rows = procs_table.row_count
+            await pilot.press("q")
+        return names, rows, last
+
+    names, rows, last = asyncio.run(run())
+    assert len(names[0]) <= 50 and names[0].endswith("… ⚠") and names[1] == "z-node-02"
+    assert rows == 500 and "1501 more processes" in last

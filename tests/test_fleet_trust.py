@@ -164,3 +164,45 @@ def test_label_values_that_are_not_strings_leave_the_series_out() -> None:
         {"metric": {"__name__": "up", "instance": "a:1"}, "value": [1, "1"]}]}
     client._call = lambda path, params: doc  # type: ignore[method-assign]
     assert client.query("up") == [Sample({"__name__": "up", "instance": "a:1"}, 1.0)]
+
+
+def test_an_answer_over_the_cap_is_refused_without_being_read(monkeypatch) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from gputui.core.fleet import prom
+    from gputui.core.fleet.prom import PromClient, QueryFailed
+
+    monkeypatch.setattr(prom, "MAX_BODY", 1024**2)
+    release = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            if self.path.endswith("query"):  # declares 10 MiB, then sends nothing
+                self.send_header("Content-Length", str(10 * 1024**2))
+                self.end_headers()
+                self.wfile.flush()
+                release.wait(20)
+                return
+            self.end_headers()  # undeclared: 3 MiB, then close
+            for _ in range(3 * 16):
+                self.wfile.write(b" " * 65536)
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        client = PromClient(f"http://127.0.0.1:{httpd.server_address[1]}", timeout=10)
+        with pytest.raises(QueryFailed, match="sent more than 1 MiB for one query"):
+            client.query("up")  # refused on its Content-Length, not after the 10 s timeout
+        with pytest.raises(QueryFailed, match="sent more than 1 MiB for one query"):
+            client.query_range("up", 0, 1, 1)
+    finally:
+        release.set()
+        httpd.shutdown()
+        httpd.server_close()
