@@ -206,3 +206,11 @@ def test_an_answer_over_the_cap_is_refused_without_being_read(monkeypatch) -> No
         release.set()
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_an_impossible_last_seen_time_is_no_time() -> None:
+    from tests.test_fleet_model import seen
+
+    for ts in (1e308, -1e308, math.inf, math.nan):
+        snap = build_fleet("http://p", NOW, [up("a:1", 0)], [seen("a:1", ts, hostname="gpu-node-01")], [], [], [])
+        assert snap.hosts[0].last_seen is None and json.dumps(snap.to_json())

@@ -263,7 +263,7 @@ def _inventory(up: Sequence[Sample], seen: Sequence[Sample], gpus: Sequence[Samp
             if draft.hostname != hostname:
                 problems.flag(k, f"Its hostname label is {len(hostname.encode('utf-8', 'surrogateescape'))} "
                                  f"bytes long: shown cut to {HOST_MAX}.")
-        if ts is not None and _finite(ts):
+        if ts is not None and 0 < ts < 2**33:  # a time datetime can hold (NaN and ±inf fail too)
             draft.last_seen = ts if draft.last_seen is None else max(draft.last_seen, ts)
 
     for s in seen:
