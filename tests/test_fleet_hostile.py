@@ -439,3 +439,36 @@ def test_a_host_with_thousands_of_processes_and_a_100kb_name_stays_usable() -> N
     names, rows, last = asyncio.run(run())
     assert len(names[0]) <= 50 and names[0].endswith("… ⚠") and names[1] == "z-node-02"
     assert rows == 500 and "1501 more processes" in last
+
+
+# -- issue 28.1: m and pick --prometheus share one placement rule ---------------------------------
+
+
+def test_m_on_a_gpus_all_container_of_the_demo_host_names_a_gpu(prometheus_factory) -> None:
+    """The demo's bert-finetune runs with `--gpus all`: the exporter lists all eight GPUs as granted,
+    which reserves none in particular (as the local dashboard and pick read it)."""
+    from tests.exporter_helpers import Exporter
+
+    exporter = Exporter(["--demo", "--hostname", "gpu-node-03", "--interval", "0.5"], dict(os.environ))
+    try:
+        prom = prometheus_factory([exporter.address])
+        prom.wait_for('gputui_container_gpu_granted{container="bert-finetune"}', lambda r: len(r) == 8)
+        prom.wait_for('gputui_process_gpu_memory_bytes{container="bert-finetune"}', bool)
+        reader = FleetReader(PromClient(prom.url))
+        host = reader.read().hosts[0]
+        reader.close()
+        from gputui.ui.screens.fleet_host import migrate_command
+
+        gpu, proc = next((g, p) for g in host.gpus for p in g.processes if p.container == "bert-finetune")
+        command, why = migrate_command(host, gpu, proc)
+        assert command is not None, why
+        from gputui.core.fleet.pick import best_other_gpu
+
+        target = best_other_gpu(host, gpu.index)
+        assert target is not None and command == (f"ssh -- gpu-node-03 'gputui migrate bert-finetune "
+                                                  f"--to {target.index}'")
+        # pick --prometheus would offer that GPU too: it is the least loaded one left
+        res = gputui("pick", "--prometheus", prom.url, "--window", "5")
+        assert res.returncode == 0 and res.stdout.startswith("gpu-node-03 "), res.stderr
+    finally:
+        exporter.stop()
