@@ -214,3 +214,37 @@ def test_an_impossible_last_seen_time_is_no_time() -> None:
     for ts in (1e308, -1e308, math.inf, math.nan):
         snap = build_fleet("http://p", NOW, [up("a:1", 0)], [seen("a:1", ts, hostname="gpu-node-01")], [], [], [])
         assert snap.hosts[0].last_seen is None and json.dumps(snap.to_json())
+
+
+def test_metric_names_are_written_once_for_the_exporter_and_the_fleet() -> None:
+    """Issue 28.10: one table (gputui.core.metric_names) names every metric; no other module of
+    gputui spells one, so the exporter and the fleet reader cannot drift apart."""
+    import ast
+    import re
+    from pathlib import Path
+
+    from gputui.core import metric_names
+    from gputui.core.fleet.queries import FLEET_QUERIES
+    from gputui.exporter.metrics import ExportOptions, PollStatus, build_families
+    from tests.test_exporter import _proc, _snap
+
+    known = {metric.name for metric in metric_names.ALL}
+    pattern = re.compile(r"\b(?:gputui|DCGM_FI)_[A-Za-z_]+\b")
+    root = Path(metric_names.__file__).parent.parent
+    spelled = []
+    for path in root.rglob("*.py"):
+        if path.name == "metric_names.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                spelled += [(path.name, name) for name in pattern.findall(node.value) if name in known]
+    assert spelled == []
+    # and what the fleet reads is what the exporter writes
+    snap = _snap(_proc(100, mem=1000, sm=5), utilization_gpu=10, temperature=50)
+    written = {f.name for f in build_families(PollStatus(snap, True, 0.0), ExportOptions(dcgm_names=True))}
+    read = set(pattern.findall(" ".join(FLEET_QUERIES))) & known
+    assert len(read) >= 15 and read - {metric_names.DCGM_FB_RESERVED.name} <= written  # dcgm-exporter's own

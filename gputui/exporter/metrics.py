@@ -23,15 +23,16 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gputui import __version__
+from gputui.core import metric_names as mn
+from gputui.core.metric_names import Metric as MetricName
 from gputui.core.model import Container, Gpu, Process, Snapshot
 from gputui.core.record import record
 
 MIB = 1024 * 1024
 DEFAULT_MAX_PROCESSES = 200
-PROCESS_LABELS = ["gpu", "uuid", "pid", "user", "exe", "container", "image", "compose_project", "compose_service",
-                  "mig_uuid"]
-CONTAINER_LABELS = ["container", "image", "compose_project", "compose_service"]
-DCGM_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname", "container"]
+PROCESS_LABELS = list(mn.PROCESS_GPU_MEMORY.labels)
+CONTAINER_LABELS = list(mn.CONTAINER_GPU_MEMORY.labels)
+DCGM_LABELS = list(mn.DCGM_LABELS)
 
 
 @record
@@ -71,8 +72,9 @@ def exe_name(command: str | None) -> str:
     return os.path.basename(first)
 
 
-def _gauge(name: str, doc: str, labels: list[str], unit: str = "") -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, labels=labels, unit=unit)
+def _gauge(metric: MetricName) -> GaugeMetricFamily:
+    """An empty family of ``metric`` (its name, HELP and labels from :mod:`gputui.core.metric_names`)."""
+    return GaugeMetricFamily(metric.name, metric.help, labels=list(metric.labels))
 
 
 def _s(value: object) -> str:
@@ -90,28 +92,22 @@ class _Gpus:
     """The per-GPU families, filled one GPU at a time."""
 
     def __init__(self) -> None:
-        lab = ["gpu", "uuid"]
-        self.info = _gauge("gputui_gpu_info", "A GPU: 1 per GPU, with its name and PCI bus id.",
-                           ["gpu", "uuid", "name", "pci_bus_id"])
-        self.util = _gauge("gputui_gpu_utilization_ratio", "GPU (SM) utilization, 0-1.", lab)
-        self.mem_util = _gauge("gputui_gpu_memory_utilization_ratio",
-                               "GPU memory controller (bandwidth) utilization, 0-1.", lab)
-        self.mem_used = _gauge("gputui_gpu_memory_used_bytes", "GPU memory in use, bytes.", lab)
-        self.mem_total = _gauge("gputui_gpu_memory_total_bytes", "GPU memory in total, bytes.", lab)
-        self.temp = _gauge("gputui_gpu_temperature_celsius", "GPU core temperature, degrees Celsius.", lab)
-        self.power = _gauge("gputui_gpu_power_watts", "GPU power draw, watts.", lab)
-        self.power_limit = _gauge("gputui_gpu_power_limit_watts", "GPU power limit in force, watts.", lab)
-        self.fan = _gauge("gputui_gpu_fan_ratio", "GPU fan speed as a share of its maximum, 0-1.", lab)
-        self.sm_clock = _gauge("gputui_gpu_sm_clock_hertz", "GPU SM clock, hertz.", lab)
-        self.lost = _gauge("gputui_gpu_lost", "1 when the GPU fell off the bus or stopped answering, else 0.", lab)
-        self.throttled = _gauge("gputui_gpu_throttled", "1 per active clock-throttle reason.", lab + ["reason"])
-        self.stale = _gauge("gputui_stale_processes", "Processes holding GPU memory judged stale, per kind.",
-                            lab + ["kind"])
-        self.stale_memory = _gauge("gputui_stale_gpu_memory_bytes",
-                                   "GPU memory held by processes judged stale, bytes.", lab)
-        mig = lab + ["mig_uuid", "profile"]
-        self.mig_used = _gauge("gputui_mig_device_memory_used_bytes", "Memory in use on a MIG device, bytes.", mig)
-        self.mig_total = _gauge("gputui_mig_device_memory_total_bytes", "Memory of a MIG device, bytes.", mig)
+        self.info = _gauge(mn.GPU_INFO)
+        self.util = _gauge(mn.GPU_UTILIZATION)
+        self.mem_util = _gauge(mn.GPU_MEMORY_UTILIZATION)
+        self.mem_used = _gauge(mn.GPU_MEMORY_USED)
+        self.mem_total = _gauge(mn.GPU_MEMORY_TOTAL)
+        self.temp = _gauge(mn.GPU_TEMPERATURE)
+        self.power = _gauge(mn.GPU_POWER)
+        self.power_limit = _gauge(mn.GPU_POWER_LIMIT)
+        self.fan = _gauge(mn.GPU_FAN)
+        self.sm_clock = _gauge(mn.GPU_SM_CLOCK)
+        self.lost = _gauge(mn.GPU_LOST)
+        self.throttled = _gauge(mn.GPU_THROTTLED)
+        self.stale = _gauge(mn.STALE_PROCESSES)
+        self.stale_memory = _gauge(mn.STALE_GPU_MEMORY)
+        self.mig_used = _gauge(mn.MIG_MEMORY_USED)
+        self.mig_total = _gauge(mn.MIG_MEMORY_TOTAL)
 
     def add(self, g: Gpu) -> None:
         lab = [str(g.index), g.uuid]
@@ -200,13 +196,9 @@ def _process_families(snap: Snapshot, cap: int, memo: dict[str, object] | None =
 
 def _build_process_families(procs: list[Process], cap: int, uuid_of: dict[int, str],
                             mig_of: dict[tuple[int, int], str]) -> list[Metric]:
-    memory = _gauge("gputui_process_gpu_memory_bytes",
-                    "GPU memory a process holds, bytes; container labels are empty for host processes.",
-                    PROCESS_LABELS)
-    sm = _gauge("gputui_process_sm_utilization_ratio", "A process's share of the GPU's SMs, 0-1.",
-                ["gpu", "uuid", "pid", "mig_uuid"])
-    dropped = _gauge("gputui_process_series_dropped",
-                     "GPU processes left out of the process series by the cap (smallest GPU memory first).", [])
+    memory = _gauge(mn.PROCESS_GPU_MEMORY)
+    sm = _gauge(mn.PROCESS_SM_UTILIZATION)
+    dropped = _gauge(mn.PROCESS_SERIES_DROPPED)
     if len(procs) > cap:
         procs.sort(key=lambda p: p.gpu_memory or 0, reverse=True)
     kept = procs[:cap]
@@ -229,13 +221,9 @@ def _build_process_families(procs: list[Process], cap: int, uuid_of: dict[int, s
 
 
 def _container_families(containers: Iterable[Container], gpus: tuple[Gpu, ...]) -> list[Metric]:
-    memory = _gauge("gputui_container_gpu_memory_bytes", "GPU memory a container's processes hold, bytes.",
-                    CONTAINER_LABELS)
-    granted = _gauge("gputui_container_gpu_granted",
-                     "1 per GPU a container is granted ('all' grants expand to every GPU); via = how.",
-                     ["container", "uuid", "gpu", "via"])
-    finding = _gauge("gputui_container_finding", "1 per finding about a container's GPU grant or use.",
-                     ["container", "kind"])
+    memory = _gauge(mn.CONTAINER_GPU_MEMORY)
+    granted = _gauge(mn.CONTAINER_GPU_GRANTED)
+    finding = _gauge(mn.CONTAINER_FINDING)
     uuid_of = {g.index: g.uuid for g in gpus}
     for c in containers:
         name = _s(c.name)
@@ -248,15 +236,13 @@ def _container_families(containers: Iterable[Container], gpus: tuple[Gpu, ...]) 
 
 
 def _judgement_families(snap: Snapshot) -> list[Metric]:
-    flagged = _gauge("gputui_imbalance_flagged", "1 while the GPUs are judged imbalanced, else 0.", [])
+    flagged = _gauge(mn.IMBALANCE_FLAGGED)
     flagged.add_metric([], 1 if snap.imbalance.flagged else 0)
-    suggestion = _gauge("gputui_imbalance_suggestion", "1 while a suggested move stands.",
-                        ["container", "pid", "from_gpu", "to_gpu"])
+    suggestion = _gauge(mn.IMBALANCE_SUGGESTION)
     s = snap.imbalance.suggestion
     if s is not None:
         suggestion.add_metric([_s(s.container), _s(s.pid), str(s.from_gpu), str(s.to_gpu)], 1)
-    alert = _gauge("gputui_alert_active", "1 per active alert (gpu is empty for machine-wide alerts).",
-                   ["gpu", "kind", "severity"])
+    alert = _gauge(mn.ALERT_ACTIVE)
     seen: set[tuple[str, str, str]] = set()
     for a in snap.alerts:
         key = (_s(a.gpu), a.kind, a.severity)
@@ -281,20 +267,18 @@ def _dcgm_container(g: Gpu, snap: Snapshot) -> str:
 
 def _dcgm_families(snap: Snapshot, hostname: str) -> list[Metric]:
     """dcgm-exporter's names and units for the fields gputui has (dcgm dashboards work unchanged)."""
-    spec: list[tuple[str, str, Callable[[Gpu], float | None]]] = [
-        ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda g: g.utilization_gpu),
-        ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).",
-         lambda g: None if g.memory_used is None else g.memory_used / MIB),
-        ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
-         lambda g: None if g.memory_free is None else g.memory_free / MIB),
-        ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda g: g.temperature),
-        ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda g: g.power_draw),
-        ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda g: g.clock_sm),
-        ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", lambda g: g.clock_memory),
+    spec: list[tuple[MetricName, Callable[[Gpu], float | None]]] = [
+        (mn.DCGM_GPU_UTIL, lambda g: g.utilization_gpu),
+        (mn.DCGM_FB_USED, lambda g: None if g.memory_used is None else g.memory_used / MIB),
+        (mn.DCGM_FB_FREE, lambda g: None if g.memory_free is None else g.memory_free / MIB),
+        (mn.DCGM_GPU_TEMP, lambda g: g.temperature),
+        (mn.DCGM_POWER_USAGE, lambda g: g.power_draw),
+        (mn.DCGM_SM_CLOCK, lambda g: g.clock_sm),
+        (mn.DCGM_MEM_CLOCK, lambda g: g.clock_memory),
     ]
     out: list[Metric] = []
-    for name, doc, get in spec:
-        family = _gauge(name, doc, DCGM_LABELS)
+    for metric, get in spec:
+        family = _gauge(metric)
         for g in snap.gpus:
             value = get(g)
             if value is None:
@@ -313,18 +297,17 @@ def build_families(status: PollStatus, options: ExportOptions,
     objects as last time are handed out again (never changed after they are built)."""
     snap = status.snapshot
     hostname = options.hostname or (snap.host if snap is not None else os.uname().nodename)
-    host = _gauge("gputui_host_info", "The machine and the exporter: 1, with versions as labels.",
-                  ["hostname", "driver_version", "cuda_version", "gputui_version"])
+    host = _gauge(mn.HOST_INFO)
     host.add_metric([_s(hostname), _s(snap and snap.driver_version), _s(snap and snap.cuda_driver_version),
                      __version__], 1)
     yield host
-    up = _gauge("gputui_source_up", "1 when the source answered the last poll, else 0.", ["source"])
+    up = _gauge(mn.SOURCE_UP)
     up.add_metric(["nvml"], 1 if status.nvml_up else 0)
     if options.docker:
         up.add_metric(["docker"], 1 if snap is not None and snap.docker.available else 0)
     yield up
     if status.last_poll is not None:
-        last = _gauge("gputui_last_poll_timestamp_seconds", "When the last successful poll ran, Unix time.", [])
+        last = _gauge(mn.LAST_POLL)
         last.add_metric([], status.last_poll)
         yield last
     if snap is None:

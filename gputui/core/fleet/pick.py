@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shlex
 
+from gputui.core import metric_names
 from gputui.core.fleet.model import FleetGpu, FleetHost, FleetSnapshot
 from gputui.core.fleet.queries import (
     FLEET_QUERIES,
@@ -24,6 +25,7 @@ from gputui.core.fleet.queries import (
     FleetReader,
     build_fleet,
     label_int,
+    names,
     plausible_window,
     target_key,
 )
@@ -38,8 +40,8 @@ PICK_QUERIES = len(FLEET_QUERIES) + 3
 
 def windowed_queries(window: float) -> tuple[str, str, str]:
     w = f"[{max(1, round(window))}s]"
-    util = '{__name__=~"gputui_gpu_utilization_ratio|DCGM_FI_DEV_GPU_UTIL"}'
-    used = '{__name__=~"gputui_gpu_memory_used_bytes|DCGM_FI_DEV_FB_USED"}'
+    util = names((metric_names.GPU_UTILIZATION.name, metric_names.DCGM_GPU_UTIL.name))
+    used = names((metric_names.GPU_MEMORY_USED.name, metric_names.DCGM_FB_USED.name))
     return (f"avg_over_time({util}{w})", f"avg_over_time({used}{w})", f"max_over_time({used}{w})")
 
 

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
+from gputui.core import metric_names
 from gputui.core.fleet.model import (
     ContainerFinding,
     FleetAlert,
@@ -52,24 +53,38 @@ from gputui.core.plausible import JSON_SAFE_INT, PIB, implausible
 from gputui.core.record import record, replace
 
 MIB = 1024**2
+# The metric names read here, from the table the exporter writes by (gputui.core.metric_names); plain strings,
+# since the loops below compare thousands of samples' names with them.
+_ALERT_ACTIVE = metric_names.ALERT_ACTIVE.name
+_CONTAINER_FINDING = metric_names.CONTAINER_FINDING.name
+_CONTAINER_GPU_GRANTED = metric_names.CONTAINER_GPU_GRANTED.name
+_DCGM_FB_FREE = metric_names.DCGM_FB_FREE.name
+_DCGM_FB_RESERVED = metric_names.DCGM_FB_RESERVED.name
+_DCGM_FB_USED = metric_names.DCGM_FB_USED.name
+_DCGM_GPU_TEMP = metric_names.DCGM_GPU_TEMP.name
+_DCGM_GPU_UTIL = metric_names.DCGM_GPU_UTIL.name
+_GPU_INFO = metric_names.GPU_INFO.name
+_GPU_LOST = metric_names.GPU_LOST.name
+_GPU_MEMORY_TOTAL = metric_names.GPU_MEMORY_TOTAL.name
+_GPU_MEMORY_USED = metric_names.GPU_MEMORY_USED.name
+_GPU_TEMPERATURE = metric_names.GPU_TEMPERATURE.name
+_GPU_UTILIZATION = metric_names.GPU_UTILIZATION.name
+_HOST_INFO = metric_names.HOST_INFO.name
+_IMBALANCE_FLAGGED = metric_names.IMBALANCE_FLAGGED.name
+_PROCESS_GPU_MEMORY = metric_names.PROCESS_GPU_MEMORY.name
+_STALE_GPU_MEMORY = metric_names.STALE_GPU_MEMORY.name
+_STALE_PROCESSES = metric_names.STALE_PROCESSES.name
 #: How far back a host that stopped answering is still listed (as down).
 LOOKBACK = "1h"
 #: Resolution of the last-seen time of a host down for longer than RECENT (to the second before).
 LAST_SEEN_STEP = "15s"
 RECENT = "2m"
 
-GPUTUI_GPU_METRICS = (
-    "gputui_host_info", "gputui_gpu_info", "gputui_gpu_utilization_ratio", "gputui_gpu_memory_used_bytes",
-    "gputui_gpu_memory_total_bytes", "gputui_gpu_temperature_celsius", "gputui_gpu_lost",
-)
-DCGM_GPU_METRICS = (
-    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED",
-    "DCGM_FI_DEV_GPU_TEMP",
-)
-STATE_METRICS = (
-    "gputui_alert_active", "gputui_imbalance_flagged", "gputui_stale_processes", "gputui_stale_gpu_memory_bytes",
-    "gputui_container_finding", "gputui_container_gpu_granted",
-)
+GPUTUI_GPU_METRICS = (_HOST_INFO, _GPU_INFO, _GPU_UTILIZATION, _GPU_MEMORY_USED, _GPU_MEMORY_TOTAL, _GPU_TEMPERATURE,
+                      _GPU_LOST)
+DCGM_GPU_METRICS = (_DCGM_GPU_UTIL, _DCGM_FB_USED, _DCGM_FB_FREE, _DCGM_FB_RESERVED, _DCGM_GPU_TEMP)
+STATE_METRICS = (_ALERT_ACTIVE, _IMBALANCE_FLAGGED, _STALE_PROCESSES, _STALE_GPU_MEMORY, _CONTAINER_FINDING,
+                 _CONTAINER_GPU_GRANTED)
 
 
 def names(metrics: Iterable[str]) -> str:
@@ -86,20 +101,20 @@ def _seen(metric_selector: str, by: str, source: str) -> str:
 
 Q_UP = "up"
 #: Every host seen in the last hour, with the time of its newest sample.
-Q_HOSTS = (_seen("gputui_host_info", "hostname", "gputui") + " or "
-           + _seen("DCGM_FI_DEV_FB_USED", "Hostname", "dcgm"))
+Q_HOSTS = (_seen(_HOST_INFO, "hostname", "gputui") + " or "
+           + _seen(_DCGM_FB_USED, "Hostname", "dcgm"))
 Q_GPUS = names(GPUTUI_GPU_METRICS + DCGM_GPU_METRICS)
-Q_PROCESSES = "gputui_process_gpu_memory_bytes"
+Q_PROCESSES = _PROCESS_GPU_MEMORY
 Q_STATE = names(STATE_METRICS)
 FLEET_QUERIES = (Q_UP, Q_HOSTS, Q_GPUS, Q_PROCESSES, Q_STATE)
 
 #: The live screen splits Q_GPUS: what never changes while an exporter runs (GPU names, UUIDs and
 #: sizes, host info) is read again only every STATIC_TTL seconds or when a new target appears; what
 #: changes is read every refresh, ``gputui_gpu_lost`` only where it is 1.
-_STATIC_GPU_METRICS = ("gputui_host_info", "gputui_gpu_info", "gputui_gpu_memory_total_bytes")
+_STATIC_GPU_METRICS = (_HOST_INFO, _GPU_INFO, _GPU_MEMORY_TOTAL)
 Q_GPU_STATIC = names(_STATIC_GPU_METRICS)
 Q_GPU_LIVE = (names(tuple(m for m in GPUTUI_GPU_METRICS + DCGM_GPU_METRICS
-                          if m not in _STATIC_GPU_METRICS and m != "gputui_gpu_lost")) + " or gputui_gpu_lost == 1")
+                          if m not in _STATIC_GPU_METRICS and m != _GPU_LOST)) + f" or {_GPU_LOST} == 1")
 LIVE_QUERIES = (Q_UP, Q_HOSTS, Q_GPU_LIVE, Q_PROCESSES, Q_STATE)
 STATIC_TTL = 30.0
 
@@ -140,9 +155,9 @@ def fit(text: str, limit: int = NAME_MAX) -> str:
 
 
 #: Windowed metrics ``pick --prometheus`` reads -> the plausibility field their values are judged by.
-_WINDOW_FIELDS = {"gputui_gpu_utilization_ratio": ("utilization_gpu", 100.0), "DCGM_FI_DEV_GPU_UTIL":
-                  ("utilization_gpu", 1.0), "gputui_gpu_memory_used_bytes": ("memory_used", 1.0),
-                  "DCGM_FI_DEV_FB_USED": ("memory_used", float(MIB))}
+_WINDOW_FIELDS = {_GPU_UTILIZATION: ("utilization_gpu", 100.0), _DCGM_GPU_UTIL:
+                  ("utilization_gpu", 1.0), _GPU_MEMORY_USED: ("memory_used", 1.0),
+                  _DCGM_FB_USED: ("memory_used", float(MIB))}
 
 
 def plausible_window(metric: str, value: float) -> bool:
@@ -283,7 +298,7 @@ def _inventory(up: Sequence[Sample], seen: Sequence[Sample], gpus: Sequence[Samp
         k = (labels.get("job", ""), instance)
         metric = labels.get("__name__", "")
         known = hosts.get(k)
-        if known is not None and metric != "gputui_host_info" and (
+        if known is not None and metric != _HOST_INFO and (
                 known.source == "gputui" or not metric.startswith("gputui_")):
             continue  # the common case, kept cheap: thousands of GPU series per refresh
         src: Source = "gputui" if metric.startswith("gputui_") else "dcgm"
@@ -315,7 +330,7 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
             continue
         metric = labels.get("__name__", "")
         dcgm = metric.startswith("DCGM_")
-        if dcgm != (host.source == "dcgm") or metric == "gputui_host_info":
+        if dcgm != (host.source == "dcgm") or metric == _HOST_INFO:
             continue
         gpu = labels.get("gpu", "")
         per_host = out.get(k)
@@ -334,36 +349,36 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
         if v != v:  # NaN: not reported
             continue
         where = (k, g.index)
-        if metric == "gputui_gpu_info":
+        if metric == _GPU_INFO:
             g.name = problems.cut(k, labels.get("name") or "") or g.name
-        elif metric == "gputui_gpu_utilization_ratio":
+        elif metric == _GPU_UTILIZATION:
             if not bad(where, "utilization_gpu", v * 100):
                 g.util = round(v * 100)
-        elif metric == "gputui_gpu_memory_used_bytes":
+        elif metric == _GPU_MEMORY_USED:
             if not bad(where, "memory_used", v):
                 g.used = int(v)
-        elif metric == "gputui_gpu_memory_total_bytes":
+        elif metric == _GPU_MEMORY_TOTAL:
             if not bad(where, "memory_total", v):
                 g.total = int(v)
-        elif metric == "gputui_gpu_temperature_celsius":
+        elif metric == _GPU_TEMPERATURE:
             if not bad(where, "temperature", v):
                 g.temperature = round(v)
-        elif metric == "gputui_gpu_lost":
+        elif metric == _GPU_LOST:
             g.lost = v >= 1
-        elif metric == "DCGM_FI_DEV_GPU_UTIL":
+        elif metric == _DCGM_GPU_UTIL:
             g.name = g.name or problems.cut(k, labels.get("modelName") or "") or None
             if not bad(where, "utilization_gpu", v):
                 g.util = round(v)
-        elif metric == "DCGM_FI_DEV_FB_USED":
+        elif metric == _DCGM_FB_USED:
             if not bad(where, "memory_used", v * MIB):
                 g.used = int(v * MIB)
-        elif metric == "DCGM_FI_DEV_FB_FREE":
+        elif metric == _DCGM_FB_FREE:
             if not bad(where, "memory_used", v * MIB):
                 g.free = int(v * MIB)
-        elif metric == "DCGM_FI_DEV_FB_RESERVED":
+        elif metric == _DCGM_FB_RESERVED:
             if not bad(where, "memory_used", v * MIB):
                 g.reserved = int(v * MIB)
-        elif metric == "DCGM_FI_DEV_GPU_TEMP":
+        elif metric == _DCGM_GPU_TEMP:
             if not bad(where, "temperature", v):
                 g.temperature = round(v)
     result: dict[tuple[str, str], dict[int, _GpuDraft]] = {}
@@ -440,21 +455,21 @@ def _states(samples: Sequence[Sample], problems: _Problems) -> dict[tuple[str, s
             continue
         st = out.setdefault(k, _State([], [], []))
         metric, labels = s.labels.get("__name__", ""), s.labels
-        if metric in ("gputui_stale_processes", "gputui_stale_gpu_memory_bytes") and not 0 <= s.value <= JSON_SAFE_INT:
+        if metric in (_STALE_PROCESSES, _STALE_GPU_MEMORY) and not 0 <= s.value <= JSON_SAFE_INT:
             problems.leave_out(k, f"impossible {metric} value", _value(s.value))
             continue
-        if metric == "gputui_alert_active" and s.value >= 1:
+        if metric == _ALERT_ACTIVE and s.value >= 1:
             st.alerts.append(FleetAlert(label_int(labels.get("gpu")), cut(k, labels.get("kind", "")),
                                         cut(k, labels.get("severity", ""))))
-        elif metric == "gputui_imbalance_flagged":
+        elif metric == _IMBALANCE_FLAGGED:
             st.imbalance = s.value >= 1
-        elif metric == "gputui_stale_processes":
+        elif metric == _STALE_PROCESSES:
             st.stale_count = min(JSON_SAFE_INT, st.stale_count + int(s.value))
-        elif metric == "gputui_stale_gpu_memory_bytes":
+        elif metric == _STALE_GPU_MEMORY:
             st.stale_memory = min(JSON_SAFE_INT, (st.stale_memory or 0) + int(s.value))
-        elif metric == "gputui_container_finding" and s.value >= 1 and labels.get("container"):
+        elif metric == _CONTAINER_FINDING and s.value >= 1 and labels.get("container"):
             st.findings.append(ContainerFinding(cut(k, labels["container"]), cut(k, labels.get("kind", ""))))
-        elif (metric == "gputui_container_gpu_granted" and s.value >= 1 and labels.get("via") != "all"
+        elif (metric == _CONTAINER_GPU_GRANTED and s.value >= 1 and labels.get("via") != "all"
               and labels.get("uuid")):
             st.grants.append((cut(k, labels["uuid"]), cut(k, labels.get("container", ""))))
     return out
@@ -546,9 +561,9 @@ def host_selector(host: FleetHost, metrics: Iterable[str]) -> str:
 def host_range_queries(host: FleetHost) -> tuple[str, str]:
     """(utilization, memory used) of every GPU of ``host``, in the host's own metric names."""
     if host.source == "gputui":
-        return (host_selector(host, ("gputui_gpu_utilization_ratio",)),
-                host_selector(host, ("gputui_gpu_memory_used_bytes",)))
-    return (host_selector(host, ("DCGM_FI_DEV_GPU_UTIL",)), host_selector(host, ("DCGM_FI_DEV_FB_USED",)))
+        return (host_selector(host, (_GPU_UTILIZATION,)),
+                host_selector(host, (_GPU_MEMORY_USED,)))
+    return (host_selector(host, (_DCGM_GPU_UTIL,)), host_selector(host, (_DCGM_FB_USED,)))
 
 
 HOST_RANGE_QUERIES = 2
