@@ -24,12 +24,11 @@ from gputui.core.fleet.queries import (
     MIB,
     FleetReader,
     build_fleet,
-    label_int,
     names,
-    plausible_window,
     target_key,
 )
 from gputui.core.fleet.remote import gpu_uuid_ok, ssh_command, ssh_host, url_host
+from gputui.core.fleet.rules import label_int, plausible_window
 from gputui.core.judges.placement import GpuLoad, pick
 from gputui.core.record import record
 from gputui.core.safe_text import clean

@@ -221,6 +221,8 @@ class PromClient:
             watchdog = _Watchdog(conn, deadline)
             try:
                 conn.request("POST", self._path + path, body=body, headers=headers)
+                if watchdog.fired:  # it fired while connecting, before there was a socket to close
+                    raise TimeoutError
                 response = conn.getresponse()
                 raw = _read_body(response)
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):

@@ -48,7 +48,8 @@ from gputui.core.fleet.model import (
     Source,
 )
 from gputui.core.fleet.prom import PromClient, PrometheusError, PrometheusUnreachable, RangeSeries, Sample
-from gputui.core.fleet.remote import HOST_MAX, NAME_MAX, host_problem
+from gputui.core.fleet.remote import HOST_MAX, host_problem
+from gputui.core.fleet.rules import FIELD_LABEL, PID_MAX, Problems, fit, label_int, value_text
 from gputui.core.plausible import JSON_SAFE_INT, PIB, implausible
 from gputui.core.record import record, replace
 
@@ -130,42 +131,6 @@ def target_key(labels: dict[str, str]) -> tuple[str, str] | None:
     return (labels.get("job", ""), instance)
 
 
-#: A GPU index label is at most this (no host has more GPUs); a PID label at most PID_MAX.
-GPU_INDEX_MAX = 1023
-PID_MAX = 2**32
-
-
-def label_int(text: object, limit: int = GPU_INDEX_MAX) -> int | None:
-    """A GPU index (or, with ``limit=PID_MAX``, a PID) label as a number: ASCII digits only, at most
-    ``limit``; None for anything else (``"²"`` and ``"٣"`` are digits to ``str.isdigit``, not here)."""
-    if type(text) is not str or not 0 < len(text) <= 10 or not text.isascii() or not text.isdigit():
-        return None
-    value = int(text)
-    return value if value <= limit else None
-
-
-def fit(text: str, limit: int = NAME_MAX) -> str:
-    """``text`` cut to ``limit`` bytes of UTF-8 (with "…"), or itself when it fits."""
-    if len(text) <= limit // 4:
-        return text
-    raw = text.encode("utf-8", "surrogateescape")
-    if len(raw) <= limit:
-        return text
-    return raw[:limit - 3].decode("utf-8", "ignore") + "…"
-
-
-#: Windowed metrics ``pick --prometheus`` reads -> the plausibility field their values are judged by.
-_WINDOW_FIELDS = {_GPU_UTILIZATION: ("utilization_gpu", 100.0), _DCGM_GPU_UTIL:
-                  ("utilization_gpu", 1.0), _GPU_MEMORY_USED: ("memory_used", 1.0),
-                  _DCGM_FB_USED: ("memory_used", float(MIB))}
-
-
-def plausible_window(metric: str, value: float) -> bool:
-    """Whether a windowed value (an average or a peak) of ``metric`` is one a GPU can report."""
-    field, scale = _WINDOW_FIELDS.get(metric, ("memory_used", 1.0))
-    return value == value and not implausible(field, value * scale)
-
-
 def _finite(value: float) -> bool:
     return math.isfinite(value)
 
@@ -193,67 +158,8 @@ class _GpuDraft:
     lost: bool = False
 
 
-class _Problems:
-    """Counts of series left out (fleet-wide and per host) and per-host flags, turned into sentences."""
-
-    #: Sentences kept per host (more are counted in one last sentence).
-    PER_HOST = 12
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-        #: host -> {what: (count, first example)}
-        self.left_out: dict[tuple[str, str], dict[str, tuple[int, str]]] = {}
-        #: host -> sentences, in order, without repeats
-        self.flags: dict[tuple[str, str], dict[str, None]] = {}
-
-    def add(self, what: str) -> None:
-        self.counts[what] = self.counts.get(what, 0) + 1
-
-    def leave_out(self, k: tuple[str, str], what: str, example: object, verb: str = "left out",
-                  plural: str | None = None) -> None:
-        """One more ``what`` of host ``k`` (``verb``: what was done with it), ``example`` the first."""
-        per = self.left_out.setdefault(k, {})
-        key = f"{what}\0{plural or what + 's'}\0{verb}"
-        n, first = per.get(key, (0, ""))
-        per[key] = (n + 1, first if n else _example(example))
-
-    def cut(self, k: tuple[str, str], text: str, limit: int = NAME_MAX) -> str:
-        """``text`` fit to ``limit`` bytes; a cut one is counted on host ``k``."""
-        short = fit(text, limit)
-        if short is not text:
-            self.leave_out(k, f"label longer than {limit} bytes", text, "shown cut")
-        return short
-
-    def flag(self, k: tuple[str, str], sentence: str) -> None:
-        self.flags.setdefault(k, {})[sentence] = None
-
-    def sentences(self) -> list[str]:
-        return [f"{n} {what} {'was' if n == 1 else 'were'} left out." for what, n in sorted(self.counts.items())]
-
-    def host_sentences(self, k: tuple[str, str]) -> tuple[str, ...]:
-        out = list(self.flags.get(k, ()))
-        for key, (n, example) in sorted(self.left_out.get(k, {}).items()):
-            one, many, verb = key.split("\0")
-            out.append(f"{n} {one if n == 1 else many} {'was' if n == 1 else 'were'} {verb} (such as {example}).")
-        if len(out) > self.PER_HOST:
-            out[self.PER_HOST - 1:] = [f"{len(out) - self.PER_HOST + 1} more problems with this host's data."]
-        return tuple(out)
-
-
-def _example(value: object) -> str:
-    if not value:
-        return "no label"
-    text = value if isinstance(value, str) else repr(value)
-    shown = repr(text[:24]) + ("…" if len(text) > 24 else "")
-    return f"{shown} ({len(text)} characters)" if len(text) > 24 else shown
-
-
-def _value(v: float) -> str:
-    return f"{v:g}"
-
-
 def _inventory(up: Sequence[Sample], seen: Sequence[Sample], gpus: Sequence[Sample],
-               now: float, problems: _Problems
+               now: float, problems: Problems
                ) -> tuple[dict[tuple[str, str], _HostDraft], dict[tuple[str, str], bool]]:
     targets: dict[tuple[str, str], bool] = {}
     for s in up:
@@ -313,7 +219,7 @@ def _missing(targets: dict[tuple[str, str], bool], hosts: dict[tuple[str, str], 
 
 
 def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDraft],
-                problems: _Problems) -> dict[tuple[str, str], dict[int, _GpuDraft]]:
+                problems: Problems) -> dict[tuple[str, str], dict[int, _GpuDraft]]:
     out: dict[tuple[str, str], dict[str, _GpuDraft]] = {}
     #: (host, GPU index) -> the fields dropped as impossible, with the value sent
     dropped: dict[tuple[tuple[str, str], int], list[str]] = {}
@@ -321,7 +227,7 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
     def bad(where: tuple[tuple[str, str], int], field: str, value: float) -> bool:
         if not implausible(field, value):
             return False
-        dropped.setdefault(where, []).append(f"{LIMITS_LABEL[field]} ({_value(v)})")
+        dropped.setdefault(where, []).append(f"{FIELD_LABEL[field]} ({value_text(v)})")
         return True
     for labels, v in samples:  # thousands per refresh: plain lookups, no helper calls
         k = (labels.get("job", ""), labels.get("instance", ""))
@@ -397,11 +303,7 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
     return result
 
 
-LIMITS_LABEL = {"utilization_gpu": "GPU utilization", "memory_used": "memory used", "memory_total": "total memory",
-                "temperature": "temperature"}
-
-
-def _processes(samples: Sequence[Sample], problems: _Problems) -> dict[tuple[str, str, int], list[FleetProcess]]:
+def _processes(samples: Sequence[Sample], problems: Problems) -> dict[tuple[str, str, int], list[FleetProcess]]:
     out: dict[tuple[str, str, int], list[FleetProcess]] = {}
     cut = problems.cut
     for labels, value in samples:
@@ -420,7 +322,7 @@ def _processes(samples: Sequence[Sample], problems: _Problems) -> dict[tuple[str
             if 0 <= value <= PIB:
                 memory = int(value)
             else:
-                problems.leave_out(k, "impossible process memory value", _value(value), "shown as N/A")
+                problems.leave_out(k, "impossible process memory value", value_text(value), "shown as N/A")
         user, exe, container, image = (labels.get("user"), labels.get("exe"), labels.get("container"),
                                        labels.get("image"))
         out.setdefault((k[0], k[1], index), []).append(FleetProcess(
@@ -446,7 +348,7 @@ class _State:
     stale_memory: int | None = None
 
 
-def _states(samples: Sequence[Sample], problems: _Problems) -> dict[tuple[str, str], _State]:
+def _states(samples: Sequence[Sample], problems: Problems) -> dict[tuple[str, str], _State]:
     out: dict[tuple[str, str], _State] = {}
     cut = problems.cut
     for s in samples:
@@ -456,7 +358,7 @@ def _states(samples: Sequence[Sample], problems: _Problems) -> dict[tuple[str, s
         st = out.setdefault(k, _State([], [], []))
         metric, labels = s.labels.get("__name__", ""), s.labels
         if metric in (_STALE_PROCESSES, _STALE_GPU_MEMORY) and not 0 <= s.value <= JSON_SAFE_INT:
-            problems.leave_out(k, f"impossible {metric} value", _value(s.value))
+            problems.leave_out(k, f"impossible {metric} value", value_text(s.value))
             continue
         if metric == _ALERT_ACTIVE and s.value >= 1:
             st.alerts.append(FleetAlert(label_int(labels.get("gpu")), cut(k, labels.get("kind", "")),
@@ -479,7 +381,7 @@ def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequenc
                 gpus: Sequence[Sample], processes: Sequence[Sample], state: Sequence[Sample],
                 queries: int = len(FLEET_QUERIES)) -> FleetSnapshot:
     """The answers of :data:`FLEET_QUERIES` (in that order) as one snapshot."""
-    problems = _Problems()
+    problems = Problems()
     hosts, targets = _inventory(up, seen, gpus, now, problems)
     gpu_drafts = _gpu_drafts(gpus, hosts, problems)
     procs = _processes(processes, problems)
