@@ -390,6 +390,10 @@ def test_basic_auth_is_sent_and_the_password_never_printed(http_server, tmp_path
     res = gputui("fleet", "--json", "--prometheus", f"http://{srv.address}", "--prometheus-user", "admin",
                  "--prometheus-password-file", str(password))
     assert res.returncode == 0 and set(seen) == {good}, res.stderr
+    seen.clear()
+    res = gputui("fleet", "--json", "--prometheus", f"http://admin@{srv.address}", "--prometheus-password-file",
+                 str(password))
+    assert res.returncode == 0 and set(seen) == {good}, res.stderr
 
     # refused, and unreachable: the sentence names the server, never the password
     for bad in (f"http://admin:guess-7@{srv.address}", f"http://admin:s3cret@127.0.0.1:{free_port()}"):

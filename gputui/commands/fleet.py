@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import urllib.parse
 
 from gputui.context import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, UsageError, interval_arg
 from gputui.core.fleet.prom import DEFAULT_TIMEOUT, PromClient, PrometheusError, check_url
@@ -96,10 +97,13 @@ def open_reader(ctx):
     user = getattr(args, "prometheus_user", None)
     password_file = getattr(args, "prometheus_password_file", None)
     password = _password(password_file) if password_file else None
+    url = prometheus_url(ctx)
     if password is not None and user is None:
-        raise UsageError("--prometheus-password-file needs --prometheus-user NAME.")
-    return FleetReader(PromClient(prometheus_url(ctx), timeout=getattr(args, "timeout", DEFAULT_TIMEOUT),
-                                  user=user, password=password))
+        user = urllib.parse.unquote(urllib.parse.urlsplit(url).username or "") or None  # http://user@host
+        if user is None:
+            raise UsageError("--prometheus-password-file needs --prometheus-user NAME (or http://NAME@host/).")
+    return FleetReader(PromClient(url, timeout=getattr(args, "timeout", DEFAULT_TIMEOUT), user=user,
+                                  password=password))
 
 
 def run(ctx) -> int:
