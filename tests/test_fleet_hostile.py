@@ -328,13 +328,17 @@ def _answer(handler, body: bytes, status: int = 200) -> None:
 EMPTY = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
 
 
-def test_timeout_bounds_the_whole_request_against_a_server_that_drips(http_server) -> None:
+@pytest.mark.parametrize("framing", ["length", "close"])
+def test_timeout_bounds_the_whole_request_against_a_server_that_drips(http_server, framing: str) -> None:
     stop = threading.Event()
 
     def drip(handler) -> None:
         handler.send_response(200)
         handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", "1000000")
+        if framing == "length":
+            handler.send_header("Content-Length", "1000000")
+        else:  # read until the server closes
+            handler.send_header("Connection", "close")
         handler.end_headers()
         handler.wfile.flush()
         while not stop.wait(1.0):  # one byte a second: no single read ever waits long

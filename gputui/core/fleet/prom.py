@@ -221,6 +221,9 @@ class PromClient:
             watchdog = _Watchdog(conn, deadline)
             try:
                 conn.request("POST", self._path + path, body=body, headers=headers)
+                # the socket itself: with a close-delimited answer, getresponse hands it to the response
+                # and the connection forgets it
+                watchdog.sock = conn.sock
                 if watchdog.fired:  # it fired while connecting, before there was a socket to close
                     raise TimeoutError
                 response = conn.getresponse()
@@ -285,18 +288,19 @@ class PromClient:
 
 
 class _Watchdog:
-    """Closes ``conn``'s socket at ``deadline`` (a blocked read then returns at once)."""
+    """Shuts ``sock`` down at ``deadline`` (a blocked read then returns at once)."""
 
     def __init__(self, conn: http.client.HTTPConnection, deadline: float) -> None:
         self.fired = False
-        self._conn = conn
+        #: the request's socket, once connected (a kept-alive connection has it already)
+        self.sock: socket.socket | None = conn.sock
         self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
         self._timer.daemon = True
         self._timer.start()
 
     def _fire(self) -> None:
         self.fired = True
-        sock = self._conn.sock
+        sock = self.sock
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
