@@ -9,9 +9,13 @@
 * A host whose exporter sends ``gpu="²"``, ``gpu="٣"``, a 5,000-digit label, utilization
   ``1e308`` and ``-5``, memory ``+Inf``: ``fleet --json`` and ``pick --prometheus`` exit 0
   with that host flagged; the fleet screen lists every host.
-* A "Prometheus" that drips one byte a second, one that nests JSON 200,000 deep, and one
-  behind basic auth that checks the ``Authorization`` header; the URL's password never
-  shows.
+* A "Prometheus" that drips one byte a second (length-declared and close-delimited), one
+  that nests JSON 200,000 deep, and one behind basic auth that checks the ``Authorization``
+  header; the URL's password never shows.
+* A host with 2,000 processes and a 100 KB hostname: the host list cuts the name, the host
+  screen lists 500 rows and says how many more.
+* Issue 28.1 through a real ``gputui exporter --demo``: ``m`` on the ``--gpus all``
+  container names a GPU, the one ``pick`` ranks first.
 """
 
 from __future__ import annotations
