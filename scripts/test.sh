@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command. On a fresh machine it installs what the tests drive for real
-# (gcc for the fake NVML driver, tmux, dockerd, busybox and prometheus with promtool, when running as root with
-# apt), creates the test environment .venv-test (never the README's .venv: the demo's environment stays as the
-# user made it) with gputui and the test dependencies, then runs pytest.
+# (gcc for the fake NVML driver, tmux, dockerd, busybox, prometheus with promtool and openssh-server, when
+# running as root with apt), creates the test environment .venv-test (never the README's .venv: the demo's
+# environment stays as the user made it) with gputui and the test dependencies, then runs pytest.
 # The integration tests start and stop their own dockerd and tmux servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +16,8 @@ command -v dpkg >/dev/null && ! dpkg -s busybox-static >/dev/null 2>&1 && need+=
 command -v podman >/dev/null || need+=(podman)
 command -v containerd >/dev/null && command -v ctr >/dev/null || need+=(containerd)
 command -v runc >/dev/null || need+=(runc)
+# sshd and the ssh client: the fleet's emitted ssh commands are run through a real sshd on loopback
+{ command -v sshd >/dev/null || [ -x /usr/sbin/sshd ]; } && command -v ssh >/dev/null || need+=(openssh-server openssh-client)
 if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

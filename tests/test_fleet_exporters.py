@@ -77,7 +77,7 @@ def test_fleet_of_real_exporters(fake_nvml_factory, exporters, prometheus_factor
 
         assert gputui("pick", "--prometheus", prom.url, "--count", "4").stdout == "gpu-node-b 0,1,2,3\n"
         assert gputui("pick", "--prometheus", prom.url, "--count", "3", "--format", "ssh").stdout == \
-            "ssh gpu-node-b CUDA_VISIBLE_DEVICES=0,1,2\n"
+            "ssh -- gpu-node-b CUDA_VISIBLE_DEVICES=0,1,2\n"
 
         b.stop()  # mid-test: gpu-node-b's exporter goes away
         prom.wait_for(f'up{{instance="{b.address}"}} == 0', bool)

@@ -105,7 +105,8 @@ def test_same_hostname_twice_zero_gpus_and_missing_labels_are_said() -> None:
     assert zero.gpus == () and zero.note == NO_GPU_NOTE
     text = " ".join(snap.warnings)
     assert "2 targets report the hostname 'twin'" in text
-    assert "GPU series without a gpu index label was left out" in text
+    flagged = next(h for h in snap.hosts if h.instance == "b:1")
+    assert flagged.problems == ("1 GPU series whose gpu label is not a GPU index was left out (such as no label).",)
     assert "GPU series without an instance label was left out" in text
 
 
@@ -133,7 +134,7 @@ def test_pick_prefers_the_idlest_gpu_not_granted_and_skips_down_hosts() -> None:
     result = choose(snap, util, used, used, 1, None, None, 60)
     assert (result.host.host, result.chosen) == ("gpu-node-02", (1,))  # GPU 0 there is granted to llm
     assert format_fleet_pick(result.host, result.chosen, "host-index") == "gpu-node-02 1"
-    assert format_fleet_pick(result.host, result.chosen, "ssh") == "ssh gpu-node-02 CUDA_VISIBLE_DEVICES=1"
+    assert format_fleet_pick(result.host, result.chosen, "ssh") == "ssh -- gpu-node-02 CUDA_VISIBLE_DEVICES=1"
     assert format_fleet_pick(result.host, result.chosen, "docker") == \
         "DOCKER_HOST=ssh://gpu-node-02 docker run --gpus device=GPU-gpu-node-02-1"
     two = choose(snap, util, used, used, 2, None, None, 60)
@@ -161,11 +162,15 @@ def test_pick_nothing_fits_is_one_sentence() -> None:
     assert "knows no GPU host" in none.problem
 
 
-def test_pick_shell_quotes_a_hostile_hostname() -> None:
+def test_pick_never_offers_a_host_whose_name_is_not_a_host_name() -> None:
     snap = build_fleet("http://p", NOW, [up("a:1")], [], gputui_host("a:1", "x;rm -rf ~", gpus=1), [], [])
     util = {("gpu", "a:1", 0): 0.0}
     result = choose(snap, util, {}, {}, 1, None, None, 60)
-    assert format_fleet_pick(result.host, result.chosen, "ssh") == "ssh 'x;rm -rf ~' CUDA_VISIBLE_DEVICES=0"
+    assert result.host is None and result.problem.startswith("No command is offered for x;rm -rf ~: ")
+    assert "\n" not in result.problem
+    assert snap.hosts[0].problems == ("No ssh command is offered for this host: its name cannot be put in one "
+                                      "safely (it is not a host name or IP address, which hold only letters, "
+                                      "digits, '-', '_', '.' and ':').",)
 
 
 # -- the HTTP client ------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def test_fleet_json_and_pick_follow_the_scenarios_and_a_stopped_exporter(fleet):
     # pick across the fleet: the idle dcgm GPU for one; two on one host is gpu-node-02
     assert gputui("pick", "--prometheus", prom.url).stdout == "dcgm-node-01 1\n"
     two = gputui("pick", "--prometheus", prom.url, "--count", "2", "--format", "ssh")
-    assert two.stdout == "ssh gpu-node-02 CUDA_VISIBLE_DEVICES=0,1\n", two.stderr
+    assert two.stdout == "ssh -- gpu-node-02 CUDA_VISIBLE_DEVICES=0,1\n", two.stderr
     docker = gputui("pick", "--prometheus", prom.url, "--count", "2", "--format", "docker")
     assert docker.stdout == ("DOCKER_HOST=ssh://gpu-node-02 docker run --gpus "
                              "'\"device=GPU-2b000000-0000-4000-8000-000000000000,"

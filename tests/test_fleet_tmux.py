@@ -60,7 +60,7 @@ def test_fleet_screen_in_tmux(prometheus_factory, tmux):
         line = next(x for x in screen.splitlines() if pid.search(x))
         assert "alice" in line and "python3" in line and "train-llm" in line
         tmux.run("send-keys", "-t", "dash", "k")
-        tmux.wait_for(lambda s: "ssh -t gpu-node-01 gputui kill 4242" in s, 5, "the kill command")
+        tmux.wait_for(lambda s: "ssh -t -- gpu-node-01 'gputui kill 4242'" in s, 5, "the kill command")
         tmux.run("send-keys", "-t", "dash", "Escape")
         tmux.wait_for(lambda s: "ssh -t" not in s, 5, "the command box closing")
         tmux.run("send-keys", "-t", "dash", "Escape")

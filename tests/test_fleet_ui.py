@@ -51,7 +51,7 @@ async def test_fleet_screen_filter_sort_host_screen_and_commands(prom):
         names = [r[0] for r in rows(table)]
         assert names[0] == "dcgm-node-01 (dcgm)" and "gpu-node-02" in names
         # outside text is cleaned: the hostile hostname shows its escapes, markup stays text
-        assert "evil^[]0;pwned^G" in names
+        assert "evil^[]0;pwned^G ⚠" in names  # flagged: no command can carry that name
 
         await pilot.press("slash", *"alice", "enter")
         await until(pilot, lambda: table.row_count == 1, "the filter")
@@ -74,10 +74,10 @@ async def test_fleet_screen_filter_sort_host_screen_and_commands(prom):
         await until(pilot, lambda: procs.row_count == 1, "GPU 0 only")
         await pilot.press("m")
         await until(pilot, lambda: getattr(app.screen, "command", None) is not None, "the migrate command")
-        assert app.screen.command == "ssh gpu-node-01 gputui migrate train-llm --to 1"
+        assert app.screen.command == "ssh -- gpu-node-01 'gputui migrate train-llm --to 1'"
         await pilot.press("escape")
         await pilot.press("k")
-        await until(pilot, lambda: getattr(app.screen, "command", None) == "ssh -t gpu-node-01 gputui kill 4242",
+        await until(pilot, lambda: getattr(app.screen, "command", None) == "ssh -t -- gpu-node-01 'gputui kill 4242'",
                     "the kill command")
         await pilot.press("escape", "escape")
         await until(pilot, lambda: app.screen.query("#fleet-hosts"), "back on the fleet")

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import urllib.parse
 
 from gputui.context import EXIT_NO, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, UsageError, interval_arg
 from gputui.core.fleet.prom import DEFAULT_TIMEOUT, PromClient, PrometheusError, check_url
+from gputui.core.safe_text import clean
 
 __all__ = ["EXIT_NO", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_USAGE", "add_parser", "add_prometheus_options", "run"]
 
@@ -30,12 +32,16 @@ def _timeout(text: str) -> float:
 
 
 def add_prometheus_options(p: argparse.ArgumentParser) -> None:
-    """--prometheus and --timeout, shared with ``gputui pick``."""
+    """--prometheus, --prometheus-user, --prometheus-password-file and --timeout, shared with ``gputui pick``."""
     p.add_argument("--prometheus", metavar="URL", default=argparse.SUPPRESS,
                    help="the Prometheus server that scrapes the hosts' exporters, e.g. http://prometheus:9090 "
                         "(default: prometheus_url in config.toml)")
+    p.add_argument("--prometheus-user", metavar="NAME", default=None,
+                   help="user for HTTP basic auth to Prometheus (a user:password@ in the URL works too)")
+    p.add_argument("--prometheus-password-file", metavar="FILE", default=None,
+                   help="file holding the basic-auth password (its first line), so it is not on the command line")
     p.add_argument("--timeout", type=_timeout, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                   help=f"seconds each Prometheus request may take (default {DEFAULT_TIMEOUT:g})")
+                   help=f"seconds each Prometheus request may take, answer included (default {DEFAULT_TIMEOUT:g})")
 
 
 def add_parser(sub, common):
@@ -67,10 +73,37 @@ def prometheus_url(ctx) -> str:
         raise UsageError(str(exc)) from None
 
 
+#: The largest password file read.
+PASSWORD_FILE_LIMIT = 4096
+
+
+def _password(path: str) -> str:
+    """The first line of ``path``: a regular file (a FIFO or device would block or never end), small."""
+    from gputui.core.statefile import read_regular
+
+    try:
+        raw = read_regular(path, limit=PASSWORD_FILE_LIMIT, follow=True)  # secrets are often symlinks
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).rstrip(".")
+        raise UsageError(f"Cannot read the Prometheus password file {clean(path)}: {clean(reason)}.") from None
+    lines = raw.decode("utf-8", "replace").splitlines()
+    return lines[0] if lines else ""
+
+
 def open_reader(ctx):
     from gputui.core.fleet.queries import FleetReader
 
-    return FleetReader(PromClient(prometheus_url(ctx), timeout=getattr(ctx.args, "timeout", DEFAULT_TIMEOUT)))
+    args = ctx.args
+    user = getattr(args, "prometheus_user", None)
+    password_file = getattr(args, "prometheus_password_file", None)
+    password = _password(password_file) if password_file else None
+    url = prometheus_url(ctx)
+    if password is not None and user is None:
+        user = urllib.parse.unquote(urllib.parse.urlsplit(url).username or "") or None  # http://user@host
+        if user is None:
+            raise UsageError("--prometheus-password-file needs --prometheus-user NAME (or http://NAME@host/).")
+    return FleetReader(PromClient(url, timeout=getattr(args, "timeout", DEFAULT_TIMEOUT), user=user,
+                                  password=password))
 
 
 def run(ctx) -> int:

@@ -28,5 +28,12 @@ def run(ctx) -> int:
     if result.host is None:
         print(f"gputui: {result.problem}", file=ctx.stderr)
         return EXIT_NO
-    print(format_fleet_pick(result.host, result.chosen, fmt), file=ctx.stdout)
+    try:
+        line = format_fleet_pick(result.host, result.chosen, fmt)
+    except ValueError as exc:  # a GPU UUID no command may carry
+        print(f"gputui: {exc}", file=ctx.stderr)
+        return EXIT_NO
+    for why in result.skipped:  # hosts never offered: their names cannot be put in a command
+        print(f"gputui: {why}", file=ctx.stderr)
+    print(line, file=ctx.stdout)
     return EXIT_OK

@@ -59,7 +59,7 @@ def add_parser(sub, common):
     p.add_argument("--format", choices=FORMATS + tuple(f for f in FLEET_FORMATS if f not in FORMATS), default=None,
                    help="index (3,5), uuid, env (CUDA_VISIBLE_DEVICES=3,5) or docker (--gpus device=GPU-...); "
                         "with --prometheus: host-index (gpu-node-03 5), docker (DOCKER_HOST=ssh://... docker run "
-                        "--gpus device=GPU-...) or ssh (ssh gpu-node-03 CUDA_VISIBLE_DEVICES=5)")
+                        "--gpus device=GPU-...) or ssh (ssh -- gpu-node-03 CUDA_VISIBLE_DEVICES=5)")
     # Across the fleet (gputui.commands.fleet_pick): Prometheus's windowed averages instead of a sample.
     add_prometheus_options(p)
     p.add_argument("--window", dest="prom_window", type=sample_arg, default=None, metavar="SECONDS",

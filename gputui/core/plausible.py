@@ -24,7 +24,7 @@ from typing import Any
 from gputui.core.model import Gpu, GpuReading, RawProcess
 from gputui.core.record import replace
 
-__all__ = ["JSON_SAFE_INT", "LIMITS", "PlausibleMemo", "plausible_reading", "uuid_problems"]
+__all__ = ["JSON_SAFE_INT", "LIMITS", "PlausibleMemo", "implausible", "plausible_reading", "uuid_problems"]
 
 #: The longest UUID taken as a name (NVML's are 40 characters: ``GPU-`` and 36).
 UUID_MAX = 96
@@ -102,6 +102,13 @@ def uuid_problems(gpus: Iterable[Gpu]) -> dict[int, str]:
 
 def _bad(value: Any, low: float, high: float) -> bool:
     return value is not None and not (low <= value <= high)  # nan fails too
+
+
+def implausible(name: str, value: float | None) -> bool:
+    """Whether ``value`` is one no GPU can report for the Gpu field ``name`` (NaN and ±inf included):
+    the rule of :func:`plausible_gpu`, for readers of other sources (the fleet's Prometheus answers)."""
+    low, high, _ = LIMITS[name]
+    return _bad(value, low, high)
 
 
 def plausible_gpu(gpu: Gpu) -> tuple[Gpu, list[str]]:

@@ -30,10 +30,9 @@ from gputui.core.record import record
 
 MIB = 1024 * 1024
 DEFAULT_MAX_PROCESSES = 200
-PROCESS_LABELS = ["gpu", "uuid", "pid", "user", "exe", "container", "image", "compose_project", "compose_service",
-                  "runtime", "pod", "namespace", "mig_uuid", "mig_device"]
-CONTAINER_LABELS = ["container", "image", "compose_project", "compose_service", "runtime", "pod", "namespace"]
-DCGM_LABELS = list(mn.dcgm_labels())
+PROCESS_LABELS = list(mn.PROCESS_GPU_MEMORY.labels)
+CONTAINER_LABELS = list(mn.CONTAINER_GPU_MEMORY.labels)
+DCGM_LABELS = list(mn.DCGM_LABELS)
 
 
 @record
@@ -60,8 +59,10 @@ class PollStatus:
     last_poll: float | None
 
 
-def _gauge(name: str, doc: str, labels: list[str], unit: str = "") -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, labels=labels, unit=unit)
+def _gauge(metric: mn.Metric, labels: list[str] | None = None) -> GaugeMetricFamily:
+    """An empty family of ``metric`` (name, HELP and labels from :mod:`gputui.core.metric_names`; ``labels``
+    where a face adds its own, e.g. dcgm's host label spelling, a Slurm node's job)."""
+    return GaugeMetricFamily(metric.name, metric.help, labels=list(metric.labels) if labels is None else labels)
 
 
 def _s(value: object) -> str:
@@ -79,19 +80,15 @@ class _Gpus:
     """The per-GPU families, filled one GPU at a time."""
 
     def __init__(self) -> None:
-        lab = ["gpu", "uuid"]
-        self.info = _gauge(mn.GPU_INFO.name, mn.GPU_INFO.help, list(mn.GPU_INFO.labels))
+        self.info = _gauge(mn.GPU_INFO)
         #: the value series: (family, Gpu field, factor), from the one table of names
-        self.values = [(_gauge(m.name, m.help, list(m.labels)), m.field, m.scale) for m in mn.GPU_VALUES]
-        self.lost = _gauge(mn.GPU_LOST.name, mn.GPU_LOST.help, lab)
-        self.throttled = _gauge("gputui_gpu_throttled", "1 per active clock-throttle reason.", lab + ["reason"])
-        self.stale = _gauge(mn.STALE_PROCESSES, "Processes holding GPU memory judged stale, per kind.",
-                            lab + ["kind"])
-        self.stale_memory = _gauge(mn.STALE_GPU_MEMORY,
-                                   "GPU memory held by processes judged stale, bytes.", lab)
-        mig = lab + ["mig_uuid", "profile"]
-        self.mig_used = _gauge("gputui_mig_device_memory_used_bytes", "Memory in use on a MIG device, bytes.", mig)
-        self.mig_total = _gauge("gputui_mig_device_memory_total_bytes", "Memory of a MIG device, bytes.", mig)
+        self.values = [(_gauge(m), m.field, m.scale) for m in mn.GPU_VALUES]
+        self.lost = _gauge(mn.GPU_LOST)
+        self.throttled = _gauge(mn.GPU_THROTTLED)
+        self.stale = _gauge(mn.STALE_PROCESSES)
+        self.stale_memory = _gauge(mn.STALE_GPU_MEMORY)
+        self.mig_used = _gauge(mn.MIG_MEMORY_USED)
+        self.mig_total = _gauge(mn.MIG_MEMORY_TOTAL)
 
     def add(self, g: Gpu) -> None:
         lab = [str(g.index), g.uuid]
@@ -172,13 +169,9 @@ def _process_families(snap: Snapshot, cap: int, memo: dict[str, object] | None =
 def _build_process_families(procs: list[Process], cap: int, uuid_of: dict[int, str],
                             mig_of: dict[tuple[int, int], str], slurm: bool = False) -> list[Metric]:
     # on a Slurm node each process series names its job (slurm_job: Prometheus owns the label "job")
-    memory = _gauge("gputui_process_gpu_memory_bytes",
-                    "GPU memory a process holds, bytes; container labels are empty for host processes.",
-                    PROCESS_LABELS + ["slurm_job"] if slurm else PROCESS_LABELS)
-    sm = _gauge("gputui_process_sm_utilization_ratio", "A process's share of the GPU's SMs, 0-1.",
-                ["gpu", "uuid", "pid", "mig_uuid"])
-    dropped = _gauge("gputui_process_series_dropped",
-                     "GPU processes left out of the process series by the cap (smallest GPU memory first).", [])
+    memory = _gauge(mn.PROCESS_GPU_MEMORY, PROCESS_LABELS + [mn.SLURM_JOB_LABEL] if slurm else None)
+    sm = _gauge(mn.PROCESS_SM_UTILIZATION)
+    dropped = _gauge(mn.PROCESS_SERIES_DROPPED)
     if len(procs) > cap:
         procs.sort(key=lambda p: p.gpu_memory or 0, reverse=True)
     kept = procs[:cap]
@@ -204,13 +197,9 @@ def _build_process_families(procs: list[Process], cap: int, uuid_of: dict[int, s
 
 
 def _container_families(containers: Iterable[Container], gpus: tuple[Gpu, ...]) -> list[Metric]:
-    memory = _gauge("gputui_container_gpu_memory_bytes", "GPU memory a container's processes hold, bytes.",
-                    CONTAINER_LABELS)
-    granted = _gauge("gputui_container_gpu_granted",
-                     "1 per GPU a container is granted ('all' grants expand to every GPU); via = how.",
-                     ["container", "uuid", "gpu", "via", "pod", "namespace"])
-    finding = _gauge("gputui_container_finding", "1 per finding about a container's GPU grant or use.",
-                     ["container", "kind", "pod", "namespace"])
+    memory = _gauge(mn.CONTAINER_GPU_MEMORY)
+    granted = _gauge(mn.CONTAINER_GPU_GRANTED)
+    finding = _gauge(mn.CONTAINER_FINDING)
     uuid_of = {g.index: g.uuid for g in gpus}
     # Two pods may both name a container "cuda": pod and namespace keep their series apart, and a
     # series is never given twice (Prometheus would reject the whole scrape).
@@ -240,10 +229,8 @@ def _container_families(containers: Iterable[Container], gpus: tuple[Gpu, ...]) 
 def _slurm_families(snap: Snapshot) -> list[Metric]:
     """A Slurm node's jobs: one info series per allocated GPU (join on gpu; the job is not a label of
     every GPU series), and when each job's time limit ends."""
-    info = _gauge("gputui_slurm_job_info", "1 per GPU allocated to a Slurm job, with the job as labels.",
-                  ["slurm_job", "user", "name", "gpu", "uuid"])
-    end = _gauge("gputui_slurm_job_end_timestamp_seconds", "When a Slurm job's time limit ends, Unix time.",
-                 ["slurm_job"])
+    info = _gauge(mn.SLURM_JOB_INFO)
+    end = _gauge(mn.SLURM_JOB_END)
     uuid_of = {g.index: g.uuid for g in snap.gpus}
     assert snap.slurm is not None
     for j in snap.slurm.jobs:
@@ -256,15 +243,13 @@ def _slurm_families(snap: Snapshot) -> list[Metric]:
 
 
 def _judgement_families(snap: Snapshot) -> list[Metric]:
-    flagged = _gauge(mn.IMBALANCE_FLAGGED, "1 while the GPUs are judged imbalanced, else 0.", [])
+    flagged = _gauge(mn.IMBALANCE_FLAGGED)
     flagged.add_metric([], 1 if snap.imbalance.flagged else 0)
-    suggestion = _gauge("gputui_imbalance_suggestion", "1 while a suggested move stands.",
-                        ["container", "pid", "from_gpu", "to_gpu"])
+    suggestion = _gauge(mn.IMBALANCE_SUGGESTION)
     s = snap.imbalance.suggestion
     if s is not None:
         suggestion.add_metric([_s(s.container), _s(s.pid), str(s.from_gpu), str(s.to_gpu)], 1)
-    alert = _gauge(mn.ALERT_ACTIVE, "1 per active alert (gpu is empty for machine-wide alerts).",
-                   ["gpu", "kind", "severity"])
+    alert = _gauge(mn.ALERT_ACTIVE)
     seen: set[tuple[str, str, str]] = set()
     for a in snap.alerts:
         key = (_s(a.gpu), a.kind, a.severity)
@@ -276,16 +261,14 @@ def _judgement_families(snap: Snapshot) -> list[Metric]:
 
 def _rule_families(snap: Snapshot) -> list[Metric]:
     """The house rules: 1 per violation now, 1 per reserved GPU (only where a rules folder has either)."""
-    broken = _gauge("gputui_rule_violation", "1 per house rule broken now (gputui.core.rules).",
-                    ["rule", "user", "gpu", "container"])
+    broken = _gauge(mn.RULE_VIOLATION)
     seen: set[tuple[str, str, str, str]] = set()
     for v in snap.rule_violations:
         key = (v.rule, _s(v.user), _s(v.gpu), _s(v.container))
         if key not in seen:
             seen.add(key)
             broken.add_metric(list(key), 1)
-    reserved = _gauge("gputui_reservation", "1 per reserved GPU; until is the end, ISO 8601.",
-                      ["gpu", "uuid", "user", "until"])
+    reserved = _gauge(mn.RESERVATION)
     for r in snap.reservations:
         reserved.add_metric([str(r.gpu), r.uuid, r.holder, r.until.isoformat(timespec="seconds")], 1)
     return [broken, reserved]
@@ -315,7 +298,7 @@ def _dcgm_families(snap: Snapshot, hostname: str, host_label: str = "Hostname") 
     labels = list(mn.dcgm_labels(host_label))
     base = len(labels)
     # a series' own labels after the common ones (XID_ERRORS: err_code, the XID as text)
-    families = {m.name: _gauge(m.name, m.help, labels + list(m.labels[base:])) for m in mn.DCGM_GPU}
+    families = {m.name: _gauge(m, labels + list(m.labels[base:])) for m in mn.DCGM_GPU}
     mig_fields = {m.name for m in mn.DCGM_MIG}
     for g in snap.gpus:
         if g.lost:
@@ -349,11 +332,11 @@ def build_families(status: PollStatus, options: ExportOptions,
     objects as last time are handed out again (never changed after they are built)."""
     snap = status.snapshot
     hostname = options.hostname or (snap.host if snap is not None else os.uname().nodename)
-    host = _gauge(mn.HOST_INFO.name, mn.HOST_INFO.help, list(mn.HOST_INFO.labels))
+    host = _gauge(mn.HOST_INFO)
     host.add_metric([_s(hostname), _s(snap and snap.driver_version), _s(snap and snap.cuda_driver_version),
                      __version__], 1)
     yield host
-    up = _gauge("gputui_source_up", "1 when the source answered the last poll, else 0.", ["source"])
+    up = _gauge(mn.SOURCE_UP)
     up.add_metric(["nvml"], 1 if status.nvml_up else 0)
     if options.docker:
         up.add_metric(["docker"], 1 if snap is not None and snap.docker.available else 0)
@@ -361,7 +344,7 @@ def build_families(status: PollStatus, options: ExportOptions,
         up.add_metric(["slurm"], 1 if snap.slurm.available else 0)
     yield up
     if status.last_poll is not None:
-        last = _gauge("gputui_last_poll_timestamp_seconds", "When the last successful poll ran, Unix time.", [])
+        last = _gauge(mn.LAST_POLL)
         last.add_metric([], status.last_poll)
         yield last
     if snap is None:

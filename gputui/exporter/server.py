@@ -41,6 +41,7 @@ from prometheus_client.registry import Collector
 
 from gputui.core import bugs
 from gputui.core.machine import Machine
+from gputui.core.metric_names import POLL_DURATION
 from gputui.core.poller import Poller
 from gputui.core.record import record
 from gputui.core.safe_text import clean
@@ -178,8 +179,7 @@ def make_registry() -> tuple[CollectorRegistry, Histogram]:
     """A private registry with the poll histogram and the exporter's own process metrics."""
     disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus-client leaves it unannotated; no *_created series: they double the histogram's families for nothing
     registry = CollectorRegistry(auto_describe=False)
-    histogram = Histogram("gputui_poll_duration_seconds", "How long one poll of NVML, /proc and the judges took.",
-                          buckets=POLL_BUCKETS, registry=registry)
+    histogram = Histogram(POLL_DURATION.name, POLL_DURATION.help, buckets=POLL_BUCKETS, registry=registry)
     ProcessCollector(registry=registry)
     return registry, histogram
 

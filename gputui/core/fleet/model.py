@@ -140,6 +140,9 @@ class FleetHost:
     note: str | None = None
     #: What a person calls it on screen: the hostname, with the instance when two targets share it.
     label: str = ""
+    #: One sentence per problem with what this host's exporter sent (an impossible value shown as
+    #: N/A, a series left out, a label cut, a name no command can carry); empty when none.
+    problems: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -208,6 +211,7 @@ class FleetHost:
             "slurm_jobs": [{"job": j, "user": u or None, "gpu": next((g.index for g in self.gpus if g.uuid == uuid),
                                                                      None), "uuid": uuid}
                            for uuid, j, u in self.slurm_jobs],
+            "problems": list(self.problems),
         }
 
 

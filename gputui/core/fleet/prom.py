@@ -11,13 +11,24 @@ sentence fit for a terminal (Prometheus's own error text is cleaned):
 
 ``queries`` counts the requests sent, so tests and benchmarks can hold a refresh
 to its fixed number of queries.
+
+Whatever the server sends, a request ends: ``timeout`` bounds the whole request
+(connect, headers and body; a watchdog closes the socket at the deadline, so a
+server that drips one byte a second cannot hold it), the body is read in chunks up
+to :data:`MAX_BODY` and refused beyond, and JSON nested deeper than the parser
+allows is refused with one sentence. Every label of a series is a string, or the
+series is left out. A password in the URL is sent as HTTP basic auth (as is one
+given to the client) and never printed: :attr:`PromClient.url` shows it as ``***``.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
+import socket
 import threading
+import time
 import urllib.parse
 from typing import Any, NamedTuple
 
@@ -26,8 +37,10 @@ from gputui.core.safe_text import clean
 
 #: Seconds any one request may take (connect plus answer).
 DEFAULT_TIMEOUT = 5.0
-#: Bigger answers are refused rather than read into memory.
-MAX_BODY = 256 * 1024**2
+#: Bigger answers are refused rather than read into memory (parsed, an answer takes ~10x its size).
+MAX_BODY = 64 * 1024**2
+#: Bytes read from the socket at a time.
+CHUNK = 256 * 1024
 
 
 class PrometheusError(Exception):
@@ -63,25 +76,65 @@ class RangeSeries:
     points: tuple[tuple[float, float], ...]
 
 
+def mask_url(url: str) -> str:
+    """``url`` with the password of its user part shown as ``***`` (``http://admin:***@host``)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        parts = None
+    if parts is None or "@" not in parts.netloc:
+        if "@" in url and ":" in url.split("@", 1)[0].split("//", 1)[-1]:  # not parseable: mask all before @
+            head, tail = url.split("@", 1)
+            return head.rsplit(":", 1)[0] + ":***@" + tail
+        return url
+    userinfo, hostport = parts.netloc.rsplit("@", 1)
+    if ":" in userinfo:
+        userinfo = userinfo.split(":", 1)[0] + ":***"
+    return urllib.parse.urlunsplit((parts.scheme, f"{userinfo}@{hostport}", parts.path, parts.query, parts.fragment))
+
+
 def check_url(url: str) -> str:
-    """``url`` normalised (no trailing slash), or ValueError with one sentence."""
-    parts = urllib.parse.urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"{clean(url)!r} is not a Prometheus URL such as http://prometheus:9090.")
+    """``url`` normalised (no trailing slash), or ValueError with one sentence (the password masked)."""
+    shown = clean(mask_url(url))
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+    except ValueError:
+        raise ValueError(f"{shown!r} is not a Prometheus URL such as http://prometheus:9090.") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{shown!r} is not a Prometheus URL such as http://prometheus:9090.")
     if parts.query or parts.fragment:
-        raise ValueError(f"The Prometheus URL {clean(url)!r} must not have a query string or fragment.")
+        raise ValueError(f"The Prometheus URL {shown!r} must not have a query string or fragment.")
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
-class PromClient:
-    """Queries one Prometheus server. Safe to share between threads."""
+def basic_auth(user: str, password: str) -> str:
+    """The ``Authorization`` header value for HTTP basic auth."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
 
-    def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.url = check_url(url)
+
+class PromClient:
+    """Queries one Prometheus server. Safe to share between threads.
+
+    ``user``/``password`` (or the URL's ``user:password@``) are sent as HTTP basic auth;
+    ``url`` is the URL to show, its password masked."""
+
+    def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT, *, user: str | None = None,
+                 password: str | None = None) -> None:
+        real = check_url(url)
+        parts = urllib.parse.urlsplit(real)
+        if parts.username is not None and user is None:
+            user = urllib.parse.unquote(parts.username)
+        if parts.password is not None and password is None:
+            password = urllib.parse.unquote(parts.password)
+        #: The URL as printed: the password, if any, is ``***``.
+        self.url = mask_url(real)
+        self._netloc = parts.netloc.rsplit("@", 1)[-1]
+        self._auth = basic_auth(user, password or "") if user is not None else None
         self.timeout = timeout
         self._lock = threading.Lock()
         self._queries = 0
-        self._path = urllib.parse.urlsplit(self.url).path
+        self._path = parts.path
         self._local = threading.local()
         self._connections: list[http.client.HTTPConnection] = []
 
@@ -106,8 +159,8 @@ class PromClient:
         for item in result:
             try:
                 labels = item["metric"]
-                if type(labels) is not dict:  # JSON objects are exactly dict
-                    continue
+                if type(labels) is not dict or not all(type(v) is str for v in labels.values()):  # noqa: E721
+                    continue  # JSON objects are exactly dict; every label value is a string
                 append(Sample(labels, float(item["value"][1])))
             except (KeyError, IndexError, TypeError, ValueError):
                 continue  # one malformed series is left out, not the whole answer
@@ -141,7 +194,7 @@ class PromClient:
         if conn is None:
             parts = urllib.parse.urlsplit(self.url)
             kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-            conn = kind(parts.netloc.rsplit("@", 1)[-1], timeout=self.timeout)
+            conn = kind(self._netloc, timeout=self.timeout)
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
@@ -153,27 +206,46 @@ class PromClient:
             conn.close()
             self._local.conn = None
 
-    def _send(self, path: str, body: bytes) -> tuple[int, bytes]:
+    def _send(self, path: str, body: bytes) -> tuple[int, bytes | None]:
         """POST on this thread's kept-alive connection (a refresh every few seconds would otherwise pay
-        a TCP handshake per query); a connection the server closed meanwhile is replaced once."""
+        a TCP handshake per query); a connection the server closed meanwhile is replaced once. The
+        whole exchange ends by ``timeout`` (TimeoutError), whatever the server sends."""
         headers = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json",
                    "User-Agent": "gputui-fleet"}
+        if self._auth is not None:
+            headers["Authorization"] = self._auth
+        deadline = time.monotonic() + self.timeout
         for attempt in (0, 1):
             reused = getattr(self._local, "conn", None) is not None
             conn = self._connection()
+            watchdog = _Watchdog(conn, deadline)
             try:
                 conn.request("POST", self._path + path, body=body, headers=headers)
+                # the socket itself: with a close-delimited answer, getresponse hands it to the response
+                # and the connection forgets it
+                watchdog.sock = conn.sock
+                if watchdog.fired:  # it fired while connecting, before there was a socket to close
+                    raise TimeoutError
                 response = conn.getresponse()
-                raw = response.read(MAX_BODY + 1)
+                raw = _read_body(response)
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 self._drop()
+                if watchdog.fired:
+                    raise TimeoutError from None
                 if attempt == 0 and reused:
                     continue
                 raise
             except BaseException:
                 self._drop()
+                if watchdog.fired:
+                    raise TimeoutError from None
                 raise
-            if response.will_close or len(raw) > MAX_BODY:
+            finally:
+                watchdog.cancel()
+            if watchdog.fired:
+                self._drop()
+                raise TimeoutError
+            if response.will_close or raw is None:
                 self._drop()
             return response.status, raw
         raise AssertionError("unreachable")
@@ -189,12 +261,19 @@ class PromClient:
             raise PrometheusUnreachable(f"{where} did not answer within {self.timeout:g} s.") from None
         except (OSError, http.client.HTTPException) as exc:  # refused, unknown host, reset, bad status line
             raise PrometheusUnreachable(f"Cannot reach {where}: {_reason(exc)}.") from None
-        if len(raw) > MAX_BODY:
+        if raw is None:
             raise QueryFailed(f"{where} sent more than {MAX_BODY // 1024**2} MiB for one query.")
         try:
             doc = json.loads(raw)
+        except RecursionError:
+            raise NotPrometheus(f"{where} answered with JSON nested deeper than any Prometheus answer: "
+                                f"it was not read.") from None
         except ValueError:
             doc = None
+        if status in (401, 403) and not (isinstance(doc, dict) and doc.get("status") == "error"):
+            how = "wrong credentials" if self._auth is not None else "no credentials"
+            raise QueryFailed(f"{where} refused the request (HTTP {status}, {how}): give a user and password in "
+                              f"the URL or with --prometheus-user and --prometheus-password-file.")
         if not isinstance(doc, dict) or doc.get("status") not in ("success", "error"):
             raise NotPrometheus(f"{clean(self.url)} answered (HTTP {status}) but not as Prometheus does: "
                                 f"is it the Prometheus server's URL (e.g. http://prometheus:9090)?")
@@ -206,6 +285,48 @@ class PromClient:
         if not isinstance(data, dict):
             raise NotPrometheus(f"{clean(self.url)} answered without data: is it a Prometheus server?")
         return data
+
+
+class _Watchdog:
+    """Shuts ``sock`` down at ``deadline`` (a blocked read then returns at once)."""
+
+    def __init__(self, conn: http.client.HTTPConnection, deadline: float) -> None:
+        self.fired = False
+        #: the request's socket, once connected (a kept-alive connection has it already)
+        self.sock: socket.socket | None = conn.sock
+        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        sock = self.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _read_body(response: http.client.HTTPResponse) -> bytes | None:
+    """The body, read in chunks; None when it is bigger than MAX_BODY (a declared bigger one is not read,
+    an undeclared one is read no further than one chunk past the cap)."""
+    declared = response.getheader("Content-Length")
+    if declared and declared.isascii() and declared.isdigit() and (len(declared) > 18 or int(declared) > MAX_BODY):
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = response.read(CHUNK)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
 
 
 def _labels(metric: Any) -> dict[str, str]:

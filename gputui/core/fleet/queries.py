@@ -15,6 +15,17 @@ It is up when its target's ``up`` is 1 (or, for series that arrive without a
 target of their own, when it has samples now); a down host shows when it was last
 seen (the newest sample in the last hour) and no GPU values, since what it last
 said is no longer true.
+
+Trust
+-----
+Labels and values are written by each host's exporter, so any host may send
+anything. One label rule: a GPU index or PID is ASCII digits only, and bounded
+(``gpu="²"``, ``gpu="٣"`` or a 5,000-digit label is not an index); a hostname is
+cut at 253 bytes, other text labels at 256. One value rule, the driver's
+(:func:`gputui.core.plausible.implausible`): finite and in range, so an integer
+stays bounded. A series or value that breaks a rule is left out or shown as N/A,
+and its host carries one sentence saying so (:attr:`FleetHost.problems`); no
+answer makes a refresh fail.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
-from gputui.core import metric_names as mn
+from gputui.core import metric_names
 from gputui.core.fleet.model import (
     ContainerFinding,
     FleetAlert,
@@ -37,27 +48,45 @@ from gputui.core.fleet.model import (
     Source,
 )
 from gputui.core.fleet.prom import PromClient, PrometheusError, PrometheusUnreachable, RangeSeries, Sample
+from gputui.core.fleet.remote import HOST_MAX, host_problem
+from gputui.core.fleet.rules import FIELD_LABEL, PID_MAX, Problems, fit, label_int, value_text
+from gputui.core.plausible import JSON_SAFE_INT, PIB, implausible
 from gputui.core.record import field, record, replace
 
 MIB = 1024**2
+# The metric names read here, from the table the exporter writes by (gputui.core.metric_names); plain strings,
+# since the loops below compare thousands of samples' names with them.
+_ALERT_ACTIVE = metric_names.ALERT_ACTIVE.name
+_CONTAINER_FINDING = metric_names.CONTAINER_FINDING.name
+_CONTAINER_GPU_GRANTED = metric_names.CONTAINER_GPU_GRANTED.name
+_DCGM_FB_FREE = metric_names.DCGM_FB_FREE.name
+_DCGM_FB_RESERVED = metric_names.DCGM_FB_RESERVED.name
+_DCGM_FB_USED = metric_names.DCGM_FB_USED.name
+_DCGM_GPU_TEMP = metric_names.DCGM_GPU_TEMP.name
+_DCGM_GPU_UTIL = metric_names.DCGM_GPU_UTIL.name
+_GPU_INFO = metric_names.GPU_INFO.name
+_GPU_LOST = metric_names.GPU_LOST.name
+_GPU_MEMORY_TOTAL = metric_names.GPU_MEMORY_TOTAL.name
+_GPU_MEMORY_USED = metric_names.GPU_MEMORY_USED.name
+_GPU_TEMPERATURE = metric_names.GPU_TEMPERATURE.name
+_GPU_UTILIZATION = metric_names.GPU_UTILIZATION.name
+_HOST_INFO = metric_names.HOST_INFO.name
+_IMBALANCE_FLAGGED = metric_names.IMBALANCE_FLAGGED.name
+_PROCESS_GPU_MEMORY = metric_names.PROCESS_GPU_MEMORY.name
+_STALE_GPU_MEMORY = metric_names.STALE_GPU_MEMORY.name
+_STALE_PROCESSES = metric_names.STALE_PROCESSES.name
+_SLURM_JOB_INFO = metric_names.SLURM_JOB_INFO.name
 #: How far back a host that stopped answering is still listed (as down).
 LOOKBACK = "1h"
 #: Resolution of the last-seen time of a host down for longer than RECENT (to the second before).
 LAST_SEEN_STEP = "15s"
 RECENT = "2m"
 
-GPUTUI_GPU_METRICS = (
-    mn.HOST_INFO.name, mn.GPU_INFO.name, mn.GPU_UTILIZATION.name, mn.GPU_MEMORY_USED.name,
-    mn.GPU_MEMORY_TOTAL.name, mn.GPU_TEMPERATURE.name, mn.GPU_LOST.name,
-)
-DCGM_GPU_METRICS = (
-    mn.DCGM_GPU_UTIL.name, mn.DCGM_FB_USED.name, mn.DCGM_FB_FREE.name, mn.DCGM_FB_RESERVED.name,
-    mn.DCGM_GPU_TEMP.name,
-)
-STATE_METRICS = (
-    mn.ALERT_ACTIVE, mn.IMBALANCE_FLAGGED, mn.STALE_PROCESSES, mn.STALE_GPU_MEMORY,
-    mn.CONTAINER_FINDING, mn.CONTAINER_GPU_GRANTED, "gputui_slurm_job_info",
-)
+GPUTUI_GPU_METRICS = (_HOST_INFO, _GPU_INFO, _GPU_UTILIZATION, _GPU_MEMORY_USED, _GPU_MEMORY_TOTAL, _GPU_TEMPERATURE,
+                      _GPU_LOST)
+DCGM_GPU_METRICS = (_DCGM_GPU_UTIL, _DCGM_FB_USED, _DCGM_FB_FREE, _DCGM_FB_RESERVED, _DCGM_GPU_TEMP)
+STATE_METRICS = (_ALERT_ACTIVE, _IMBALANCE_FLAGGED, _STALE_PROCESSES, _STALE_GPU_MEMORY, _CONTAINER_FINDING,
+                 _CONTAINER_GPU_GRANTED, _SLURM_JOB_INFO)
 
 
 def names(metrics: Iterable[str]) -> str:
@@ -74,20 +103,20 @@ def _seen(metric_selector: str, by: str, source: str) -> str:
 
 Q_UP = "up"
 #: Every host seen in the last hour, with the time of its newest sample.
-Q_HOSTS = (_seen("gputui_host_info", "hostname", "gputui") + " or "
-           + _seen("DCGM_FI_DEV_FB_USED", "Hostname", "dcgm"))
+Q_HOSTS = (_seen(_HOST_INFO, "hostname", "gputui") + " or "
+           + _seen(_DCGM_FB_USED, "Hostname", "dcgm"))
 Q_GPUS = names(GPUTUI_GPU_METRICS + DCGM_GPU_METRICS)
-Q_PROCESSES = mn.PROCESS_GPU_MEMORY
+Q_PROCESSES = _PROCESS_GPU_MEMORY
 Q_STATE = names(STATE_METRICS)
 FLEET_QUERIES = (Q_UP, Q_HOSTS, Q_GPUS, Q_PROCESSES, Q_STATE)
 
 #: The live screen splits Q_GPUS: what never changes while an exporter runs (GPU names, UUIDs and
 #: sizes, host info) is read again only every STATIC_TTL seconds or when a new target appears; what
 #: changes is read every refresh, ``gputui_gpu_lost`` only where it is 1.
-_STATIC_GPU_METRICS = ("gputui_host_info", "gputui_gpu_info", "gputui_gpu_memory_total_bytes")
+_STATIC_GPU_METRICS = (_HOST_INFO, _GPU_INFO, _GPU_MEMORY_TOTAL)
 Q_GPU_STATIC = names(_STATIC_GPU_METRICS)
 Q_GPU_LIVE = (names(tuple(m for m in GPUTUI_GPU_METRICS + DCGM_GPU_METRICS
-                          if m not in _STATIC_GPU_METRICS and m != "gputui_gpu_lost")) + " or gputui_gpu_lost == 1")
+                          if m not in _STATIC_GPU_METRICS and m != _GPU_LOST)) + f" or {_GPU_LOST} == 1")
 LIVE_QUERIES = (Q_UP, Q_HOSTS, Q_GPU_LIVE, Q_PROCESSES, Q_STATE)
 STATIC_TTL = 30.0
 
@@ -101,12 +130,6 @@ def target_key(labels: dict[str, str]) -> tuple[str, str] | None:
     if not instance:
         return None
     return (labels.get("job", ""), instance)
-
-
-def label_int(text: str | None) -> int | None:
-    if text is None or not text.strip().lstrip("-").isdigit():
-        return None
-    return int(text)
 
 
 def _mig_device(text: str | None) -> int | None:
@@ -144,21 +167,8 @@ class _GpuDraft:
     lost: bool = False
 
 
-class _Problems:
-    """Counts of series left out, turned into sentences at the end."""
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-
-    def add(self, what: str) -> None:
-        self.counts[what] = self.counts.get(what, 0) + 1
-
-    def sentences(self) -> list[str]:
-        return [f"{n} {what} {'was' if n == 1 else 'were'} left out." for what, n in sorted(self.counts.items())]
-
-
 def _inventory(up: Sequence[Sample], seen: Sequence[Sample], gpus: Sequence[Sample],
-               now: float, problems: _Problems
+               now: float, problems: Problems
                ) -> tuple[dict[tuple[str, str], _HostDraft], dict[tuple[str, str], bool]]:
     targets: dict[tuple[str, str], bool] = {}
     for s in up:
@@ -177,8 +187,13 @@ def _inventory(up: Sequence[Sample], seen: Sequence[Sample], gpus: Sequence[Samp
         if source != draft.source:
             return  # a gputui exporter with --dcgm-names: its DCGM_* copies say nothing new
         if hostname and not draft.hostname:
-            draft.hostname = hostname
-        if ts is not None and _finite(ts):
+            if type(hostname) is not str:
+                return
+            draft.hostname = fit(hostname, HOST_MAX)
+            if draft.hostname != hostname:
+                problems.flag(k, f"Its hostname label is {len(hostname.encode('utf-8', 'surrogateescape'))} "
+                                 f"bytes long: shown cut to {HOST_MAX}.")
+        if ts is not None and 0 < ts < 2**33:  # a time datetime can hold (NaN and ±inf fail too)
             draft.last_seen = ts if draft.last_seen is None else max(draft.last_seen, ts)
 
     for s in seen:
@@ -198,7 +213,7 @@ def _inventory(up: Sequence[Sample], seen: Sequence[Sample], gpus: Sequence[Samp
         k = (labels.get("job", ""), instance)
         metric = labels.get("__name__", "")
         known = hosts.get(k)
-        if known is not None and metric != "gputui_host_info" and (
+        if known is not None and metric != _HOST_INFO and (
                 known.source == "gputui" or not metric.startswith("gputui_")):
             continue  # the common case, kept cheap: thousands of GPU series per refresh
         src: Source = "gputui" if metric.startswith("gputui_") else "dcgm"
@@ -213,9 +228,16 @@ def _missing(targets: dict[tuple[str, str], bool], hosts: dict[tuple[str, str], 
 
 
 def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDraft],
-                problems: _Problems) -> dict[tuple[str, str], dict[int, _GpuDraft]]:
+                problems: Problems) -> dict[tuple[str, str], dict[int, _GpuDraft]]:
     out: dict[tuple[str, str], dict[str, _GpuDraft]] = {}
-    isfinite = math.isfinite
+    #: (host, GPU index) -> the fields dropped as impossible, with the value sent
+    dropped: dict[tuple[tuple[str, str], int], list[str]] = {}
+
+    def bad(where: tuple[tuple[str, str], int], field: str, value: float) -> bool:
+        if not implausible(field, value):
+            return False
+        dropped.setdefault(where, []).append(f"{FIELD_LABEL[field]} ({value_text(v)})")
+        return True
     for labels, v in samples:  # thousands per refresh: plain lookups, no helper calls
         k = (labels.get("job", ""), labels.get("instance", ""))
         host = hosts.get(k)
@@ -223,7 +245,7 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
             continue
         metric = labels.get("__name__", "")
         dcgm = metric.startswith("DCGM_")
-        if dcgm != (host.source == "dcgm") or metric == "gputui_host_info":
+        if dcgm != (host.source == "dcgm") or metric == _HOST_INFO:
             continue
         gpu = labels.get("gpu", "")
         per_host = out.get(k)
@@ -233,65 +255,96 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
         if g is None:
             index = label_int(gpu)
             if index is None:
-                problems.add("GPU series without a gpu index label")
+                problems.leave_out(k, "GPU series whose gpu label is not a GPU index", gpu,
+                                   plural="GPU series whose gpu label is not a GPU index")
                 continue
             g = per_host[gpu] = _GpuDraft(index)
         if not g.uuid:
-            g.uuid = labels.get("UUID" if dcgm else "uuid") or ""
-        if not isfinite(v):
+            g.uuid = problems.cut(k, labels.get("UUID" if dcgm else "uuid") or "")
+        if v != v:  # NaN: not reported
             continue
-        if metric == "gputui_gpu_info":
-            g.name = labels.get("name") or g.name
-        elif metric == "gputui_gpu_utilization_ratio":
-            g.util = round(v * 100)
-        elif metric == "gputui_gpu_memory_used_bytes":
-            g.used = int(v)
-        elif metric == "gputui_gpu_memory_total_bytes":
-            g.total = int(v)
-        elif metric == "gputui_gpu_temperature_celsius":
-            g.temperature = round(v)
-        elif metric == "gputui_gpu_lost":
+        where = (k, g.index)
+        if metric == _GPU_INFO:
+            g.name = problems.cut(k, labels.get("name") or "") or g.name
+        elif metric == _GPU_UTILIZATION:
+            if not bad(where, "utilization_gpu", v * 100):
+                g.util = round(v * 100)
+        elif metric == _GPU_MEMORY_USED:
+            if not bad(where, "memory_used", v):
+                g.used = int(v)
+        elif metric == _GPU_MEMORY_TOTAL:
+            if not bad(where, "memory_total", v):
+                g.total = int(v)
+        elif metric == _GPU_TEMPERATURE:
+            if not bad(where, "temperature", v):
+                g.temperature = round(v)
+        elif metric == _GPU_LOST:
             g.lost = v >= 1
-        elif metric == "DCGM_FI_DEV_GPU_UTIL":
-            g.util, g.name = round(v), g.name or labels.get("modelName") or None
-        elif metric == "DCGM_FI_DEV_FB_USED":
-            g.used = int(v * MIB)
-        elif metric == "DCGM_FI_DEV_FB_FREE":
-            g.free = int(v * MIB)
-        elif metric == "DCGM_FI_DEV_FB_RESERVED":
-            g.reserved = int(v * MIB)
-        elif metric == "DCGM_FI_DEV_GPU_TEMP":
-            g.temperature = round(v)
+        elif metric == _DCGM_GPU_UTIL:
+            g.name = g.name or problems.cut(k, labels.get("modelName") or "") or None
+            if not bad(where, "utilization_gpu", v):
+                g.util = round(v)
+        elif metric == _DCGM_FB_USED:
+            if not bad(where, "memory_used", v * MIB):
+                g.used = int(v * MIB)
+        elif metric == _DCGM_FB_FREE:
+            if not bad(where, "memory_used", v * MIB):
+                g.free = int(v * MIB)
+        elif metric == _DCGM_FB_RESERVED:
+            if not bad(where, "memory_used", v * MIB):
+                g.reserved = int(v * MIB)
+        elif metric == _DCGM_GPU_TEMP:
+            if not bad(where, "temperature", v):
+                g.temperature = round(v)
     result: dict[tuple[str, str], dict[int, _GpuDraft]] = {}
     for k, per_host in out.items():  # keyed by the label text above; by index from here on
         by_index: dict[int, _GpuDraft] = {}
         for g in per_host.values():
             if g.total is None and g.used is not None and g.free is not None:
                 g.total = g.used + g.free + (g.reserved or 0)  # dcgm reports used, free and reserved
+            if g.used is not None and g.total is not None and g.used > g.total:
+                dropped.setdefault((k, g.index), []).append(f"memory used ({g.used} bytes of {g.total})")
+                g.used = None
             by_index[g.index] = g
         result[k] = by_index
+    for (k, index), fields in sorted(dropped.items()):
+        problems.flag(k, f"GPU {index}: Prometheus reported impossible values, shown as N/A: {', '.join(fields)}.")
     return result
 
 
-def _processes(samples: Sequence[Sample], problems: _Problems) -> dict[tuple[str, str, int], list[FleetProcess]]:
+def _processes(samples: Sequence[Sample], problems: Problems) -> dict[tuple[str, str, int], list[FleetProcess]]:
     out: dict[tuple[str, str, int], list[FleetProcess]] = {}
-    for s in samples:
-        k = target_key(s.labels)
-        index, pid = label_int(s.labels.get("gpu")), label_int(s.labels.get("pid"))
-        if k is None or index is None or pid is None:
-            problems.add("process series without instance, gpu or pid labels")
+    cut = problems.cut
+    for labels, value in samples:
+        k = target_key(labels)
+        if k is None:
+            problems.add("process series without an instance label")
             continue
+        gpu, pid_text = labels.get("gpu"), labels.get("pid")
+        index, pid = label_int(gpu), label_int(pid_text, PID_MAX)
+        if index is None or pid is None:
+            what = "process series whose gpu or pid label is not a number"
+            problems.leave_out(k, what, gpu if index is None else pid_text, plural=what)
+            continue
+        memory = None
+        if value == value:
+            if 0 <= value <= PIB:
+                memory = int(value)
+            else:
+                problems.leave_out(k, "impossible process memory value", value_text(value), "shown as N/A")
+        user, exe, container, image = (labels.get("user"), labels.get("exe"), labels.get("container"),
+                                       labels.get("image"))
         out.setdefault((k[0], k[1], index), []).append(FleetProcess(
             pid=pid,
-            user=s.labels.get("user") or None,
-            exe=s.labels.get("exe") or None,
-            gpu_memory=int(s.value) if _finite(s.value) else None,
-            container=s.labels.get("container") or None,
-            image=s.labels.get("image") or None,
-            runtime=s.labels.get("runtime") or None,
-            pod=s.labels.get("pod") or None,
-            namespace=s.labels.get("namespace") or None,
-            mig_device=_mig_device(s.labels.get("mig_device")),
+            user=cut(k, user) if user else None,
+            exe=cut(k, exe) if exe else None,
+            gpu_memory=memory,
+            container=cut(k, container) if container else None,
+            image=cut(k, image) if image else None,
+            runtime=cut(k, labels["runtime"]) if labels.get("runtime") else None,
+            pod=cut(k, labels["pod"]) if labels.get("pod") else None,
+            namespace=cut(k, labels["namespace"]) if labels.get("namespace") else None,
+            mig_device=_mig_device(labels.get("mig_device")),
         ))
     for procs in out.values():
         procs.sort(key=lambda p: (-(p.gpu_memory or 0), p.pid))
@@ -309,30 +362,34 @@ class _State:
     stale_memory: int | None = None
 
 
-def _states(samples: Sequence[Sample]) -> dict[tuple[str, str], _State]:
+def _states(samples: Sequence[Sample], problems: Problems) -> dict[tuple[str, str], _State]:
     out: dict[tuple[str, str], _State] = {}
+    cut = problems.cut
     for s in samples:
         k = target_key(s.labels)
-        if k is None or not _finite(s.value):
+        if k is None or s.value != s.value:
             continue
         st = out.setdefault(k, _State([], [], []))
         metric, labels = s.labels.get("__name__", ""), s.labels
-        if metric == "gputui_alert_active" and s.value >= 1:
-            st.alerts.append(FleetAlert(label_int(labels.get("gpu")), labels.get("kind", ""),
-                                        labels.get("severity", "")))
-        elif metric == "gputui_imbalance_flagged":
+        if metric in (_STALE_PROCESSES, _STALE_GPU_MEMORY) and not 0 <= s.value <= JSON_SAFE_INT:
+            problems.leave_out(k, f"impossible {metric} value", value_text(s.value))
+            continue
+        if metric == _ALERT_ACTIVE and s.value >= 1:
+            st.alerts.append(FleetAlert(label_int(labels.get("gpu")), cut(k, labels.get("kind", "")),
+                                        cut(k, labels.get("severity", ""))))
+        elif metric == _IMBALANCE_FLAGGED:
             st.imbalance = s.value >= 1
-        elif metric == "gputui_stale_processes":
-            st.stale_count += int(s.value)
-        elif metric == "gputui_stale_gpu_memory_bytes":
-            st.stale_memory = (st.stale_memory or 0) + int(s.value)
-        elif metric == "gputui_container_finding" and s.value >= 1 and labels.get("container"):
-            st.findings.append(ContainerFinding(labels["container"], labels.get("kind", "")))
-        elif (metric == "gputui_container_gpu_granted" and s.value >= 1 and labels.get("via") != "all"
+        elif metric == _STALE_PROCESSES:
+            st.stale_count = min(JSON_SAFE_INT, st.stale_count + int(s.value))
+        elif metric == _STALE_GPU_MEMORY:
+            st.stale_memory = min(JSON_SAFE_INT, (st.stale_memory or 0) + int(s.value))
+        elif metric == _CONTAINER_FINDING and s.value >= 1 and labels.get("container"):
+            st.findings.append(ContainerFinding(cut(k, labels["container"]), cut(k, labels.get("kind", ""))))
+        elif (metric == _CONTAINER_GPU_GRANTED and s.value >= 1 and labels.get("via") != "all"
               and labels.get("uuid")):
-            st.grants.append((labels["uuid"], labels.get("container", "")))
-        elif metric == "gputui_slurm_job_info" and s.value >= 1 and labels.get("uuid") and labels.get("slurm_job"):
-            st.jobs.append((labels["uuid"], labels["slurm_job"], labels.get("user", "")))
+            st.grants.append((cut(k, labels["uuid"]), cut(k, labels.get("container", ""))))
+        elif metric == _SLURM_JOB_INFO and s.value >= 1 and labels.get("uuid") and labels.get("slurm_job"):
+            st.jobs.append((cut(k, labels["uuid"]), cut(k, labels["slurm_job"]), cut(k, labels.get("user", ""))))
     return out
 
 
@@ -340,11 +397,11 @@ def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequenc
                 gpus: Sequence[Sample], processes: Sequence[Sample], state: Sequence[Sample],
                 queries: int = len(FLEET_QUERIES)) -> FleetSnapshot:
     """The answers of :data:`FLEET_QUERIES` (in that order) as one snapshot."""
-    problems = _Problems()
+    problems = Problems()
     hosts, targets = _inventory(up, seen, gpus, now, problems)
     gpu_drafts = _gpu_drafts(gpus, hosts, problems)
     procs = _processes(processes, problems)
-    states = _states(state)
+    states = _states(state, problems)
     built: list[FleetHost] = []
     for k, draft in hosts.items():
         drafts = gpu_drafts.get(k, {})
@@ -378,6 +435,13 @@ def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequenc
             slurm_jobs=tuple(sorted(set(st.jobs))) if st else (),
             note=note,
         ))
+        why = host_problem(built[-1].ssh_target)
+        if why is not None:
+            problems.flag(k, f"No ssh command is offered for this host: its name cannot be put in one "
+                             f"safely ({why}).")
+        flags = problems.host_sentences(k)
+        if flags:
+            built[-1] = replace(built[-1], problems=flags)
     built, warnings = _label(built)
     built.sort(key=lambda h: (h.host.lower(), h.instance, h.job))
     return FleetSnapshot(prometheus=prometheus, time=datetime.fromtimestamp(now, timezone.utc),
@@ -416,9 +480,9 @@ def host_selector(host: FleetHost, metrics: Iterable[str]) -> str:
 def host_range_queries(host: FleetHost) -> tuple[str, str]:
     """(utilization, memory used) of every GPU of ``host``, in the host's own metric names."""
     if host.source == "gputui":
-        return (host_selector(host, ("gputui_gpu_utilization_ratio",)),
-                host_selector(host, ("gputui_gpu_memory_used_bytes",)))
-    return (host_selector(host, ("DCGM_FI_DEV_GPU_UTIL",)), host_selector(host, ("DCGM_FI_DEV_FB_USED",)))
+        return (host_selector(host, (_GPU_UTILIZATION,)),
+                host_selector(host, (_GPU_MEMORY_USED,)))
+    return (host_selector(host, (_DCGM_GPU_UTIL,)), host_selector(host, (_DCGM_FB_USED,)))
 
 
 HOST_RANGE_QUERIES = 2
@@ -445,7 +509,7 @@ def _per_gpu(series: Sequence[RangeSeries], scale: Callable[[int, float], float 
         points = []
         for t, v in s.points:
             scaled = scale(index, v) if _finite(v) else None
-            if scaled is not None:
+            if scaled is not None and 0.0 <= scaled <= 100.0:  # a percent: anything else is no reading
                 points.append((t, scaled))
         out[index] = tuple(points)
     return out

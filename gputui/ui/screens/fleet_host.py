@@ -3,13 +3,17 @@
 Read from the exporter's series (the fleet refresh) plus two range queries for
 the sparklines (:meth:`FleetApp.request_history`). Keys 0–9 show one GPU's
 processes, `a` all again. Actions stay on the host they concern: `m` and `k`
-show the exact ``ssh HOST gputui migrate …`` / ``gputui kill …`` command to run
-there (`c` copies it), never a silent remote action.
+show the exact ``ssh -- HOST 'gputui migrate …'`` / ``ssh -t -- HOST 'gputui kill …'``
+command to run there (`c` copies it), never a silent remote action. The command is
+built by :mod:`gputui.core.fleet.remote`: a host or container name from Prometheus
+that cannot be put in a command safely gets one sentence why, and no command. `m`
+chooses its target GPU by the rule of ``pick --prometheus``
+(:func:`gputui.core.fleet.pick.best_other_gpu`). The process table shows at most
+:data:`MAX_PROCESS_ROWS` rows, the largest first, then "N more".
 """
 
 from __future__ import annotations
 
-import shlex
 from typing import ClassVar
 
 from rich.text import Text
@@ -22,7 +26,9 @@ from textual.widgets.data_table import CellDoesNotExist
 
 from gputui.actions.migrate.plan import runtime_refusal
 from gputui.core.fleet.model import FleetGpu, FleetHost, FleetProcess, FleetSnapshot
+from gputui.core.fleet.pick import best_other_gpu
 from gputui.core.fleet.queries import HostHistory
+from gputui.core.fleet.remote import container_problem, ssh_command, ssh_host
 from gputui.core.mig import mig_label
 from gputui.core.safe_text import clean
 from gputui.ui import format as fmt
@@ -34,6 +40,10 @@ from gputui.ui.widgets.footer import FitFooter
 PROCESS_COLUMNS = (("gpu", "GPU"), ("pid", "PID"), ("user", "User"), ("exe", "Executable"),
                    ("container", "Container"), ("image", "Image"), ("memory", "GPU memory"))
 SPARK_WIDTH = 40
+#: Process rows the host screen shows (a host may export tens of thousands of process series).
+MAX_PROCESS_ROWS = 500
+#: The key of the last row when there are more processes than rows.
+MORE_ROW = "more"
 
 
 def card_text(gpu: FleetGpu, history: HostHistory | None, selected: bool,
@@ -67,35 +77,36 @@ def process_cells(gpu: FleetGpu, p: FleetProcess) -> tuple[Text, ...]:
             Text(clean(p.owner or "-")), Text(clean(p.image or "-")), Text(fmt.size(p.gpu_memory)))
 
 
-def best_target(host: FleetHost, avoid: int) -> FleetGpu | None:
-    """The least loaded other GPU of the host (utilization + memory percent), not granted to a container."""
-    granted = {u for u, _ in host.grants} | {u for u, _, _ in host.slurm_jobs}
-    options = [g for g in host.gpus if g.index != avoid and not g.lost and g.uuid not in granted]
-    if not options:
-        return None
-    return min(options, key=lambda g: ((g.utilization_gpu or 0) + (g.memory_percent or 0.0), g.index))
-
-
 def migrate_command(host: FleetHost, gpu: FleetGpu, process: FleetProcess) -> tuple[str | None, str]:
-    """(command, explanation) for `m` on a remote process."""
+    """(command, explanation) for `m` on a remote process; (None, why) when none can be offered."""
     if not process.container:
         return None, (f"PID {process.pid} runs outside a container: gputui migrates containers only. "
                       f"Stop it and start it on another GPU, or kill it with k.")
     if process.runtime and process.runtime != "docker":
         return None, runtime_refusal(clean(process.owner or process.container), process.runtime,
                                      process.pod, process.namespace) or ""
-    target = best_target(host, gpu.index)
+    target_host, why = ssh_host(host)
+    if target_host is None:
+        return None, why
+    bad_name = container_problem(process.container)
+    if bad_name is not None:
+        return None, (f"No command is offered to move {clean(process.container)[:80]!r}: its name from Prometheus "
+                      f"cannot be put in one safely ({bad_name}).")
+    target = best_other_gpu(host, gpu.index)
     if target is None:
         return None, f"{clean(host.shown)} has no other GPU to move {clean(process.container)} to."
-    cmd = (f"ssh {shlex.quote(clean(host.ssh_target))} gputui migrate {shlex.quote(clean(process.container))} "
-           f"--to {target.index}")
+    cmd = ssh_command(target_host, ["gputui", "migrate", process.container, "--to", str(target.index)])
     return cmd, (f"Run this to move container {clean(process.container)} from GPU {gpu.index} to GPU "
                  f"{target.index}, the least loaded other GPU there. It shows the plan and asks before it acts "
                  f"(add --dry-run to only see the plan).")
 
 
-def kill_command(host: FleetHost, gpu: FleetGpu, process: FleetProcess) -> tuple[str, str]:
-    cmd = f"ssh -t {shlex.quote(clean(host.ssh_target))} gputui kill {process.pid}"
+def kill_command(host: FleetHost, gpu: FleetGpu, process: FleetProcess) -> tuple[str | None, str]:
+    """(command, explanation) for `k` on a remote process; (None, why) when none can be offered."""
+    target_host, why = ssh_host(host)
+    if target_host is None:
+        return None, why
+    cmd = ssh_command(target_host, ["gputui", "kill", str(process.pid)], tty=True)
     return cmd, (f"Run this to stop PID {process.pid} ({clean(process.user or 'unknown user')}, "
                  f"{clean(process.exe or 'unknown executable')}, {fmt.size(process.gpu_memory)} on GPU {gpu.index}). "
                  f"gputui on {clean(host.shown)} checks the process again and asks before it signals.")
@@ -249,6 +260,8 @@ class HostScreen(Screen[None]):
             title.append(f"\ncontainer {clean(name)}: {kinds}", style="yellow")
         if host.note:
             title.append(f"\n{clean(host.note)}", style="dim")
+        for problem in host.problems:
+            title.append(f"\n{clean(problem)}", style="yellow")
         if self._history_error:
             title.append(f"\nNo history: {clean(self._history_error)}", style="dim")
         if not host.up:
@@ -263,7 +276,16 @@ class HostScreen(Screen[None]):
 
     def _fill_table(self, gpus: list[FleetGpu]) -> None:
         table = self.query_one("#host-procs", DataTable)
-        rows = [(f"{g.index}:{p.pid}", process_cells(g, p)) for g in gpus for p in g.processes]
+        pairs = [(g, p) for g in gpus for p in g.processes]
+        more = len(pairs) - (MAX_PROCESS_ROWS - 1)
+        if more > 1:
+            largest = sorted(pairs, key=lambda gp: (-(gp[1].gpu_memory or 0), gp[0].index, gp[1].pid))
+            keep = {id(p) for _, p in largest[:MAX_PROCESS_ROWS - 1]}
+            pairs = [(g, p) for g, p in pairs if id(p) in keep]
+        rows = [(f"{g.index}:{p.pid}", process_cells(g, p)) for g, p in pairs]
+        if more > 1:
+            rows.append((MORE_ROW, (Text("…"), Text(""), Text(f"{more} more processes, not listed (the largest "
+                                                               f"are)", style="dim"), *(Text(""),) * 4)))
         keys = [k for k, _ in rows]
         before, self._cells = self._cells, dict(rows)
         with self.app.batch_update():
@@ -292,7 +314,7 @@ class HostScreen(Screen[None]):
 
     def _selected(self) -> tuple[FleetGpu, FleetProcess] | None:
         key, host = self._selected_key(), self.host
-        if key is None or host is None:
+        if key is None or host is None or key == MORE_ROW:
             return None
         index, pid = (int(x) for x in key.split(":"))
         for g in host.gpus:

@@ -17,7 +17,7 @@ from textual.widgets import DataTable
 
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.safe_text import clean
-from gputui.core.units import fmt_duration
+from gputui.core.units import fmt_duration, truncate
 from gputui.ui import format as fmt
 
 #: (column key, heading) of the host table, in order.
@@ -28,6 +28,8 @@ COLUMNS = (
 )
 
 SPARK = " ▁▂▃▄▅▆▇█"
+#: The widest a host name is drawn in the host list (a label may be 253 bytes long).
+HOST_WIDTH = 48
 
 
 def update_cell(table: DataTable[Text], row: str, column: str, value: Text) -> None:
@@ -67,10 +69,10 @@ _CELLS: dict[tuple, tuple[Text, ...]] = {}
 
 def host_cells(host: FleetHost, now: float) -> tuple[Text, ...]:
     """The row of one host (cached on what it shows: most rows are unchanged between refreshes)."""
-    key = (host.shown, host.source, host.up, host.last_seen, len(host.gpus), host.busy_gpus, host.lost_gpus,
-           host.memory_used,
-           host.memory_total, host.hottest, host.imbalance_flagged, host.stale_gpu_memory, host.stale_processes,
-           host.alerts, host.containers_with_findings, datetime.fromtimestamp(now).date())
+    key = (host.shown, bool(host.problems), host.source, host.up, host.last_seen, len(host.gpus), host.busy_gpus,
+           host.lost_gpus, host.memory_used, host.memory_total, host.hottest, host.imbalance_flagged,
+           host.stale_gpu_memory, host.stale_processes, host.alerts, host.containers_with_findings,
+           datetime.fromtimestamp(now).date())
     cells = _CELLS.get(key)
     if cells is None:
         if len(_CELLS) > 4096:
@@ -81,7 +83,9 @@ def host_cells(host: FleetHost, now: float) -> tuple[Text, ...]:
 
 def _host_cells(host: FleetHost, now: float) -> tuple[Text, ...]:
     """The row of one host: what the user reads, N/A where Prometheus does not say."""
-    name = Text(clean(host.shown))
+    name = Text(truncate(clean(host.shown), HOST_WIDTH))
+    if host.problems:
+        name.append(" ⚠", style="bold yellow")  # the host screen says what
     if host.source == "dcgm":
         name.append(" (dcgm)", style="dim")
     if not host.up:
