@@ -55,7 +55,8 @@ def test_fleet_json_and_pick_follow_the_scenarios_and_a_stopped_exporter(fleet):
     assert one["up"] and one["source"] == "gputui" and one["imbalance_flagged"] is True
     assert one["gpus"][0]["utilization_gpu"] == 95 and one["gpus"][0]["temperature"] == 84
     assert one["gpus"][0]["processes"] == [{"pid": 4242, "user": "alice", "exe": "python3",
-                                            "gpu_memory": 60 * 1024**3, "container": "train-llm"}]
+                                            "gpu_memory": 60 * 1024**3, "container": "train-llm",
+                                            "runtime": None, "pod": None, "namespace": None}]
     assert one["alerts"] == [{"gpu": 0, "kind": "temperature", "severity": "warning"}]
     assert hosts["gpu-node-02"]["gpus"][3]["processes"][0]["container"] is None
     dcgm = hosts["dcgm-node-01"]

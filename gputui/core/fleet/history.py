@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from gputui.core import metric_names as mn
 from gputui.core.fleet.prom import PromClient, RangeSeries
 from gputui.core.sources.history_store import IDLE_UTIL, Holding, Usage, key_of
 
@@ -50,8 +51,8 @@ def _host_of(series: RangeSeries, names: dict[tuple[str, str], str]) -> str:
 
 def _hosts(client: PromClient, start: float, end: float, step: float) -> dict[tuple[str, str], str]:
     out: dict[tuple[str, str], str] = {}
-    for s in client.query_range(f"max by (job, instance, hostname) (max_over_time(gputui_host_info[{_window(step)}]))",
-                                start, end, step):
+    query = f"max by (job, instance, hostname) (max_over_time({mn.HOST_INFO.name}[{_window(step)}]))"
+    for s in client.query_range(query, start, end, step):
         name = s.labels.get("hostname")
         if name:
             out[(s.labels.get("job", ""), s.labels.get("instance", ""))] = name
@@ -75,8 +76,8 @@ def holdings(client: PromClient, since: float, until: float, gpus: Sequence[int]
     end = max(start, math.ceil(hi / step) * step)
     sel = _gpu_selector(gpus)
     window = _window(step)
-    memory = client.query_range(f"max_over_time(gputui_process_gpu_memory_bytes{sel}[{window}])", start, end, step)
-    sm = client.query_range(f"avg_over_time(gputui_process_sm_utilization_ratio{sel}[{window}])", start, end, step)
+    memory = client.query_range(f"max_over_time({mn.PROCESS_GPU_MEMORY.name}{sel}[{window}])", start, end, step)
+    sm = client.query_range(f"avg_over_time({mn.PROCESS_SM_UTILIZATION.name}{sel}[{window}])", start, end, step)
     names = _hosts(client, start, end, step)
     sm_points: dict[tuple[str, str, str, str], dict[float, float]] = {}
     for s in sm:
@@ -132,8 +133,8 @@ def usage(client: PromClient, since: float, until: float, by: str) -> tuple[list
     step = step_for(since, until)
     start = math.floor(since / step) * step + step
     end = max(start, math.floor(until / step) * step)
-    memory = client.query_range(f"avg_over_time(gputui_process_gpu_memory_bytes[{_window(step)}])", start, end, step)
-    util = client.query_range(f"avg_over_time(gputui_gpu_utilization_ratio[{_window(step)}])", start, end, step)
+    memory = client.query_range(f"avg_over_time({mn.PROCESS_GPU_MEMORY.name}[{_window(step)}])", start, end, step)
+    util = client.query_range(f"avg_over_time({mn.GPU_UTILIZATION.name}[{_window(step)}])", start, end, step)
     names = _hosts(client, start, end, step)
     util_of: dict[tuple[str, str], dict[float, float]] = {}
     for s in util:
