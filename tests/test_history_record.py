@@ -29,6 +29,10 @@ USERS = ("gthsa", "gthsb")
 CONTAINER_ID = "a1" * 32
 
 
+#: real recorders, real users, subprocesses: every test here drives real parts
+pytestmark = pytest.mark.functional
+
+
 @pytest.fixture
 def users():
     require(os.geteuid() == 0, "creating test users needs root")

@@ -251,6 +251,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+@pytest.mark.functional  # a real tmpfs, mounted for the test
 def test_full_disk_is_one_sentence_and_the_recorder_catches_up(small_disk):
     db = small_disk / "h.db"
     log: list[str] = []

@@ -132,6 +132,12 @@ def _fmt_field(name: str, value, gpu: Gpu, settings) -> str:
     return str(value)
 
 
+#: Gpu fields shown only when the driver reports them (dcgm parity readings, absent on most cards).
+_SHOWN_WHEN_READ = frozenset({
+    "memory_reserved", "memory_temperature", "total_energy_consumption", "pcie_replay_counter",
+    "encoder_utilization", "decoder_utilization", "remapped_rows_correctable", "remapped_rows_uncorrectable",
+    "remapped_rows_failure", "xid_last"})
+
 #: Columns from which the fields stand beside the plots (60 for the fields, two plots of 20 or more).
 WIDE = 110
 #: Lines a plot needs to draw its axes (below, it shows its title only).
@@ -370,6 +376,8 @@ class GpuDetailScreen(GpuScreen[None]):
         for name, value in describe_fields(gpu):
             if name in ("processes", "mig_devices") or (name == "allocated_to" and snapshot.slurm is None):
                 continue  # off Slurm nothing is allocated: no row for it
+            if value is None and name in _SHOWN_WHEN_READ:
+                continue  # readings many drivers lack (and the demo has none of): a row only where NVML gives one
             table.add_row(name.replace("_", " "), markup(_fmt_field(name, value, gpu, settings)))
         table.add_row("free memory", markup(_fmt_field("memory_used", gpu.memory_free, gpu, settings)))
         add_mig_rows(table, gpu)
