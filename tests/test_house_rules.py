@@ -423,3 +423,52 @@ def test_the_dashboard_shows_reservations_and_broken_rules(fake_nvml, rules_dir,
         assert "gtrl2" in screen
     finally:
         tmux.kill()
+
+
+def test_the_fleet_shows_reservations_and_broken_rules_and_pick_skips_reserved_gpus(
+        fake_nvml_factory, rules_dir, as_user, exporters, prometheus_factory):  # noqa: F811
+    """Two hosts behind a real Prometheus: a GPU reserved for gtrl1 on the only idle host is never picked
+    across the fleet, except for gtrl1 (first); the fleet JSON lists the reservation and the broken rule."""
+    b = as_user("gtrl2")
+    busy, spare = fake_nvml_factory(), fake_nvml_factory()
+    busy.write(scenario([gpu(0, utilization_gpu=95, memory_used=70 * GiB,
+                             processes=[process(b, used_memory=60 * GiB, sm=90)]),
+                         gpu(1, utilization_gpu=90, memory_used=60 * GiB)]))
+    spare.write(scenario([gpu(0, processes=[process(b, used_memory=4 * GiB)]), gpu(1)]))
+    rules = write_rules(rules_dir, "")
+    made = spare.run_gputui("reserve", "0,1", "--for", "gtrl1", "--hours", "2", "--rules", str(rules))
+    assert made.returncode == 0, made.stderr
+    elsewhere = rules_dir.parent / "other-host" / "rules.toml"  # the busy host has no rules folder
+    one = start_exporter(exporters, busy, "--no-docker", "--hostname", "gpu-node-busy", "--interval", "0.5",
+                         "--rules", str(elsewhere))
+    two = start_exporter(exporters, spare, "--no-docker", "--hostname", "gpu-node-spare", "--interval", "0.5",
+                         "--rules", str(rules))
+    prom = prometheus_factory([one.address, two.address])
+    prom.wait_for("gputui_host_info", lambda r: len(r) == 2)
+    prom.wait_for("gputui_reservation", lambda r: len(r) == 2)
+    prom.wait_for("gputui_rule_violation", lambda r: len(r) == 1)
+
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gputui", *args], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, **env})
+
+    doc = json.loads(run("fleet", "--prometheus", prom.url, "--json").stdout)
+    hosts = {h["host"]: h for h in doc["hosts"]}
+    assert [(r["gpu"], r["for"]) for r in hosts["gpu-node-spare"]["reservations"]] == [(0, "gtrl1"), (1, "gtrl1")]
+    assert [(v["rule"], v["user"], v["gpu"]) for v in hosts["gpu-node-spare"]["rule_violations"]] == \
+        [("reserved", "gtrl2", 0)]
+    other = run("pick", "--prometheus", prom.url)
+    assert other.returncode == 0 and other.stdout.startswith("gpu-node-busy "), other.stdout + other.stderr
+    mine = run("pick", "--prometheus", prom.url, SUDO_USER="gtrl1")
+    assert mine.returncode == 0 and mine.stdout == "gpu-node-spare 1\n", mine.stdout + mine.stderr
+
+
+def test_the_fleet_host_card_names_the_reservation():
+    from gputui.core.fleet.model import FleetGpu
+    from gputui.ui.screens.fleet_host import card_text
+
+    g = FleetGpu(index=3, uuid=fake_uuid(3), name="A100", utilization_gpu=0, memory_used=0, memory_total=80 * GiB,
+                 temperature=30, lost=False, processes=())
+    text = card_text(g, None, False, (), ((fake_uuid(3), "@vision", "2026-12-04T18:00:00+00:00"),)).plain
+    assert "reserved for @vision until 2026-12-04T18:00:00+00:00" in text
+    assert "reserved" not in card_text(g, None, False, (), ((fake_uuid(2), "alice", ""),)).plain

@@ -9,6 +9,8 @@ from gputui.core.fleet.prom import PrometheusError
 
 
 def run(ctx) -> int:
+    from gputui.core.judges.rules import invoking_user
+
     args = ctx.args
     fmt = args.format or "host-index"
     if fmt not in FORMATS:
@@ -19,7 +21,8 @@ def run(ctx) -> int:
     try:
         _, result = pick_fleet(reader, count=args.count, min_free=args.min_free, max_util=args.max_util,
                                window=args.prom_window if args.prom_window is not None else 60.0,
-                               include_allocated=bool(getattr(args, "include_allocated", False)))
+                               include_allocated=bool(getattr(args, "include_allocated", False)),
+                               user=invoking_user())
     except PrometheusError as exc:
         print(f"gputui: {exc}", file=ctx.stderr)
         return EXIT_UNAVAILABLE

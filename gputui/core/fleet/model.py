@@ -136,6 +136,10 @@ class FleetHost:
     grants: tuple[tuple[str, str], ...] = ()
     #: (GPU UUID, Slurm job, user) for every GPU a Slurm job is allocated (gputui_slurm_job_info).
     slurm_jobs: tuple[tuple[str, str, str], ...] = ()
+    #: House rules: (GPU UUID, user or @group, until) per reserved GPU (gputui_reservation), and the rules
+    #: broken now as (rule, user, gpu, container) (gputui_rule_violation).
+    reservations: tuple[tuple[str, str, str], ...] = ()
+    rule_violations: tuple[tuple[str, str, str, str], ...] = ()
     #: One sentence about what this host cannot show (dcgm-only: no processes).
     note: str | None = None
     #: What a person calls it on screen: the hostname, with the instance when two targets share it.
@@ -212,6 +216,12 @@ class FleetHost:
                                                                      None), "uuid": uuid}
                            for uuid, j, u in self.slurm_jobs],
             "problems": list(self.problems),
+            "reservations": sorted(({"gpu": next((g.index for g in self.gpus if g.uuid == uuid), None), "uuid": uuid,
+                                     "for": holder, "until": until or None}
+                                    for uuid, holder, until in self.reservations),
+                                   key=lambda r: (r["gpu"] is None, r["gpu"] or 0, r["for"])),
+            "rule_violations": [{"rule": r, "user": u or None, "gpu": int(g) if g else None, "container": c or None}
+                                for r, u, g, c in self.rule_violations],
         }
 
 

@@ -100,6 +100,28 @@ def reserved_gpus(host: FleetHost) -> dict[int, tuple[str, ...]]:
     return {i: tuple(sorted(names)) for i, names in out.items()}
 
 
+def _held(host: FleetHost, user: str | None) -> tuple[dict[int, str], set[int]]:
+    """GPU index -> why it is held for someone else (a house reservation), and the GPUs reserved for
+    ``user`` (a ``@group`` is matched against this machine's groups)."""
+    from gputui.core.rules import Members
+
+    members = Members()
+    by_uuid = {g.uuid: g.index for g in host.gpus}
+    held: dict[int, str] = {}
+    mine: set[int] = set()
+    for uuid, holder, until in host.reservations:
+        index = by_uuid.get(uuid)
+        if index is None:
+            continue
+        if members.holds(holder, user):
+            mine.add(index)
+        else:
+            held.setdefault(index, f"reserved for {clean(holder)}" + (f" until {clean(until)}" if until else ""))
+    for index in mine:
+        held.pop(index, None)
+    return held, mine
+
+
 def _allocated(host: FleetHost) -> dict[int, tuple[str, ...]]:
     """GPU index -> the Slurm jobs it is allocated to, as "job 7 (alice)"."""
     by_uuid = {g.uuid: g.index for g in host.gpus}
@@ -111,8 +133,9 @@ def _allocated(host: FleetHost) -> dict[int, tuple[str, ...]]:
 
 
 def pick_fleet(reader: FleetReader, count: int = 1, min_free: int | None = None, max_util: float | None = None,
-               window: float = 60.0, include_allocated: bool = False) -> tuple[FleetSnapshot, FleetPick]:
-    """Read the fleet and choose. Raises PrometheusError."""
+               window: float = 60.0, include_allocated: bool = False,
+               user: str | None = None) -> tuple[FleetSnapshot, FleetPick]:
+    """Read the fleet and choose (for ``user``: see :func:`choose`). Raises PrometheusError."""
     now = reader.clock()
     results = reader.run_queries(FLEET_QUERIES + windowed_queries(window), now)
     up, seen, gpus, procs, state = results[:len(FLEET_QUERIES)]
@@ -126,11 +149,14 @@ def pick_fleet(reader: FleetReader, count: int = 1, min_free: int | None = None,
                 values[(k[0], k[1], index)] = s.value
         per_gpu.append(values)
     return snap, choose(snap, per_gpu[0], per_gpu[1], per_gpu[2], count, min_free, max_util, window,
-                        include_allocated)
+                        include_allocated, user)
 
 
 def choose(snap: FleetSnapshot, util: PerGpu, mean_used: PerGpu, peak_used: PerGpu, count: int,
-           min_free: int | None, max_util: float | None, window: float, include_allocated: bool = False) -> FleetPick:
+           min_free: int | None, max_util: float | None, window: float, include_allocated: bool = False,
+           user: str | None = None) -> FleetPick:
+    """The best host and GPUs. ``user``: who asks (a GPU reserved for someone else is never chosen; the
+    holder's own reserved GPUs come first on their host)."""
     if not snap.hosts:
         return FleetPick(None, (), f"Prometheus at {clean(snap.prometheus)} knows no GPU host (no gputui_* or "
                                    f"DCGM_FI_DEV_* series in the last hour).")
@@ -155,8 +181,9 @@ def choose(snap: FleetSnapshot, util: PerGpu, mean_used: PerGpu, peak_used: PerG
         loads = host_loads(host, util, mean_used, peak_used)
         reserved = reserved_gpus(host)
         allocated = {} if include_allocated else _allocated(host)
+        held, mine = _held(host, user)
         result = pick(loads, reserved, count=count, min_free=min_free, max_util=max_util, observed=window,
-                      allocated=allocated)
+                      allocated=allocated, held=held, prefer=mine)
         if result.ok:
             chosen = [loads[i] for i in result.chosen]  # ranked as rank_key ranks one GPU, summed over the set
             key = (any(g.score is None for g in chosen), sum(g.score or 0.0 for g in chosen),
@@ -190,7 +217,8 @@ def best_other_gpu(host: FleetHost, avoid: int) -> FleetGpu | None:
                                  memory=g.memory_percent, free=g.memory_free, free_min=g.memory_free, samples=1)
     reserved = dict(reserved_gpus(host))
     reserved[avoid] = reserved.get(avoid, ()) + ("the container being moved",)
-    result = pick(loads, reserved, count=1, allocated=_allocated(host))  # never onto a Slurm job's GPU
+    held, _ = _held(host, None)  # nor onto a GPU reserved for anyone
+    result = pick(loads, reserved, count=1, allocated=_allocated(host), held=held)  # never onto a Slurm job's GPU
     if not result.ok:
         return None
     return next(g for g in host.gpus if g.index == result.chosen[0])

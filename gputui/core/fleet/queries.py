@@ -76,6 +76,8 @@ _PROCESS_GPU_MEMORY = metric_names.PROCESS_GPU_MEMORY.name
 _STALE_GPU_MEMORY = metric_names.STALE_GPU_MEMORY.name
 _STALE_PROCESSES = metric_names.STALE_PROCESSES.name
 _SLURM_JOB_INFO = metric_names.SLURM_JOB_INFO.name
+_RULE_VIOLATION = metric_names.RULE_VIOLATION.name
+_RESERVATION = metric_names.RESERVATION.name
 #: How far back a host that stopped answering is still listed (as down).
 LOOKBACK = "1h"
 #: Resolution of the last-seen time of a host down for longer than RECENT (to the second before).
@@ -86,7 +88,7 @@ GPUTUI_GPU_METRICS = (_HOST_INFO, _GPU_INFO, _GPU_UTILIZATION, _GPU_MEMORY_USED,
                       _GPU_LOST)
 DCGM_GPU_METRICS = (_DCGM_GPU_UTIL, _DCGM_FB_USED, _DCGM_FB_FREE, _DCGM_FB_RESERVED, _DCGM_GPU_TEMP)
 STATE_METRICS = (_ALERT_ACTIVE, _IMBALANCE_FLAGGED, _STALE_PROCESSES, _STALE_GPU_MEMORY, _CONTAINER_FINDING,
-                 _CONTAINER_GPU_GRANTED, _SLURM_JOB_INFO)
+                 _CONTAINER_GPU_GRANTED, _SLURM_JOB_INFO, _RULE_VIOLATION, _RESERVATION)
 
 
 def names(metrics: Iterable[str]) -> str:
@@ -358,6 +360,9 @@ class _State:
     grants: list[tuple[str, str]]
     imbalance: bool | None = None
     jobs: list[tuple[str, str, str]] = field(default_factory=list)
+    #: house rules: (GPU UUID, user or @group, until) per reserved GPU; (rule, user, gpu, container) broken now
+    reservations: list[tuple[str, str, str]] = field(default_factory=list)
+    violations: list[tuple[str, str, str, str]] = field(default_factory=list)
     stale_count: int = 0
     stale_memory: int | None = None
 
@@ -390,6 +395,12 @@ def _states(samples: Sequence[Sample], problems: Problems) -> dict[tuple[str, st
             st.grants.append((cut(k, labels["uuid"]), cut(k, labels.get("container", ""))))
         elif metric == _SLURM_JOB_INFO and s.value >= 1 and labels.get("uuid") and labels.get("slurm_job"):
             st.jobs.append((cut(k, labels["uuid"]), cut(k, labels["slurm_job"]), cut(k, labels.get("user", ""))))
+        elif metric == _RESERVATION and s.value >= 1 and labels.get("uuid") and labels.get("user"):
+            st.reservations.append((cut(k, labels["uuid"]), cut(k, labels["user"]), cut(k, labels.get("until", ""))))
+        elif metric == _RULE_VIOLATION and s.value >= 1 and labels.get("rule"):
+            gpu = label_int(labels.get("gpu"))
+            st.violations.append((cut(k, labels["rule"]), cut(k, labels.get("user", "")),
+                                  "" if gpu is None else str(gpu), cut(k, labels.get("container", ""))))
     return out
 
 
@@ -433,6 +444,8 @@ def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequenc
             findings=tuple(st.findings) if st else (),
             grants=tuple(st.grants) if st else (),
             slurm_jobs=tuple(sorted(set(st.jobs))) if st else (),
+            reservations=tuple(sorted(set(st.reservations))) if st else (),
+            rule_violations=tuple(sorted(set(st.violations))) if st else (),
             note=note,
         ))
         why = host_problem(built[-1].ssh_target)

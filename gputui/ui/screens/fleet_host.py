@@ -47,7 +47,8 @@ MORE_ROW = "more"
 
 
 def card_text(gpu: FleetGpu, history: HostHistory | None, selected: bool,
-              jobs: tuple[tuple[str, str, str], ...] = ()) -> Text:
+              jobs: tuple[tuple[str, str, str], ...] = (),
+              reservations: tuple[tuple[str, str, str], ...] = ()) -> Text:
     text = Text()
     text.append(f"GPU {gpu.index} ", style="bold reverse" if selected else "bold")
     text.append(clean(gpu.name or "N/A"))
@@ -60,6 +61,10 @@ def card_text(gpu: FleetGpu, history: HostHistory | None, selected: bool,
     mine = [f"job {j} ({u or 'unknown user'})" for uuid, j, u in jobs if uuid == gpu.uuid]
     if mine:
         text.append("  Slurm " + ", ".join(clean(m) for m in mine), style="bold")
+    held = [f"{holder}" + (f" until {until}" if until else "") for uuid, holder, until in reservations
+            if uuid == gpu.uuid]
+    if held:
+        text.append("  reserved for " + ", ".join(clean(h)[:80] for h in held), style="bold")
     if history is not None:
         util = history.util.get(gpu.index, ())
         memory = history.memory.get(gpu.index, ())
@@ -262,6 +267,12 @@ class HostScreen(Screen[None]):
             title.append(f"\n{clean(host.note)}", style="dim")
         for problem in host.problems:
             title.append(f"\n{clean(problem)}", style="yellow")
+        for rule, user, gpu_text, container in host.rule_violations[:5]:
+            where = f" on GPU {gpu_text}" if gpu_text else ""
+            who = " ".join(x for x in (clean(user)[:32], f"({clean(container)[:40]})" if container else "") if x)
+            title.append(f"\nHouse rule {clean(rule)[:32]} broken{where}: {who or 'unknown'}", style="bold yellow")
+        if len(host.rule_violations) > 5:
+            title.append(f"\n{len(host.rule_violations) - 5} more house rules broken", style="yellow")
         if self._history_error:
             title.append(f"\nNo history: {clean(self._history_error)}", style="dim")
         if not host.up:
@@ -269,8 +280,8 @@ class HostScreen(Screen[None]):
                          style="dim")
         self.query_one("#host-title", Static).update(title)
         gpus = [g for g in host.gpus if self.gpu_filter is None or g.index == self.gpu_filter]
-        cards = Text("\n").join(card_text(g, self.history, g.index == self.gpu_filter, host.slurm_jobs)
-                                for g in gpus)
+        cards = Text("\n").join(card_text(g, self.history, g.index == self.gpu_filter, host.slurm_jobs,
+                                          host.reservations) for g in gpus)
         self.query_one("#host-cards-text", Static).update(cards if gpus else Text("No GPUs to show.", style="dim"))
         self._fill_table(gpus)
 
