@@ -101,7 +101,8 @@ class _Static:
 
     __slots__ = ("starttime", "comm", "create_time", "uid", "user", "command", "exe", "cgroup", "ns_init", "gpu_fd",
                  "orphan_ppid", "orphaned", "orphan_at", "cpu_ticks", "cpu_at", "cpu_percent", "seen", "rss",
-                 "rss_approx", "rss_at", "last", "stat_fd", "stat_raw", "stat_fields", "stat_at", "pidfd", "exited")
+                 "rss_approx", "rss_at", "last", "last_raw", "stat_fd", "stat_raw", "stat_fields", "stat_at", "pidfd",
+                 "exited")
 
     def __init__(self, starttime: int, comm: bytes, create_time: float | None, uid: int | None, user: str | None,
                  command: str | None, exe: str, cgroup: str | None, ns_init: bool) -> None:
@@ -130,6 +131,8 @@ class _Static:
         self.stat_fd: int | None = None
         self.rss_at = 0.0
         self.last: tuple[tuple[object, ...], ProcessFacts] | None = None
+        #: the /proc/PID/stat line ``last`` was built from (see HostProcessSource._fact's steady path)
+        self.last_raw = b""
         #: the last /proc/PID/stat line read and its parsed fields: a sleeping process's line does not
         #: change between polls, so it is parsed once
         self.stat_raw = b""
@@ -247,6 +250,8 @@ class HostProcessSource:
         #: only where this (foreign) namespace can see NVIDIA device files does the fd check mean anything
         self._check_fds = (not self.host_pids) and any(
             n.startswith("nvidia") for n in _listdir("/dev"))
+        #: no per-process check besides /proc/PID/stat decides visibility (see _fact's steady path)
+        self._steady_ok = not (not self.host_pids and self._check_fds)
 
     # -- the protocol -----------------------------------------------------------------
 
@@ -320,6 +325,22 @@ class HostProcessSource:
                 raw = os.pread(pinned.stat_fd, 4096, 0)
             except OSError:  # that process is gone; the PID may already be someone else's
                 self._drop(pid)
+            else:
+                # Steady state: the very stat line the last facts were built from (a process that has
+                # not run: the same CPU ticks, state, parent and RSS), and nothing else due — no CPU
+                # figure to move off 0, no orphan re-check, no statm re-read. What the full path below
+                # would compute is the last facts, so they are handed back without parsing the line.
+                kept = pinned
+                if raw == kept.last_raw and self._steady_ok and now - kept.orphan_at < ORPHAN_RECHECK \
+                        and (self._refresh or now - kept.rss_at < RSS_REFRESH) and kept.last is not None \
+                        and kept.stat_fields is not None and kept.cpu_ticks == kept.stat_fields[5] \
+                        and (kept.cpu_percent == 0.0 or now - kept.cpu_at < MIN_CPU_INTERVAL):
+                    if now - kept.cpu_at >= MIN_CPU_INTERVAL:
+                        kept.cpu_at = now  # no tick since the baseline: 0 % again, the baseline moves on
+                    kept.seen = kept.stat_at = now
+                    if self._refresh and kept.pidfd is None and not kept.exited:
+                        self._watch_pid(pid, kept)
+                    return kept.last[1]
         if raw is None:
             try:
                 fd = os.open(f"{base}/stat", os.O_RDONLY)
@@ -345,7 +366,7 @@ class HostProcessSource:
                 lpar = raw.index(b"(")
                 rpar = raw.rindex(b")")
                 comm = raw[lpar + 1: rpar]
-                f = raw[rpar + 2:].split()
+                f = raw[rpar + 2:].split(None, 22)  # up to rss (field 24); the rest is not read
                 state = f[0].decode()
                 ppid, pgrp, session = int(f[1]), int(f[2]), int(f[3])
                 ticks = int(f[11]) + int(f[12])
@@ -414,6 +435,7 @@ class HostProcessSource:
 
         # Unchanged since the last poll (an idle holder): the same frozen object will do.
         key = (ppid, state, rss, st.cpu_percent, st.orphaned)
+        st.last_raw = raw
         if st.last is not None and st.last[0] == key:
             return st.last[1]
         fact = ProcessFacts(
