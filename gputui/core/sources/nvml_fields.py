@@ -112,12 +112,12 @@ class FieldBatch:
         names = self.names
         self.errors = {}
         buf = self.buf
-        if buf is None or len(buf) != len(names):
+        if buf is None or len(buf) != len(names):  # the ids are the call's input, set once per buffer
             buf = self.buf = (_FieldValue * len(names))()
-        for i, name in enumerate(names):
-            entry = buf[i]
-            entry.fieldId = FIELDS[name]
-            entry.scopeId = 0
+            for i, name in enumerate(names):
+                entry = buf[i]
+                entry.fieldId = FIELDS[name]
+                entry.scopeId = 0
         try:
             ret = fn(handle, ctypes.c_int32(len(names)), buf)
         except Exception:  # binding trouble: treat as a driver without the call
