@@ -269,7 +269,6 @@ class HostProcessSource:
                 and pinned.last is not None:
             pinned.seen = now  # alive, and still this process (its pidfd has not polled readable)
             return pinned.last[1]
-        base = f"{self._proc}/{pid}"
         raw = None
         # Read before the stat line, so that a process running in between shows as changed next time.
         clock = cpu_ns(pid) if self._parents.usable and not self._refresh else None
@@ -293,6 +292,7 @@ class HostProcessSource:
                 if raw == kept.last_raw and not self._steady_due(kept, now):
                     kept.cpu_ns = clock
                     return self._steady(pid, kept, now)
+        base = f"{self._proc}/{pid}"
         if raw is None:
             try:
                 fd = os.open(f"{base}/stat", os.O_RDONLY)
