@@ -279,19 +279,22 @@ class HostProcessSource:
             # change only by running) and its parent lives (a parent's exit re-parents it without its
             # running); or (2) the very same stat line again. With nothing due (_steady_due), what the full
             # path below would compute is the last facts: handed back without parsing a line, in (1)
-            # without the kernel generating one.
+            # without the kernel generating one. In (1) with something due (an orphan re-check, statm),
+            # the full path runs on the last line, which is this moment's.
             if clock is not None and clock == kept.cpu_ns and kept.last_raw == kept.stat_raw \
-                    and (kept.orphan_ppid in self._parents.fds or kept.orphan_ppid in self._immortal) \
-                    and not self._steady_due(kept, now):
-                return self._steady(pid, kept, now)
-            try:
-                raw = os.pread(kept.stat_fd, 4096, 0)  # type: ignore[arg-type]  # checked above
-            except OSError:  # that process is gone; the PID may already be someone else's
-                self._drop(pid)
-            else:
-                if raw == kept.last_raw and not self._steady_due(kept, now):
-                    kept.cpu_ns = clock
+                    and (kept.orphan_ppid in self._parents.fds or kept.orphan_ppid in self._immortal):
+                if not self._steady_due(kept, now):
                     return self._steady(pid, kept, now)
+                raw = kept.stat_raw
+            else:
+                try:
+                    raw = os.pread(kept.stat_fd, 4096, 0)  # type: ignore[arg-type]  # checked above
+                except OSError:  # that process is gone; the PID may already be someone else's
+                    self._drop(pid)
+                else:
+                    if raw == kept.last_raw and not self._steady_due(kept, now):
+                        kept.cpu_ns = clock
+                        return self._steady(pid, kept, now)
         base = f"{self._proc}/{pid}"
         if raw is None:
             try:
