@@ -18,6 +18,7 @@ would hand a job a card nobody chose.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -61,6 +62,7 @@ LIMITS: dict[str, tuple[float, float, str]] = {
 }
 
 
+@functools.lru_cache(maxsize=1024)  # a machine has a few UUIDs, asked about several times a poll
 def _uuid_text_ok(uuid: str) -> bool:
     return 0 < len(uuid) <= UUID_MAX and all(c.isascii() and (c.isalnum() or c == "-") for c in uuid)
 

@@ -165,6 +165,10 @@ class Poller:
         self._rows: dict[tuple[int, int], tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]] = {}
         #: index -> the source's Gpu, the rows and the Gpu built from them last poll
         self._gpus: dict[int, tuple[Gpu, tuple[Process, ...], Gpu]] = {}
+        #: the container inventory of the last poll and its records by id: while the watcher hands out
+        #: the same inventory, a process's container (``attribute``) cannot have changed
+        self._inventory: ContainerInventory | None = None
+        self._records: dict[str, ContainerRecord] = {}
 
     def close(self) -> None:
         if self.watcher is not None:
@@ -183,11 +187,16 @@ class Poller:
         uuids = tuple(g.uuid for g in gpus)
         minors = {g.minor_number: g.uuid for g in gpus if g.minor_number is not None}
 
-        inventory = ContainerInventory(False, "container information is off")
+        inventory = _CONTAINERS_OFF
         if self.watcher is not None:
             self.watcher.set_gpus(uuids, minors)
             inventory = self.watcher.latest(wait=self.container_wait if self.polls == 0 else 0.0)
-        records = {r.id: r for r in inventory.containers}
+        same_inventory = inventory is self._inventory
+        if same_inventory:
+            records = self._records
+        else:
+            records = self._records = {r.id: r for r in inventory.containers}
+            self._inventory = inventory
 
         pids = {p.pid for procs in reading.processes.values() for p in procs}
         facts = self.process_source.facts(pids) if pids else {}
@@ -203,19 +212,35 @@ class Poller:
         built: list[Gpu] = []
         rows: dict[tuple[int, int], tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]] = {}
         gpus_built: dict[int, tuple[Gpu, tuple[Process, ...], Gpu]] = {}
+        last_rows = self._rows
         for g in gpus:
-            procs = tuple(
-                self._row(g.index, raw, facts.get(raw.pid), records, inventory.available, rows)
-                for raw in reading.processes.get(g.index, ())
-            )
+            index = g.index
+            last = self._gpus.get(index)
+            last_procs = last[1] if last is not None else ()
+            raws = reading.processes.get(index, ())
+            same = last is not None and last[0] is g and len(last_procs) == len(raws)
+            built_rows: list[Process] = []
+            for i, raw in enumerate(raws):
+                fact = facts.get(raw.pid)
+                key = (index, raw.pid)
+                prev = last_rows.get(key)
+                # The same NVML entry, the same facts object and the same inventory: the same row (the
+                # steady state of most processes, kept to a few lookups; _row decides every other case).
+                if same_inventory and prev is not None and prev[0] is raw and prev[1] is fact:
+                    rows[key] = prev
+                    row = prev[3]
+                else:
+                    row = self._row(index, raw, fact, records, inventory.available, rows)
+                if same and row is not last_procs[i]:
+                    same = False
+                built_rows.append(row)
+            procs = tuple(built_rows)
             # The source's same Gpu with the same rows (an unchanged GPU): the GPU built last time.
-            last = self._gpus.get(g.index)
-            if last is not None and last[0] is g and len(last[1]) == len(procs) \
-                    and all(a is b for a, b in zip(last[1], procs, strict=True)):
+            if same and last is not None:
                 with_procs = last[2]
             else:
                 with_procs = replace(g, processes=procs)
-            gpus_built[g.index] = (g, procs, with_procs)
+            gpus_built[index] = (g, procs, with_procs)
             built.append(with_procs)
         self._rows = rows
         self._gpus = gpus_built
@@ -348,6 +373,10 @@ class Poller:
             container=ref,
             mig_device=raw.mig_device,
         )
+
+
+#: the inventory of a poller without a container source (one object: see Poller._inventory)
+_CONTAINERS_OFF = ContainerInventory(False, "container information is off")
 
 
 @functools.lru_cache(maxsize=8192)

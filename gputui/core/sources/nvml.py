@@ -38,59 +38,44 @@ nvidia-ml-py no longer wraps, can still be read from old drivers.
 pynvml is imported inside :meth:`NvmlSource.open`, not at module import: the
 one-shot commands pay for it only when they really read a GPU.
 
-Over 600 lines on purpose: it is the whole adapter to one C library — ctypes structs, the
-once-probed struct versions and the per-query N/A memory all belong to :class:`NvmlSource`.
-What could leave without splitting that memory has left: MIG devices are read in
-``nvml_mig.py`` and impossible values are judged in ``plausible.py``.
+The query rules (N/A, remembered failures, struct-version probing, the lost-GPU signal, the
+process lists read through kept buffers) are ``nvml_query.py``, shared with the MIG reader
+(``nvml_mig.py``) and the batched fields (``nvml_fields.py``); impossible values are judged in
+``plausible.py``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any
 
 from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
 from gputui.core.plausible import PlausibleMemo, plausible_reading
 from gputui.core.record import record, replace
 from gputui.core.sources import NvmlUnavailable
-from gputui.core.sources.nvml_fields import FieldBatch, Lost, XidEvents
+from gputui.core.sources.nvml_fields import FieldBatch, XidEvents
 from gputui.core.sources.nvml_mig import MigReader
+from gputui.core.sources.nvml_query import (
+    DRIVER_NOT_LOADED,
+    FUNCTION_NOT_FOUND,
+    GPU_IS_LOST,
+    LIB_RM_VERSION_MISMATCH,
+    LIBRARY_NOT_FOUND,
+    NO_PERMISSION,
+    Device,
+    Lost,
+    NvmlQueries,
+)
 
 #: How long slow values (power limit, ECC, persistence mode) are reused.
 SLOW_TTL = 5.0
 #: Consecutive failed polls of one query before it is reported in GpuReading.errors.
 FAIL_THRESHOLD = 2
-#: Process-utilization samples older than this (seconds) are not asked for.
-UTIL_WINDOW = 1.0
 #: Per-poll fields a face may choose not to read (NvmlSource.leave_unread): no judge reads them.
 OPTIONAL_FIELDS = frozenset({"pstate", "clock_memory"})
 
-#: What a ``_variant_call`` probe returns.
-_R = TypeVar("_R")
-
-# NVML return codes (nvml.h); named here so this module needs pynvml only after open().
-_SUCCESS = 0
-_INVALID_ARGUMENT = 2
-_NOT_SUPPORTED = 3
-_NO_PERMISSION = 4
-_NOT_FOUND = 6
-_INSUFFICIENT_SIZE = 7
-_DRIVER_NOT_LOADED = 9
-_LIBRARY_NOT_FOUND = 12
-_FUNCTION_NOT_FOUND = 13
-_GPU_IS_LOST = 15
-_LIB_RM_VERSION_MISMATCH = 18
-_ARGUMENT_VERSION_MISMATCH = 25
-_UNKNOWN = 999
-
-#: Errors that mean "this GPU/driver cannot answer this", not "try again".
-_PERMANENT = frozenset({_NOT_SUPPORTED, _FUNCTION_NOT_FOUND, _NO_PERMISSION, _INVALID_ARGUMENT,
-                        _ARGUMENT_VERSION_MISMATCH})
-
-_NOT_AVAILABLE_ULL = 0xFFFFFFFFFFFFFFFF
 _PSTATE_UNKNOWN = 32
 _CLOCK_SM = 1
 _CLOCK_MEM = 2
@@ -110,51 +95,19 @@ _LABELS = {
 }
 
 
-class _ProcessInfoV1(ctypes.Structure):
-    """nvmlProcessInfo_v1_t: what drivers before R450 fill (nvidia-ml-py no longer defines it)."""
-
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
-
-
-class _ProcessInfoV2(ctypes.Structure):
-    """nvmlProcessInfo_v2_t, also what the ``_v3`` functions fill (nvml.h's nvmlProcessInfo_t)."""
-
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
-                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
-
-
-class _UtilizationSample(ctypes.Structure):
-    """nvmlProcessUtilizationSample_t."""
-
-    _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong), ("smUtil", ctypes.c_uint),
-                ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
-
-
-#: compute (False) and graphics (True) process lists: the family, and each function's struct, newest first
-_RUNNING = {
-    graphics: (f"{kind}_processes", {f"{base}_v3": _ProcessInfoV2, f"{base}_v2": _ProcessInfoV2, base: _ProcessInfoV1})
-    for graphics, kind, base in ((False, "compute", "nvmlDeviceGetComputeRunningProcesses"),
-                                 (True, "graphics", "nvmlDeviceGetGraphicsRunningProcesses"))
-}
-
-
-class _Lost(Exception):
-    """A GPU answered GPU_IS_LOST; stop asking it anything this poll."""
-
-
 def init_error_sentence(code: int | None, detail: str = "") -> str:
     """One sentence naming why NVML could not start, for the user (exit 3)."""
-    if code == _LIBRARY_NOT_FOUND:
+    if code == LIBRARY_NOT_FOUND:
         return ("The NVIDIA driver library libnvidia-ml.so.1 was not found: no NVIDIA driver is installed "
                 "here, or its library is not on the library path.")
-    if code == _DRIVER_NOT_LOADED:
+    if code == DRIVER_NOT_LOADED:
         return "The NVIDIA kernel driver is not loaded (is there an NVIDIA GPU, and is the nvidia module loaded?)."
-    if code == _NO_PERMISSION:
+    if code == NO_PERMISSION:
         return "gputui has no permission to use the NVIDIA devices (/dev/nvidia*); ask an admin for access."
-    if code == _LIB_RM_VERSION_MISMATCH:
+    if code == LIB_RM_VERSION_MISMATCH:
         return ("The NVIDIA driver library and the loaded kernel module have different versions, usually after "
                 "a driver upgrade without a reboot; reboot or reload the nvidia kernel module.")
-    if code == _FUNCTION_NOT_FOUND:
+    if code == FUNCTION_NOT_FOUND:
         return "The NVIDIA driver library is too old for nvidia-ml-py (nvmlInit is missing); update the driver."
     reason = detail or (f"NVML error {code}" if code is not None else "unknown error")
     return f"NVML could not be initialised ({reason})."
@@ -176,16 +129,15 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-class _Device:
-    """What the source keeps about one GPU between polls (a plain slotted class: cheap to import)."""
+class _Device(Device):
+    """What the source keeps about one GPU between polls beyond what the query rules keep (a plain
+    slotted class: cheap to import)."""
 
-    __slots__ = ("index", "handle", "name", "uuid", "pci_bus_id", "minor_number", "clock_sm_max",
-                 "clock_memory_max", "static_done", "unsupported", "failures", "last_error", "slow", "util_seen",
-                 "buffers", "raws", "lists", "merged", "procs", "gpu", "batch")
+    __slots__ = ("name", "uuid", "pci_bus_id", "minor_number", "clock_sm_max", "clock_memory_max", "static_done",
+                 "raws", "merged", "procs", "gpu", "batch")
 
     def __init__(self, index: int) -> None:
-        self.index = index
-        self.handle: Any = None
+        super().__init__(index)
         self.name: str | None = None
         self.uuid: str | None = None
         self.pci_bus_id: str | None = None
@@ -193,22 +145,8 @@ class _Device:
         self.clock_sm_max: int | None = None
         self.clock_memory_max: int | None = None
         self.static_done = False
-        #: fields this GPU cannot answer (NOT_SUPPORTED, no permission, ...): not asked again
-        self.unsupported: set[str] = set()
-        #: consecutive failed polls per field, and the last error text
-        self.failures: dict[str, int] = {}
-        self.last_error: dict[str, str] = {}
-        #: slow fields: name -> (value, monotonic time read)
-        self.slow: dict[str, tuple[Any, float]] = {}
-        #: newest process-utilization sample timestamp seen (µs, the driver's clock)
-        self.util_seen = 0
-        #: reusable ctypes buffers for the process and sample lists
-        self.buffers: dict[str, Any] = {}
         #: the last poll's RawProcess per (pid, type, memory, SM %): an unchanged one is handed out again
         self.raws: dict[tuple[int, str, int | None, int | None], RawProcess] = {}
-        #: per list (process lists, utilization samples): the bytes the driver filled last and what
-        #: they were read as; the same bytes are the same answer, so it is not read again
-        self.lists: dict[str, tuple[bytes, Any]] = {}
         #: the compute and graphics lists last merged, and the merge (pid -> [compute?, graphics?, memory])
         self.merged: tuple[Any, Any, dict[int, list[Any]]] | None = None
         #: the merge and SM samples the last process tuple was built from, and that tuple
@@ -266,26 +204,33 @@ class NvmlSource:
                  wall_clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._wall = wall_clock
-        self.slow_ttl = slow_ttl
-        self._nv: Any = None
+        #: the query rules (N/A, remembered failures, struct versions) and the bound pynvml
+        self._ask = NvmlQueries(slow_ttl)
         self._lock = threading.Lock()
         self._devices: list[_Device] = []
         self.driver_version: str | None = None
         self.cuda_driver_version: str | None = None
         self.nvml_version: str | None = None
-        #: probed once: the function that works for each versioned family ("memory", "compute_processes", ...)
-        self._variant: dict[str, str] = {}
-        #: families for which the driver has none of the candidate functions
-        self._absent: set[str] = set()
-        self._missing: set[str] = set()
-        #: C functions found by name (see ``_fn``); emptied when NVML is shut down
-        self._fns: dict[str, Any] = {}
         #: the plausibility verdict of each GPU's last reading (an unchanged reading is not judged again)
         self._plausible: PlausibleMemo = {}
         #: per-poll fields not asked for (see leave_unread)
         self._unread: frozenset[str] = frozenset()
-        self._mig = MigReader(self, _Device, _Lost)
+        self._mig = MigReader(self._ask)
         self._xids = XidEvents()
+
+    @property
+    def slow_ttl(self) -> float:
+        """How long slow values (power limit, ECC, persistence mode, the MIG layout) are reused."""
+        return self._ask.slow_ttl
+
+    @slow_ttl.setter
+    def slow_ttl(self, seconds: float) -> None:
+        self._ask.slow_ttl = seconds
+
+    @property
+    def _nv(self) -> Any:
+        """pynvml while NVML is open, else None."""
+        return self._ask.nv
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -306,7 +251,7 @@ class NvmlSource:
             raise NvmlUnavailable(init_error_sentence(getattr(exc, "value", None), str(exc))) from None
         except Exception as exc:  # a broken library or binding: still one sentence
             raise NvmlUnavailable(init_error_sentence(None, f"{type(exc).__name__}: {exc}")) from None
-        self._nv = pynvml
+        self._ask.nv = pynvml
         try:
             count = pynvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as exc:
@@ -322,8 +267,8 @@ class NvmlSource:
 
     def close(self) -> None:
         """Shut NVML down (once). The source cannot be read afterwards."""
-        nv, self._nv = self._nv, None
-        self._fns = {}
+        nv, self._ask.nv = self._ask.nv, None
+        self._ask.fns = {}
         if nv is None:
             return
         self._xids.close(nv)
@@ -361,7 +306,7 @@ class NvmlSource:
             for dev in self._devices:
                 try:
                     gpu, procs = self._read_device(dev, now)
-                except _Lost:
+                except Lost:
                     gpu, procs = self._lost_gpu(dev), None
                 gpus.append(gpu)
                 if procs is not None:
@@ -382,32 +327,33 @@ class NvmlSource:
             self._attach(dev)
             if dev.handle is None:
                 if dev.last_error.get("handle") == "lost":
-                    raise _Lost
+                    raise Lost
                 # No handle for another reason: identity only, every value N/A (the error is reported).
                 return replace(self._lost_gpu(dev), lost=False), ()
         elif not dev.static_done:  # a static query that failed before: ask again until it answers
             self._read_static(dev)
-        h = dev.handle
+        h, ask = dev.handle, self._ask
+        get, cached = ask.get, ask.cached
         fields = self._field_values(dev)
-        util = self._q(dev, "utilization", nv.nvmlDeviceGetUtilizationRates, h)
-        mem = self._memory(dev)
-        temperature = self._q(dev, "temperature", nv.nvmlDeviceGetTemperature, h, _TEMPERATURE_GPU)
-        power = self._field(dev, fields, "power_draw", lambda d: self._q(
+        util = get(dev, "utilization", nv.nvmlDeviceGetUtilizationRates, h)
+        mem = ask.memory(dev)
+        temperature = get(dev, "temperature", nv.nvmlDeviceGetTemperature, h, _TEMPERATURE_GPU)
+        power = self._field(dev, fields, "power_draw", lambda d: get(
             d, "power_draw", nv.nvmlDeviceGetPowerUsage, d.handle))
-        fan = self._q(dev, "fan_speed", nv.nvmlDeviceGetFanSpeed, h)
-        clock_sm = self._q(dev, "clock_sm", nv.nvmlDeviceGetClockInfo, h, _CLOCK_SM)
+        fan = get(dev, "fan_speed", nv.nvmlDeviceGetFanSpeed, h)
+        clock_sm = get(dev, "clock_sm", nv.nvmlDeviceGetClockInfo, h, _CLOCK_SM)
         unread = self._unread
-        clock_mem = None if "clock_memory" in unread else self._q(dev, "clock_memory", nv.nvmlDeviceGetClockInfo, h,
-                                                                  _CLOCK_MEM)
-        pstate = None if "pstate" in unread else self._q(dev, "pstate", nv.nvmlDeviceGetPerformanceState, h)
+        clock_mem = None if "clock_memory" in unread else get(dev, "clock_memory", nv.nvmlDeviceGetClockInfo, h,
+                                                              _CLOCK_MEM)
+        pstate = None if "pstate" in unread else get(dev, "pstate", nv.nvmlDeviceGetPerformanceState, h)
         reasons = self._throttle(dev)
-        power_limit = self._field(dev, fields, "power_limit", lambda d: self._slow(
+        power_limit = self._field(dev, fields, "power_limit", lambda d: cached(
             d, "power_limit", now, self._power_limit))
-        ecc = self._field(dev, fields, "ecc_errors", lambda d: self._slow(d, "ecc_errors", now, lambda d: self._q(
+        ecc = self._field(dev, fields, "ecc_errors", lambda d: cached(d, "ecc_errors", now, lambda d: get(
             d, "ecc_errors", nv.nvmlDeviceGetTotalEccErrors, d.handle, _ECC_UNCORRECTED, _ECC_VOLATILE)))
         extra = self._dcgm_fields(dev, fields, now)
-        persistence = self._slow(dev, "persistence_mode", now,
-                                 lambda d: self._q(d, "persistence_mode", nv.nvmlDeviceGetPersistenceMode, d.handle))
+        persistence = cached(dev, "persistence_mode", now,
+                             lambda d: get(d, "persistence_mode", nv.nvmlDeviceGetPersistenceMode, d.handle))
         procs = self._processes(dev)
         mig_mode, mig_devices, procs = self._mig.read(dev, now, procs)
         # Every input of the Gpu below: when none changed since the last poll, the last Gpu is it.
@@ -450,18 +396,15 @@ class NvmlSource:
 
     def _field_values(self, dev: _Device) -> dict[str, float | int]:
         """This poll's batched fields (one nvmlDeviceGetFieldValues call); {} when the driver or GPU
-        cannot batch. Raises _Lost."""
+        cannot batch. Raises Lost."""
         if dev.batch.off:
             return {}
         try:
-            fn = self._fn("nvmlDeviceGetFieldValues")
+            fn = self._ask.function("nvmlDeviceGetFieldValues")
         except Exception:
             fn = None
-            self._missing.add("nvmlDeviceGetFieldValues")
-        try:
-            return dev.batch.read(fn, dev.handle)
-        except Lost:
-            raise _Lost from None
+            self._ask.missing.add("nvmlDeviceGetFieldValues")
+        return dev.batch.read(fn, dev.handle)
 
     def _field(self, dev: _Device, fields: dict[str, float | int], name: str,
                single: Callable[[_Device], Any] | None) -> Any:
@@ -475,7 +418,7 @@ class NvmlSource:
         if not dev.batch.off and name in dev.batch.names:
             code = dev.batch.errors.get(name)
             if code is not None:  # counted like a failing getter: a warning when it keeps failing
-                self._failed(dev, name, code, self._nv.NVMLError(code))
+                self._ask.failed(dev, name, code, self._nv.NVMLError(code))
             return None
         return single(dev) if single is not None else None
 
@@ -486,7 +429,7 @@ class NvmlSource:
 
         def slow(name: str, fn: Callable[..., Any], part: int | None = None) -> Callable[[_Device], Any]:
             def read(d: _Device) -> Any:
-                value = self._slow(d, name, now, lambda d: self._q(d, name, fn, d.handle))
+                value = self._ask.cached(d, name, now, lambda d: self._ask.get(d, name, fn, d.handle))
                 return value if part is None or value is None else value[part]
             return read
 
@@ -516,47 +459,6 @@ class NvmlSource:
 
     # -- queries --------------------------------------------------------------------
 
-    def _q(self, dev: _Device, name: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call one NVML getter: its value, or None (remembering why). Raises _Lost."""
-        if name in dev.unsupported:
-            return None
-        try:
-            value = fn(*args)
-        except self._nv.NVMLError as exc:
-            self._failed(dev, name, getattr(exc, "value", _UNKNOWN), exc)
-            return None
-        except Exception as exc:  # ctypes/binding trouble (seen with mismatched drivers): N/A, never a crash
-            self._failed(dev, name, _UNKNOWN, exc)
-            return None
-        if dev.failures:  # _succeeded, inline: this runs for every query of every poll
-            dev.failures.pop(name, None)
-        return value
-
-    def _failed(self, dev: _Device, name: str, code: int, exc: BaseException) -> None:
-        if code == _GPU_IS_LOST:
-            raise _Lost
-        if code in _PERMANENT:
-            dev.unsupported.add(name)
-            dev.failures.pop(name, None)
-            if code == _FUNCTION_NOT_FOUND:
-                self._missing.add(name)
-            return
-        dev.failures[name] = dev.failures.get(name, 0) + 1
-        dev.last_error[name] = str(exc) or type(exc).__name__
-
-    def _succeeded(self, dev: _Device, name: str) -> None:
-        if dev.failures:
-            dev.failures.pop(name, None)
-
-    def _slow(self, dev: _Device, name: str, now: float, read: Callable[[_Device], Any]) -> Any:
-        cached = dev.slow.get(name)
-        if cached is not None and now - cached[1] < self.slow_ttl:
-            return cached[0]
-        value = read(dev)
-        if value is not None or name in dev.unsupported:
-            dev.slow[name] = (value, now)
-        return value
-
     def _system(self, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
@@ -571,8 +473,8 @@ class NvmlSource:
             except AttributeError:
                 continue
             except nv.NVMLError as exc:
-                if getattr(exc, "value", None) == _FUNCTION_NOT_FOUND:
-                    self._missing.add(name)
+                if getattr(exc, "value", None) == FUNCTION_NOT_FOUND:
+                    self._ask.missing.add(name)
                     continue
                 return None
         return None
@@ -585,184 +487,57 @@ class NvmlSource:
         except Exception as exc:
             dev.handle = None
             code = getattr(exc, "value", None) if isinstance(exc, nv.NVMLError) else None
-            dev.last_error["handle"] = "lost" if code == _GPU_IS_LOST else (str(exc) or type(exc).__name__)
-            if code != _GPU_IS_LOST:
+            dev.last_error["handle"] = "lost" if code == GPU_IS_LOST else (str(exc) or type(exc).__name__)
+            if code != GPU_IS_LOST:
                 dev.failures["handle"] = dev.failures.get("handle", 0) + 1
             return
         dev.failures.pop("handle", None)
         try:
             self._read_static(dev)
-        except _Lost:
+        except Lost:
             pass
 
     def _read_static(self, dev: _Device) -> None:
         """Values that never change while the driver is loaded: read until each has an answer."""
         nv, h = self._nv, dev.handle
         if dev.name is None:
-            v = self._q(dev, "name", nv.nvmlDeviceGetName, h)
+            v = self._ask.get(dev, "name", nv.nvmlDeviceGetName, h)
             dev.name = _text(v) if v is not None else None
         if dev.uuid is None:
-            v = self._q(dev, "uuid", nv.nvmlDeviceGetUUID, h)
+            v = self._ask.get(dev, "uuid", nv.nvmlDeviceGetUUID, h)
             dev.uuid = _text(v) if v is not None else None
         if dev.pci_bus_id is None:
-            v = self._q(dev, "pci_bus_id", nv.nvmlDeviceGetPciInfo, h)
+            v = self._ask.get(dev, "pci_bus_id", nv.nvmlDeviceGetPciInfo, h)
             dev.pci_bus_id = _text(v.busId) if v is not None else None
         if dev.minor_number is None:
-            dev.minor_number = self._q(dev, "minor_number", nv.nvmlDeviceGetMinorNumber, h)
+            dev.minor_number = self._ask.get(dev, "minor_number", nv.nvmlDeviceGetMinorNumber, h)
         if dev.clock_sm_max is None:
-            dev.clock_sm_max = self._q(dev, "clock_sm_max", nv.nvmlDeviceGetMaxClockInfo, h, _CLOCK_SM)
+            dev.clock_sm_max = self._ask.get(dev, "clock_sm_max", nv.nvmlDeviceGetMaxClockInfo, h, _CLOCK_SM)
         if dev.clock_memory_max is None:
-            dev.clock_memory_max = self._q(dev, "clock_memory_max", nv.nvmlDeviceGetMaxClockInfo, h, _CLOCK_MEM)
+            dev.clock_memory_max = self._ask.get(dev, "clock_memory_max", nv.nvmlDeviceGetMaxClockInfo, h, _CLOCK_MEM)
         dev.static_done = all(
             getattr(dev, f) is not None or f in dev.unsupported
             for f in ("name", "uuid", "pci_bus_id", "minor_number", "clock_sm_max", "clock_memory_max")
         )
 
-    def _fn(self, name: str) -> Any:
-        """The C function ``name`` of the loaded library; NVMLError(FUNCTION_NOT_FOUND) if the driver lacks it.
-        Looked up once (nvidia-ml-py's lookup takes its library lock every time)."""
-        fn = self._fns.get(name)
-        if fn is not None:
-            return fn
-        nv = self._nv
-        getter = getattr(nv, "_nvmlGetFunctionPointer", None)
-        if getter is not None:
-            fn = getter(name)
-        else:
-            try:
-                fn = getattr(nv.nvmlLib, name)
-            except AttributeError:
-                raise nv.NVMLError(_FUNCTION_NOT_FOUND) from None
-        self._fns[name] = fn
-        return fn
-
-    def _variant_call(self, dev: _Device, family: str, candidates: tuple[str, ...],
-                      call: Callable[[str], _R]) -> _R | None:
-        """Probe ``candidates`` (newest first) once per source; keep the first that answers.
-
-        ``call(variant)`` raises NVMLError. While probing, a function the driver lacks
-        (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH) or that says NOT_SUPPORTED moves on to
-        the next candidate; the first that answers is kept for every GPU from then on (one
-        struct version for the whole machine keeps figures comparable). Returns the value or
-        None (recorded under ``family``).
-        """
-        if family in dev.unsupported or family in self._absent:
-            return None
-        chosen = self._variant.get(family)
-        order = (chosen,) if chosen is not None else candidates
-        nv = self._nv
-        refused: tuple[int, BaseException] | None = None
-        for variant in order:
-            try:
-                value = call(variant)
-            except nv.NVMLError as exc:
-                code = getattr(exc, "value", _UNKNOWN)
-                if chosen is None and code in (_FUNCTION_NOT_FOUND, _ARGUMENT_VERSION_MISMATCH):
-                    self._missing.add(variant)
-                    continue
-                if chosen is None and code == _NOT_SUPPORTED:
-                    refused = (code, exc)
-                    continue
-                self._failed(dev, family, code, exc)
-                return None
-            except Exception as exc:
-                self._failed(dev, family, _UNKNOWN, exc)
-                return None
-            self._variant[family] = variant
-            self._succeeded(dev, family)
-            return value
-        if refused is not None:  # the versions this driver has all say NOT_SUPPORTED for this GPU
-            self._failed(dev, family, *refused)
-            return None
-        self._absent.add(family)  # the driver has none of them
-        return None
-
-    def _memory(self, dev: _Device) -> tuple[int, int, int | None] | None:
-        nv, h = self._nv, dev.handle
-
-        def call(variant: str) -> tuple[int, int, int | None]:
-            if variant == "nvmlDeviceGetMemoryInfo_v2":
-                version = getattr(nv, "nvmlMemory_v2", None)
-                if version is None:  # a binding too old to know the v2 struct
-                    raise nv.NVMLError(_FUNCTION_NOT_FOUND)
-                m = nv.nvmlDeviceGetMemoryInfo(h, version=version)
-                return int(m.used), int(m.total), int(m.reserved)
-            m = nv.nvmlDeviceGetMemoryInfo(h)
-            return int(m.used), int(m.total), None
-
-        return self._variant_call(dev, "memory", ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"), call)
-
     def _throttle(self, dev: _Device) -> int | None:
-        h = dev.handle
-        return self._variant_call(
-            dev, "throttle_reasons",
-            ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-            lambda name: self._u64_call(name, h),
-        )
-
-    def _u64_call(self, name: str, h: Any) -> int:
-        out = ctypes.c_ulonglong()
-        ret = self._fn(name)(h, ctypes.byref(out))
-        if ret != _SUCCESS:
-            raise self._nv.NVMLError(ret)
-        return int(out.value)
+        h, ask = dev.handle, self._ask
+        return ask.variant(dev, "throttle_reasons",
+                           ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+                           lambda name: ask.u64(name, h))
 
     def _power_limit(self, dev: _Device) -> int | None:
-        def call(name: str) -> int:
-            out = ctypes.c_uint()
-            ret = self._fn(name)(dev.handle, ctypes.byref(out))
-            if ret != _SUCCESS:
-                raise self._nv.NVMLError(ret)
-            return int(out.value)
-
-        return self._variant_call(dev, "power_limit",
-                                  ("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPowerManagementLimit"), call)
+        h, ask = dev.handle, self._ask
+        return ask.variant(dev, "power_limit", ("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPowerManagementLimit"),
+                           lambda name: ask.uint(name, h))
 
     # -- processes ------------------------------------------------------------------
 
-    def _list(self, dev: _Device, name: str, struct: Any) -> tuple[tuple[int, int | None], ...]:
-        """One running-process list through a buffer kept per GPU (one C call when it fits). The
-        same bytes as the last call's give the same tuple back, without reading the entries again."""
-        fn = self._fn(name)
-        size = ctypes.sizeof(struct)
-        key = f"{name}:{size}"
-        buf = dev.buffers.get(key)
-        for _ in range(4):
-            if buf is None:
-                buf = (struct * 32)()
-            count = ctypes.c_uint(len(buf))
-            ret = fn(dev.handle, ctypes.byref(count), buf)
-            if ret == _INSUFFICIENT_SIZE:
-                buf = (struct * (count.value * 2 + 16))()
-                continue
-            if ret != _SUCCESS:
-                raise self._nv.NVMLError(ret)
-            dev.buffers[key] = buf
-            n = min(count.value, len(buf))
-            raw = ctypes.string_at(buf, n * size)
-            last = dev.lists.get(key)
-            if last is not None and last[0] == raw:
-                cached: tuple[tuple[int, int | None], ...] = last[1]
-                return cached
-            out = []
-            for i in range(n):
-                entry = buf[i]
-                mem = int(entry.usedGpuMemory)
-                out.append((int(entry.pid), None if mem == _NOT_AVAILABLE_ULL else mem))
-            result = tuple(out)
-            dev.lists[key] = (raw, result)
-            return result
-        raise self._nv.NVMLError(_INSUFFICIENT_SIZE)
-
-    def _running(self, dev: _Device, graphics: bool) -> tuple[tuple[int, int | None], ...] | None:
-        family, structs = _RUNNING[graphics]
-        return self._variant_call(dev, family, tuple(structs), lambda name: self._list(dev, name, structs[name]))
-
     def _processes(self, dev: _Device) -> tuple[RawProcess, ...]:
         """The GPU's processes. Steady state (the same lists and SM samples as the last poll, which
-        ``_list`` and ``_process_utilization`` hand back as the same objects): the last tuple."""
-        compute = self._running(dev, graphics=False)
-        graphics = self._running(dev, graphics=True)
+        ``NvmlQueries.running`` and ``process_utilization`` hand back as the same objects): the last tuple."""
+        compute = self._ask.running(dev, graphics=False)
+        graphics = self._ask.running(dev, graphics=True)
         if dev.merged is not None and dev.merged[0] is compute and dev.merged[1] is graphics:
             merged = dev.merged[2]
         else:
@@ -778,7 +553,7 @@ class NvmlSource:
         if not merged:
             dev.procs = None
             return ()
-        samples = self._process_utilization(dev)
+        samples = self._ask.process_utilization(dev, self._wall())
         last_procs = dev.procs
         if last_procs is not None and last_procs[0] is merged and last_procs[1] == samples:
             return last_procs[2]
@@ -799,66 +574,6 @@ class NvmlSource:
         dev.raws = raws
         result = tuple(out)
         dev.procs = (merged, samples, result)
-        return result
-
-    def _process_utilization(self, dev: _Device) -> dict[int, int] | None:
-        """Newest SM% sample per PID; {} when the driver has no recent samples; None when N/A.
-
-        Asks for samples newer than the last one seen, but never for less than
-        UTIL_WINDOW seconds, so a fast refresh does not flicker to 0 between samples.
-        """
-        name = "process_utilization"
-        if name in dev.unsupported:
-            return None
-        nv = self._nv
-        now_us = int(self._wall() * 1_000_000)
-        since = now_us - int(UTIL_WINDOW * 1_000_000)
-        if dev.util_seen:
-            since = min(since, dev.util_seen)
-        try:
-            fn = self._fn("nvmlDeviceGetProcessUtilization")
-            struct = _UtilizationSample
-            buf: Any = dev.buffers.get(name)  # a ctypes array of samples
-            for _ in range(4):
-                if buf is None:
-                    buf = (struct * 64)()
-                count = ctypes.c_uint(len(buf))
-                ret = fn(dev.handle, buf, ctypes.byref(count), ctypes.c_ulonglong(max(0, since)))
-                if ret == _INSUFFICIENT_SIZE:
-                    buf = (struct * (count.value * 2 + 16))()
-                    continue
-                break
-            dev.buffers[name] = buf
-            if ret == _NOT_FOUND:  # supported, but no sample in the window: every process is idle
-                self._succeeded(dev, name)
-                return {}
-            if ret != _SUCCESS:
-                raise nv.NVMLError(ret)
-        except nv.NVMLError as exc:
-            self._failed(dev, name, getattr(exc, "value", _UNKNOWN), exc)
-            return None
-        except Exception as exc:
-            self._failed(dev, name, _UNKNOWN, exc)
-            return None
-        self._succeeded(dev, name)
-        n = min(count.value, len(buf))
-        raw = ctypes.string_at(buf, n * ctypes.sizeof(struct))
-        last = dev.lists.get(name)
-        if last is not None and last[0] == raw:  # the same samples: the same answer, util_seen already past them
-            cached: dict[int, int] = last[1]
-            return cached
-        newest: dict[int, tuple[int, int]] = {}
-        seen = dev.util_seen
-        for s in buf[:n]:  # integer fields read as Python ints; each read once
-            pid, ts = s.pid, s.timeStamp
-            prev = newest.get(pid)
-            if prev is None or ts >= prev[0]:
-                newest[pid] = (ts, s.smUtil)
-            if ts > seen:
-                seen = ts
-        dev.util_seen = seen
-        result = {pid: min(100, sm) for pid, (_, sm) in newest.items()}
-        dev.lists[name] = (raw, result)
         return result
 
     # -- errors ---------------------------------------------------------------------
@@ -887,7 +602,7 @@ class NvmlSource:
         with self._lock:
             devices = tuple(self._health(dev) for dev in self._devices)
             process_struct = None
-            variant = self._variant.get("compute_processes")
+            variant = self._ask.variants.get("compute_processes")
             if variant is not None:
                 process_struct = "v3" if variant.endswith("_v3") else "v2" if variant.endswith("_v2") else "v1"
             return NvmlLibraryInfo(
@@ -896,7 +611,7 @@ class NvmlSource:
                 nvml_version=self.nvml_version,
                 nvidia_ml_py_version=_binding_version(),
                 library_path=_loaded_library_path(nv),
-                missing_functions=tuple(sorted(self._missing)),
+                missing_functions=tuple(sorted(self._ask.missing)),
                 process_struct=process_struct,
                 devices=devices,
             )
@@ -908,8 +623,8 @@ class NvmlSource:
             try:
                 return fn(*args)
             except nv.NVMLError as exc:
-                if getattr(exc, "value", None) == _GPU_IS_LOST:
-                    raise _Lost from None
+                if getattr(exc, "value", None) == GPU_IS_LOST:
+                    raise Lost from None
                 return None
             except Exception:
                 return None
@@ -936,7 +651,7 @@ class NvmlSource:
                     remapped_rows_pending=bool(rows[2]) if rows is not None else None,
                     remapped_rows_failure=bool(rows[3]) if rows is not None else None,
                 )
-            except _Lost:
+            except Lost:
                 lost = True
         empty = dict.fromkeys(
             ("persistence_mode", "ecc_mode", "retired_pages_single_bit", "retired_pages_double_bit",

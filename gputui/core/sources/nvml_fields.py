@@ -18,16 +18,12 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["FIELDS", "FieldBatch", "XidEvents"]
+from gputui.core.sources.nvml_query import FUNCTION_NOT_FOUND, GPU_IS_LOST, PERMANENT, SUCCESS, Lost
 
-# NVML return codes used here (nvml.h)
-_SUCCESS = 0
-_NOT_SUPPORTED = 3
-_FUNCTION_NOT_FOUND = 13
-_TIMEOUT = 10
-_GPU_IS_LOST = 15
-#: an entry or call refused for good: the field is not asked in the batch again
-_REFUSED = frozenset({2, _NOT_SUPPORTED, 4, _FUNCTION_NOT_FOUND, 25})
+__all__ = ["FIELDS", "FieldBatch", "Lost", "XidEvents"]
+
+#: an entry or call refused for good (the query rules' PERMANENT): the field is not asked in the batch again
+_REFUSED = PERMANENT
 
 # nvmlValueType_t
 _DOUBLE, _UINT, _ULONG, _ULL, _SLL, _SINT, _USHORT = range(7)
@@ -92,10 +88,6 @@ def _number(v: _FieldValue) -> float | int | None:
     return None
 
 
-class Lost(Exception):
-    """The GPU answered GPU_IS_LOST."""
-
-
 class FieldBatch:
     """The batch of one GPU: which fields are still asked, and the buffer they are read into."""
 
@@ -120,19 +112,19 @@ class FieldBatch:
         names = self.names
         self.errors = {}
         buf = self.buf
-        if buf is None or len(buf) != len(names):
+        if buf is None or len(buf) != len(names):  # the ids are the call's input, set once per buffer
             buf = self.buf = (_FieldValue * len(names))()
-        for i, name in enumerate(names):
-            entry = buf[i]
-            entry.fieldId = FIELDS[name]
-            entry.scopeId = 0
+            for i, name in enumerate(names):
+                entry = buf[i]
+                entry.fieldId = FIELDS[name]
+                entry.scopeId = 0
         try:
             ret = fn(handle, ctypes.c_int32(len(names)), buf)
         except Exception:  # binding trouble: treat as a driver without the call
-            ret = _FUNCTION_NOT_FOUND
-        if ret == _GPU_IS_LOST:
+            ret = FUNCTION_NOT_FOUND
+        if ret == GPU_IS_LOST:
             raise Lost
-        if ret != _SUCCESS:
+        if ret != SUCCESS:
             if ret in _REFUSED:
                 self.off = True
             else:
@@ -143,11 +135,11 @@ class FieldBatch:
         for i, name in enumerate(names):
             entry = buf[i]
             code = entry.nvmlReturn
-            if code == _SUCCESS:
+            if code == SUCCESS:
                 value = _number(entry)
                 if value is not None:
                     out[name] = value
-            elif code == _GPU_IS_LOST:
+            elif code == GPU_IS_LOST:
                 raise Lost
             elif code in _REFUSED:
                 refused.append(name)
@@ -201,7 +193,7 @@ class XidEvents:
                 ret = self._wait(self._set, ctypes.byref(data), ctypes.c_uint(0))
             except Exception:
                 return
-            if ret != _SUCCESS:  # TIMEOUT: nothing waiting; anything else: try again next poll
+            if ret != SUCCESS:  # TIMEOUT: nothing waiting; anything else: try again next poll
                 return
             index = self._index.get(data.device or 0)
             if index is not None and data.eventType & _XID_CRITICAL:

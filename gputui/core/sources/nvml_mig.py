@@ -16,26 +16,19 @@ device                 which instance; MIG runs no graphics contexts)
 =====================  ==================================================================
 
 A driver or binding without the MIG functions gives ``mig_mode=None`` (N/A), as
-for every other missing function. Each MIG device is read through a child
-``_Device`` of the source, so the same query rules (N/A on failure, struct
-version probing, GPU_IS_LOST handling) apply to it.
+for every other missing function. Each MIG device is read as a ``Device`` of its own
+through the source's :class:`~gputui.core.sources.nvml_query.NvmlQueries`, so the same
+query rules (N/A on failure, struct version probing, GPU_IS_LOST handling) apply to it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from gputui.core.model import MigDevice, MigMode, ProcessType, RawProcess
 from gputui.core.record import record, replace
+from gputui.core.sources.nvml_query import GPU_IS_LOST, Device, Lost, NvmlQueries
 
-#: What gputui.core.sources.nvml (which imports this module) hands it: the source and its per-device state.
-#: Typed loosely on purpose: importing nvml here would make the two modules a cycle.
-_Source = Any
-_Device = Any
-
-_NOT_FOUND = 6
-_GPU_IS_LOST = 15
 #: The most MIG devices one GPU can have (seven on A100/H100/H200); asked when the driver cannot say.
 MAX_MIG_DEVICES = 7
 
@@ -51,7 +44,7 @@ def profile_of(name: str | None) -> str | None:
 @record(frozen=False)
 class _MigEntry:
     index: int
-    child: _Device
+    child: Device
     uuid: str
     gpu_instance_id: int | None
     compute_instance_id: int | None
@@ -68,19 +61,16 @@ class _MigState:
 class MigReader:
     """Reads MIG mode and MIG devices of one source's GPUs (called with the source's lock held)."""
 
-    def __init__(self, source: _Source, new_device: Callable[[int], _Device], lost: type[Exception]) -> None:
-        """``new_device(index)`` makes the source's per-device state for a MIG device handle; ``lost`` is
-        the exception the source raises for GPU_IS_LOST."""
-        self._src = source
-        self._new_device = new_device
-        self._lost = lost
+    def __init__(self, queries: NvmlQueries) -> None:
+        """``queries``: the source's query rules (and its pynvml, once open)."""
+        self._ask = queries
         self._state: dict[int, _MigState] = {}
         #: last current MIG mode seen per GPU, to ask utilization again after a mode change
         self._was_on: dict[int, bool] = {}
 
-    def read(self, dev: _Device, now: float, procs: tuple[RawProcess, ...]
+    def read(self, dev: Device, now: float, procs: tuple[RawProcess, ...]
              ) -> tuple[MigMode | None, tuple[MigDevice, ...], tuple[RawProcess, ...]]:
-        """(mode, MIG devices, the card's processes with their MIG device) for one poll. Raises _Lost."""
+        """(mode, MIG devices, the card's processes with their MIG device) for one poll. Raises Lost."""
         mode = self._mode(dev, now)
         on = mode is not None and mode.current
         if self._was_on.get(dev.index, on) != on:
@@ -92,17 +82,17 @@ class MigReader:
             self._state.pop(dev.index, None)
             return mode, (), procs
         state = self._state.get(dev.index)
-        if state is None or now - state.listed_at >= self._src.slow_ttl:
+        if state is None or now - state.listed_at >= self._ask.slow_ttl:
             state = _MigState(self._list(dev), now)
             self._state[dev.index] = state
         devices: list[MigDevice] = []
         found: dict[int, tuple[int, ProcessType, int | None]] = {}  # pid -> (mig index, type, memory)
         for e in state.entries:
-            mem = self._src._memory(e.child)
+            mem = self._ask.memory(e.child)
             pids: list[int] = []
             # compute only: MIG devices run no graphics contexts (NVIDIA's MIG user guide), so their graphics
             # list would cost one driver call per instance per poll to say nothing
-            for pid, used in self._src._running(e.child, graphics=False) or ():
+            for pid, used in self._ask.running(e.child, graphics=False) or ():
                 if pid not in pids:
                     pids.append(pid)
                 prev = found.get(pid)
@@ -116,20 +106,20 @@ class MigReader:
             ))
         return mode, tuple(devices), _attach_processes(procs, found)
 
-    def _mode(self, dev: _Device, now: float) -> MigMode | None:
-        src = self._src
-        fn = getattr(src._nv, "nvmlDeviceGetMigMode", None)
+    def _mode(self, dev: Device, now: float) -> MigMode | None:
+        ask = self._ask
+        fn = getattr(ask.nv, "nvmlDeviceGetMigMode", None)
         if fn is None:  # a binding without MIG: N/A
             return None
-        value = src._slow(dev, "mig_mode", now, lambda d: src._q(d, "mig_mode", fn, d.handle))
+        value = ask.cached(dev, "mig_mode", now, lambda d: ask.get(d, "mig_mode", fn, d.handle))
         if value is None:
             return None
         current, pending = value
         return MigMode(current=bool(current), pending=bool(pending))
 
-    def _list(self, dev: _Device) -> list[_MigEntry]:
+    def _list(self, dev: Device) -> list[_MigEntry]:
         """Every MIG device of the card now: handles and the facts that do not change while it exists."""
-        src, nv = self._src, self._src._nv
+        ask, nv = self._ask, self._ask.nv
         get = getattr(nv, "nvmlDeviceGetMigDeviceHandleByIndex", None)
         if get is None:
             return []
@@ -140,17 +130,17 @@ class MigReader:
                 handle = get(dev.handle, i)
             except nv.NVMLError as exc:
                 code = getattr(exc, "value", None)
-                if code == _GPU_IS_LOST:
-                    raise self._lost from None
+                if code == GPU_IS_LOST:
+                    raise Lost from None
                 continue  # NOT_FOUND: no MIG device in this slot
             except Exception:
                 continue
-            child = self._new_device(dev.index)
+            child = Device(dev.index)
             child.handle = handle
-            uuid = src._q(child, "uuid", nv.nvmlDeviceGetUUID, handle)
+            uuid = ask.get(child, "uuid", nv.nvmlDeviceGetUUID, handle)
             if uuid is None:
                 continue  # destroyed between listing and reading
-            name = src._q(child, "name", nv.nvmlDeviceGetName, handle)
+            name = ask.get(child, "name", nv.nvmlDeviceGetName, handle)
             gi = self._opt(child, "gpu_instance_id", "nvmlDeviceGetGpuInstanceId", handle)
             ci = self._opt(child, "compute_instance_id", "nvmlDeviceGetComputeInstanceId", handle)
             attrs = self._opt(child, "attributes", "nvmlDeviceGetAttributes_v2", handle)
@@ -163,10 +153,10 @@ class MigReader:
             ))
         return entries
 
-    def _opt(self, dev: _Device, field: str, function: str, handle: Any) -> Any:
+    def _opt(self, dev: Device, field: str, function: str, handle: Any) -> Any:
         """One query through a function the binding may lack (then None, as NOT_SUPPORTED would be)."""
-        fn = getattr(self._src._nv, function, None)
-        return None if fn is None else self._src._q(dev, field, fn, handle)
+        fn = getattr(self._ask.nv, function, None)
+        return None if fn is None else self._ask.get(dev, field, fn, handle)
 
 
 def _attach_processes(procs: tuple[RawProcess, ...], found: dict[int, tuple[int, ProcessType, int | None]]

@@ -4,7 +4,7 @@ NVML gives PIDs; this module turns them into :class:`ProcessFacts` (user,
 command line, CPU %, RSS, start time, parent, status, cgroup, orphaned).
 
 Cost is the point of the design: a poll at 16 GPUs x 1000 processes must stay
-well under 50 ms, so on Linux it reads ``/proc`` directly instead of going
+under 10 ms, so on Linux it reads ``/proc`` directly instead of going
 through psutil objects:
 
 - every poll, ``/proc/PID/stat`` gives state, parent, process group, session,
@@ -12,6 +12,14 @@ through psutil objects:
   psutil uses) — or, for a face that shows none of these per second (the
   exporter, :meth:`HostProcessSource.refresh_every`), every few seconds, while a
   pidfd per process tells on every poll whether it is still the same process;
+- except for a process that has not run since its last stat line: generating that
+  line is most of a poll's kernel time, so the process's CPU clock (all its threads,
+  in ns: ``procfs.cpu_ns``, a fifth of the cost) is read first, and while it stands
+  still and its parent lives (a pidfd per parent, ``procfs.ParentWatch``) the line
+  cannot have changed — CPU ticks, state, name and process group change only by
+  running, the parent only by the parent's exit. Its RSS can (the kernel reclaims
+  pages of a sleeping process): it is re-read from statm every ``RSS_REFRESH``
+  seconds, as for every process whose stat figure stands still;
 - once per process identity ``(pid, start time)`` — re-read only if the
   process exec()s something else (its ``comm`` changes) — ``/proc/PID/status``
   (real uid, innermost namespace PID), ``/proc/PID/cmdline``, the executable
@@ -71,9 +79,20 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from gputui.core.model import ProcessFacts
+from gputui.core.sources.procfs import (
+    INIT_PID_NS_INODE,
+    ParentWatch,
+    cpu_ns,
+    fd_budget,
+    hidepid,
+    listdir,
+    ns_inode,
+    proc_shows_host_pids,
+    read_all,
+    read_small,
+)
 
-#: Inode of the initial (host) PID namespace: PROC_PID_INIT_INO in the kernel's proc_ns.h.
-INIT_PID_NS_INODE = 0xEFFFFFFC
+__all__ = ["INIT_PID_NS_INODE", "HostProcessSource", "exe_base_name", "ns_inode", "proc_shows_host_pids"]
 
 #: Programs that adopt orphans as init or child-subreaper (comm names, 15 chars max).
 SUBREAPERS = frozenset({"systemd", "init", "tini", "docker-init", "dumb-init", "catatonit", "s6-svscan"})
@@ -101,7 +120,8 @@ class _Static:
 
     __slots__ = ("starttime", "comm", "create_time", "uid", "user", "command", "exe", "cgroup", "ns_init", "gpu_fd",
                  "orphan_ppid", "orphaned", "orphan_at", "cpu_ticks", "cpu_at", "cpu_percent", "seen", "rss",
-                 "rss_approx", "rss_at", "last", "stat_fd", "stat_raw", "stat_fields", "stat_at", "pidfd", "exited")
+                 "rss_approx", "rss_at", "last", "last_raw", "stat_fd", "stat_raw", "stat_fields", "stat_at", "pidfd",
+                 "exited", "cpu_ns")
 
     def __init__(self, starttime: int, comm: bytes, create_time: float | None, uid: int | None, user: str | None,
                  command: str | None, exe: str, cgroup: str | None, ns_init: bool) -> None:
@@ -130,6 +150,10 @@ class _Static:
         self.stat_fd: int | None = None
         self.rss_at = 0.0
         self.last: tuple[tuple[object, ...], ProcessFacts] | None = None
+        #: the /proc/PID/stat line ``last`` was built from (see HostProcessSource._fact's steady path)
+        self.last_raw = b""
+        #: the process's CPU clock (ns) read just before ``last_raw`` (see HostProcessSource._fact)
+        self.cpu_ns: int | None = None
         #: the last /proc/PID/stat line read and its parsed fields: a sleeping process's line does not
         #: change between polls, so it is parsed once
         self.stat_raw = b""
@@ -143,84 +167,6 @@ class _Static:
         self.exited = False
 
 
-def ns_inode(path: str) -> int | None:
-    """The inode of a namespace link such as ``/proc/self/ns/pid`` (None if unreadable):
-    comparing it with the kernel's fixed initial inodes tells host namespace from another."""
-    try:
-        link = os.readlink(path)
-    except OSError:
-        return None
-    # "pid:[4026531836]"
-    try:
-        return int(link[link.index("[") + 1: link.index("]")])
-    except ValueError:
-        return None
-
-
-def proc_shows_host_pids(proc: str = "/proc") -> bool:
-    """Whether ``proc`` shows the host's (initial) PID namespace, whose PIDs NVML reports."""
-    inode = ns_inode(f"{proc}/1/ns/pid")
-    if inode is None:
-        inode = ns_inode(f"{proc}/self/ns/pid")
-    return inode is None or inode == INIT_PID_NS_INODE
-
-
-def _hidepid(proc: str) -> bool:
-    """Whether /proc hides other users' processes from us (mount option hidepid, and we are not root)."""
-    if os.geteuid() == 0:
-        return False
-    try:
-        with open(f"{proc}/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) > 4 and parts[4] == proc and "hidepid=" in line and "hidepid=0" not in line \
-                        and "hidepid=off" not in line:
-                    return True
-    except OSError:
-        pass
-    return False
-
-
-def _fd_budget() -> int:
-    """How many /proc/PID/stat descriptors to keep open: up to a quarter of the soft
-    descriptor limit (raised toward the hard limit, at most 16384, as servers do), so
-    pinning never starves the rest of gputui."""
-    try:
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        want = 16384 if hard == resource.RLIM_INFINITY else min(hard, 16384)
-        if soft != resource.RLIM_INFINITY and soft < want:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-            soft = want
-        return 4096 if soft == resource.RLIM_INFINITY else max(0, soft // 4)
-    except (ImportError, ValueError, OSError):
-        return 0
-
-
-def _read(path: str) -> bytes:
-    """A whole /proc file (raw os calls: a third cheaper than open() for 1000 small files a poll)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks: list[bytes] = []
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-
-
-def _read_small(path: str) -> bytes:
-    """A one-line /proc file (stat, statm): one read, no end-of-file probe."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return os.read(fd, 4096)
-    finally:
-        os.close(fd)
-
-
 class HostProcessSource:
     """A :class:`~gputui.core.sources.ProcessSource` over /proc (psutil where there is no /proc)."""
 
@@ -230,7 +176,7 @@ class HostProcessSource:
         self._static: dict[int, _Static] = {}
         #: descriptors pinned on /proc/PID/stat, and how many we allow ourselves
         self._pinned = 0
-        self._fd_budget = _fd_budget()
+        self._fd_budget = fd_budget()
         self._users: dict[int, str] = {}
         self._last_purge = 0.0
         #: how long a process's stat figures are reused (0: read every poll; see refresh_every)
@@ -243,10 +189,18 @@ class HostProcessSource:
         self._page = os.sysconf("SC_PAGE_SIZE") if self._linux else 4096
         self._btime = self._boot_time() if self._linux else None
         self.host_pids = proc_shows_host_pids(proc) if self._linux else True
-        self._hidden = _hidepid(proc) if self._linux else False
+        self._hidden = hidepid(proc) if self._linux else False
         #: only where this (foreign) namespace can see NVIDIA device files does the fd check mean anything
         self._check_fds = (not self.host_pids) and any(
-            n.startswith("nvidia") for n in _listdir("/dev"))
+            n.startswith("nvidia") for n in listdir("/dev"))
+        #: no per-process check besides /proc/PID/stat decides visibility (see _fact's steady path)
+        self._steady_ok = not (not self.host_pids and self._check_fds)
+        #: pidfds of the GPU processes' parents: while a process's CPU clock stands still and its parent
+        #: lives, its stat line cannot have changed (see _fact); only the real /proc's PIDs are the kernel's
+        self._parents = ParentWatch()
+        self._parents.usable = self._parents.usable and self._linux and self.host_pids and proc == "/proc"
+        #: parents that cannot exit while gputui reads: init, none (0: outside this namespace), gputui itself
+        self._immortal = frozenset({0, 1, os.getpid()})
 
     # -- the protocol -----------------------------------------------------------------
 
@@ -294,6 +248,8 @@ class HostProcessSource:
                 if st is not None and st.pidfd == fd:
                     self._unwatch(st)
                     st.exited = True
+        for _ in self._parents.exited():  # their children were re-parented: they are read in full below
+            self._pinned -= 1
         out: dict[int, ProcessFacts] = {}
         parents: dict[int, bool] = {}
         for pid in pids:
@@ -313,13 +269,33 @@ class HostProcessSource:
                 and pinned.last is not None:
             pinned.seen = now  # alive, and still this process (its pidfd has not polled readable)
             return pinned.last[1]
-        base = f"{self._proc}/{pid}"
         raw = None
+        # Read before the stat line, so that a process running in between shows as changed next time.
+        clock = cpu_ns(pid) if self._parents.usable and not self._refresh else None
         if pinned is not None and pinned.stat_fd is not None:
-            try:
-                raw = os.pread(pinned.stat_fd, 4096, 0)
-            except OSError:  # that process is gone; the PID may already be someone else's
-                self._drop(pid)
+            kept = pinned
+            # Steady state: (1) the process has not run since the stat line its facts were built from
+            # (its CPU clock, all threads in ns, stands still: its CPU ticks, state, name and process group
+            # change only by running) and its parent lives (a parent's exit re-parents it without its
+            # running); or (2) the very same stat line again. With nothing due (_steady_due), what the full
+            # path below would compute is the last facts: handed back without parsing a line, in (1)
+            # without the kernel generating one. In (1) with something due (an orphan re-check, statm),
+            # the full path runs on the last line, which is this moment's.
+            if clock is not None and clock == kept.cpu_ns and kept.last_raw == kept.stat_raw \
+                    and (kept.orphan_ppid in self._parents.fds or kept.orphan_ppid in self._immortal):
+                if not self._steady_due(kept, now):
+                    return self._steady(pid, kept, now)
+                raw = kept.stat_raw
+            else:
+                try:
+                    raw = os.pread(kept.stat_fd, 4096, 0)  # type: ignore[arg-type]  # checked above
+                except OSError:  # that process is gone; the PID may already be someone else's
+                    self._drop(pid)
+                else:
+                    if raw == kept.last_raw and not self._steady_due(kept, now):
+                        kept.cpu_ns = clock
+                        return self._steady(pid, kept, now)
+        base = f"{self._proc}/{pid}"
         if raw is None:
             try:
                 fd = os.open(f"{base}/stat", os.O_RDONLY)
@@ -345,7 +321,7 @@ class HostProcessSource:
                 lpar = raw.index(b"(")
                 rpar = raw.rindex(b")")
                 comm = raw[lpar + 1: rpar]
-                f = raw[rpar + 2:].split()
+                f = raw[rpar + 2:].split(None, 22)  # up to rss (field 24); the rest is not read
                 state = f[0].decode()
                 ppid, pgrp, session = int(f[1]), int(f[2]), int(f[3])
                 ticks = int(f[11]) + int(f[12])
@@ -386,7 +362,7 @@ class HostProcessSource:
         if st.rss is None or approx_rss != st.rss_approx or (
                 not self._refresh and now - st.rss_at >= RSS_REFRESH):
             try:
-                st.rss = int(_read_small(f"{base}/statm").split()[1]) * self._page
+                st.rss = int(read_small(f"{base}/statm").split()[1]) * self._page
             except (OSError, ValueError, IndexError):
                 st.rss = approx_rss * self._page
             st.rss_approx, st.rss_at = approx_rss, now
@@ -414,6 +390,11 @@ class HostProcessSource:
 
         # Unchanged since the last poll (an idle holder): the same frozen object will do.
         key = (ppid, state, rss, st.cpu_percent, st.orphaned)
+        st.last_raw, st.cpu_ns = raw, clock
+        if clock is not None and ppid not in self._immortal and ppid not in self._parents.fds \
+                and self._pinned < self._fd_budget \
+                and self._parents.watch(ppid):
+            self._pinned += 1
         if st.last is not None and st.last[0] == key:
             return st.last[1]
         fact = ProcessFacts(
@@ -433,6 +414,25 @@ class HostProcessSource:
         )
         st.last = (key, fact)
         return fact
+
+    def _steady_due(self, kept: _Static, now: float) -> bool:
+        """Whether a steady process (see _fact) still needs the full path: a CPU figure to move off 0,
+        an orphan re-check or a statm re-read due, or no last facts to hand back."""
+        fields = kept.stat_fields
+        return not (self._steady_ok and kept.last is not None and now - kept.orphan_at < ORPHAN_RECHECK
+                    and (self._refresh or now - kept.rss_at < RSS_REFRESH) and fields is not None
+                    and kept.cpu_ticks == fields[5]
+                    and (kept.cpu_percent == 0.0 or now - kept.cpu_at < MIN_CPU_INTERVAL))
+
+    def _steady(self, pid: int, kept: _Static, now: float) -> ProcessFacts:
+        """The last facts of a process in a steady state (see _fact), its clocks moved on."""
+        if now - kept.cpu_at >= MIN_CPU_INTERVAL:
+            kept.cpu_at = now  # no tick since the baseline: 0 % again, the baseline moves on
+        kept.seen = kept.stat_at = now
+        if self._refresh and kept.pidfd is None and not kept.exited:
+            self._watch_pid(pid, kept)
+        assert kept.last is not None  # the caller checked
+        return kept.last[1]
 
     def _drop(self, pid: int) -> None:
         """Forget a process identity and close its pinned descriptors."""
@@ -486,6 +486,7 @@ class HostProcessSource:
     def close(self) -> None:
         for pid in list(self._static):
             self._drop(pid)
+        self._forget_parents(set())
 
     def _invisible(self, pid: int) -> ProcessFacts:
         self._drop(pid)
@@ -501,7 +502,7 @@ class HostProcessSource:
         uid: int | None = None
         ns_init = False
         try:
-            status = _read(f"{base}/status")
+            status = read_all(f"{base}/status")
         except OSError:
             return None
         for line in status.split(b"\n"):
@@ -513,7 +514,7 @@ class HostProcessSource:
                 parts = line.split()
                 ns_init = len(parts) > 2 and parts[-1] == b"1"
         try:
-            cmdline = _read(f"{base}/cmdline")
+            cmdline = read_all(f"{base}/cmdline")
         except OSError:
             cmdline = b""
         args = [a for a in cmdline.split(b"\0")]
@@ -524,7 +525,7 @@ class HostProcessSource:
         else:  # zombies and kernel threads have no command line; ps shows [comm]
             command = f"[{comm.decode(errors='replace')}]"
         try:
-            cgroup = _read(f"{base}/cgroup").decode(errors="replace")
+            cgroup = read_all(f"{base}/cgroup").decode(errors="replace")
         except OSError:
             cgroup = None
         st = _Static(
@@ -575,7 +576,7 @@ class HostProcessSource:
             return known
         reaper = False
         try:
-            status = _read(f"{self._proc}/{ppid}/status")
+            status = read_all(f"{self._proc}/{ppid}/status")
         except OSError:
             status = b""
         for line in status.split(b"\n"):
@@ -619,6 +620,12 @@ class HostProcessSource:
         stale = [pid for pid, st in self._static.items() if now - st.seen > CACHE_TTL]
         for pid in stale:
             self._drop(pid)
+        self._forget_parents({st.orphan_ppid for st in self._static.values()})
+
+    def _forget_parents(self, keep: set[int]) -> None:
+        for ppid in [p for p in self._parents.fds if p not in keep]:
+            if self._parents.forget(ppid):
+                self._pinned -= 1
 
     # -- elsewhere: psutil ----------------------------------------------------------------
 
@@ -662,10 +669,3 @@ def _psutil_exe(p: Any) -> str:
         return os.path.basename(p.exe()) or str(p.name())
     except Exception:  # noqa: BLE001 (psutil's AccessDenied and the like: fall back to the name)
         return str(p.name())
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []

@@ -1,0 +1,369 @@
+"""The NVML query rules every NVML reader of gputui shares: the card (``nvml.py``), its MIG
+devices (``nvml_mig.py``) and the batched field values (``nvml_fields.py``).
+
+- **N/A**: a query that fails is ``None`` (N/A on screen, null in JSON), never a crash and
+  never a made-up number (:meth:`NvmlQueries.get`).
+- **Remembered failures**: a refusal that cannot pass (:data:`PERMANENT`: NOT_SUPPORTED, no
+  permission, a function or struct version the driver lacks) puts the field in the device's
+  ``unsupported`` set and it is not asked again; any other failure is counted per field
+  (``failures``, with its ``last_error``) so the source can say when one keeps failing, and
+  forgotten at the next answer.
+- **Struct versions** are probed once per source, newest first, and the one that answers is
+  kept for every GPU (:meth:`NvmlQueries.variant`).
+- **A lost GPU** (``GPU_IS_LOST``) raises :class:`Lost`: the reader stops asking that GPU
+  anything this poll.
+- **Slow values** are reused for ``slow_ttl`` seconds (:meth:`NvmlQueries.cached`).
+
+Process lists and utilization samples are read through C function pointers into ctypes
+buffers kept per device (one driver call when the buffer fits, instead of size then data);
+the same bytes as the last call's give the same Python object back.
+
+pynvml is never imported here: the caller binds the module it opened (``NvmlQueries.nv``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = ["Device", "Lost", "NvmlQueries", "PERMANENT"]
+
+# NVML return codes (nvml.h); named here so no reader needs pynvml to know them.
+SUCCESS = 0
+INVALID_ARGUMENT = 2
+NOT_SUPPORTED = 3
+NO_PERMISSION = 4
+NOT_FOUND = 6
+INSUFFICIENT_SIZE = 7
+DRIVER_NOT_LOADED = 9
+TIMEOUT = 10
+LIBRARY_NOT_FOUND = 12
+FUNCTION_NOT_FOUND = 13
+GPU_IS_LOST = 15
+LIB_RM_VERSION_MISMATCH = 18
+ARGUMENT_VERSION_MISMATCH = 25
+UNKNOWN = 999
+
+#: Errors that mean "this GPU/driver cannot answer this", not "try again".
+PERMANENT = frozenset({NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION, INVALID_ARGUMENT, ARGUMENT_VERSION_MISMATCH})
+
+NOT_AVAILABLE_ULL = 0xFFFFFFFFFFFFFFFF
+#: Process-utilization samples older than this (seconds) are not asked for.
+UTIL_WINDOW = 1.0
+
+#: What a ``variant`` probe returns.
+_R = TypeVar("_R")
+
+
+class Lost(Exception):
+    """A GPU answered GPU_IS_LOST; stop asking it anything this poll."""
+
+
+class Device:
+    """What the query rules keep about one device (a GPU or a MIG device) between polls."""
+
+    __slots__ = ("index", "handle", "unsupported", "failures", "last_error", "slow", "util_seen", "buffers",
+                 "lists")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.handle: Any = None
+        #: fields this device cannot answer (NOT_SUPPORTED, no permission, ...): not asked again
+        self.unsupported: set[str] = set()
+        #: consecutive failed polls per field, and the last error text
+        self.failures: dict[str, int] = {}
+        self.last_error: dict[str, str] = {}
+        #: slow fields: name -> (value, monotonic time read)
+        self.slow: dict[str, tuple[Any, float]] = {}
+        #: newest process-utilization sample timestamp seen (µs, the driver's clock)
+        self.util_seen = 0
+        #: reusable ctypes buffers for the process and sample lists
+        self.buffers: dict[str, Any] = {}
+        #: per list (process lists, utilization samples): the bytes the driver filled last and what
+        #: they were read as; the same bytes are the same answer, so it is not read again
+        self.lists: dict[str, tuple[bytes, Any]] = {}
+
+
+class ProcessInfoV1(ctypes.Structure):
+    """nvmlProcessInfo_v1_t: what drivers before R450 fill (nvidia-ml-py no longer defines it)."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+class ProcessInfoV2(ctypes.Structure):
+    """nvmlProcessInfo_v2_t, also what the ``_v3`` functions fill (nvml.h's nvmlProcessInfo_t)."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
+                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+
+
+class UtilizationSample(ctypes.Structure):
+    """nvmlProcessUtilizationSample_t."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong), ("smUtil", ctypes.c_uint),
+                ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
+
+
+#: compute (False) and graphics (True) process lists: the family, and each function's struct, newest first
+RUNNING = {
+    graphics: (f"{kind}_processes", {f"{base}_v3": ProcessInfoV2, f"{base}_v2": ProcessInfoV2, base: ProcessInfoV1})
+    for graphics, kind, base in ((False, "compute", "nvmlDeviceGetComputeRunningProcesses"),
+                                 (True, "graphics", "nvmlDeviceGetGraphicsRunningProcesses"))
+}
+
+
+class NvmlQueries:
+    """The query rules of one source: the bound pynvml module, the C functions found, the struct
+    versions probed, and the functions the driver lacks. Not thread-safe: the source's lock."""
+
+    def __init__(self, slow_ttl: float) -> None:
+        #: pynvml once the source opened NVML, else None
+        self.nv: Any = None
+        self.slow_ttl = slow_ttl
+        #: C functions found by name (see ``function``); emptied when NVML is shut down
+        self.fns: dict[str, Any] = {}
+        #: probed once: the function that works for each versioned family ("memory", "compute_processes", ...)
+        self.variants: dict[str, str] = {}
+        #: families for which the driver has none of the candidate functions
+        self.absent: set[str] = set()
+        #: NVML functions this driver lacks that were asked for
+        self.missing: set[str] = set()
+
+    # -- the rules -------------------------------------------------------------------
+
+    def get(self, dev: Device, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call one NVML getter: its value, or None (remembering why). Raises Lost."""
+        if name in dev.unsupported:
+            return None
+        try:
+            value = fn(*args)
+        except self.nv.NVMLError as exc:
+            self.failed(dev, name, getattr(exc, "value", UNKNOWN), exc)
+            return None
+        except Exception as exc:  # ctypes/binding trouble (seen with mismatched drivers): N/A, never a crash
+            self.failed(dev, name, UNKNOWN, exc)
+            return None
+        if dev.failures:  # succeeded, inline: this runs for every query of every poll
+            dev.failures.pop(name, None)
+        return value
+
+    def failed(self, dev: Device, name: str, code: int, exc: BaseException) -> None:
+        """Remember why ``name`` failed: for good (PERMANENT) or once more. Raises Lost."""
+        if code == GPU_IS_LOST:
+            raise Lost
+        if code in PERMANENT:
+            dev.unsupported.add(name)
+            dev.failures.pop(name, None)
+            if code == FUNCTION_NOT_FOUND:
+                self.missing.add(name)
+            return
+        dev.failures[name] = dev.failures.get(name, 0) + 1
+        dev.last_error[name] = str(exc) or type(exc).__name__
+
+    @staticmethod
+    def succeeded(dev: Device, name: str) -> None:
+        if dev.failures:
+            dev.failures.pop(name, None)
+
+    def cached(self, dev: Device, name: str, now: float, read: Callable[[Any], Any]) -> Any:
+        """``read(dev)``, reused for ``slow_ttl`` seconds (an answer, or a refusal for good)."""
+        hit = dev.slow.get(name)
+        if hit is not None and now - hit[1] < self.slow_ttl:
+            return hit[0]
+        value = read(dev)
+        if value is not None or name in dev.unsupported:
+            dev.slow[name] = (value, now)
+        return value
+
+    def function(self, name: str) -> Any:
+        """The C function ``name`` of the loaded library; NVMLError(FUNCTION_NOT_FOUND) if the driver lacks it.
+        Looked up once (nvidia-ml-py's lookup takes its library lock every time)."""
+        fn = self.fns.get(name)
+        if fn is not None:
+            return fn
+        nv = self.nv
+        getter = getattr(nv, "_nvmlGetFunctionPointer", None)
+        if getter is not None:
+            fn = getter(name)
+        else:
+            try:
+                fn = getattr(nv.nvmlLib, name)
+            except AttributeError:
+                raise nv.NVMLError(FUNCTION_NOT_FOUND) from None
+        self.fns[name] = fn
+        return fn
+
+    def variant(self, dev: Device, family: str, candidates: tuple[str, ...], call: Callable[[str], _R]) -> _R | None:
+        """Probe ``candidates`` (newest first) once per source; keep the first that answers.
+
+        ``call(variant)`` raises NVMLError. While probing, a function the driver lacks
+        (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH) or that says NOT_SUPPORTED moves on to
+        the next candidate; the first that answers is kept for every GPU from then on (one
+        struct version for the whole machine keeps figures comparable). Returns the value or
+        None (recorded under ``family``).
+        """
+        if family in dev.unsupported or family in self.absent:
+            return None
+        chosen = self.variants.get(family)
+        order = (chosen,) if chosen is not None else candidates
+        nv = self.nv
+        refused: tuple[int, BaseException] | None = None
+        for name in order:
+            try:
+                value = call(name)
+            except nv.NVMLError as exc:
+                code = getattr(exc, "value", UNKNOWN)
+                if chosen is None and code in (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH):
+                    self.missing.add(name)
+                    continue
+                if chosen is None and code == NOT_SUPPORTED:
+                    refused = (code, exc)
+                    continue
+                self.failed(dev, family, code, exc)
+                return None
+            except Exception as exc:
+                self.failed(dev, family, UNKNOWN, exc)
+                return None
+            self.variants[family] = name
+            self.succeeded(dev, family)
+            return value
+        if refused is not None:  # the versions this driver has all say NOT_SUPPORTED for this GPU
+            self.failed(dev, family, *refused)
+            return None
+        self.absent.add(family)  # the driver has none of them
+        return None
+
+    def u64(self, name: str, h: Any) -> int:
+        """One ``unsigned long long`` out-parameter getter through its C function; raises NVMLError."""
+        out = ctypes.c_ulonglong()
+        ret = self.function(name)(h, ctypes.byref(out))
+        if ret != SUCCESS:
+            raise self.nv.NVMLError(ret)
+        return int(out.value)
+
+    def uint(self, name: str, h: Any) -> int:
+        """One ``unsigned int`` out-parameter getter through its C function; raises NVMLError."""
+        out = ctypes.c_uint()
+        ret = self.function(name)(h, ctypes.byref(out))
+        if ret != SUCCESS:
+            raise self.nv.NVMLError(ret)
+        return int(out.value)
+
+    # -- readings every device has ------------------------------------------------------
+
+    def memory(self, dev: Device) -> tuple[int, int, int | None] | None:
+        """(used, total, reserved or None) through ``_v2`` → v1."""
+        nv, h = self.nv, dev.handle
+
+        def call(name: str) -> tuple[int, int, int | None]:
+            if name == "nvmlDeviceGetMemoryInfo_v2":
+                version = getattr(nv, "nvmlMemory_v2", None)
+                if version is None:  # a binding too old to know the v2 struct
+                    raise nv.NVMLError(FUNCTION_NOT_FOUND)
+                m = nv.nvmlDeviceGetMemoryInfo(h, version=version)
+                return int(m.used), int(m.total), int(m.reserved)
+            m = nv.nvmlDeviceGetMemoryInfo(h)
+            return int(m.used), int(m.total), None
+
+        return self.variant(dev, "memory", ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"), call)
+
+    def running(self, dev: Device, graphics: bool) -> tuple[tuple[int, int | None], ...] | None:
+        """The compute (or graphics) processes as (pid, memory or None), through ``_v3`` → ``_v2`` → v1."""
+        family, structs = RUNNING[graphics]
+        return self.variant(dev, family, tuple(structs), lambda name: self._list(dev, name, structs[name]))
+
+    def _list(self, dev: Device, name: str, struct: Any) -> tuple[tuple[int, int | None], ...]:
+        """One running-process list through a buffer kept per device (one C call when it fits). The
+        same bytes as the last call's give the same tuple back, without reading the entries again."""
+        fn = self.function(name)
+        size = ctypes.sizeof(struct)
+        key = f"{name}:{size}"
+        buf = dev.buffers.get(key)
+        for _ in range(4):
+            if buf is None:
+                buf = (struct * 32)()
+            count = ctypes.c_uint(len(buf))
+            ret = fn(dev.handle, ctypes.byref(count), buf)
+            if ret == INSUFFICIENT_SIZE:
+                buf = (struct * (count.value * 2 + 16))()
+                continue
+            if ret != SUCCESS:
+                raise self.nv.NVMLError(ret)
+            dev.buffers[key] = buf
+            n = min(count.value, len(buf))
+            raw = ctypes.string_at(buf, n * size)
+            last = dev.lists.get(key)
+            if last is not None and last[0] == raw:
+                cached: tuple[tuple[int, int | None], ...] = last[1]
+                return cached
+            out = []
+            for i in range(n):
+                entry = buf[i]
+                mem = int(entry.usedGpuMemory)
+                out.append((int(entry.pid), None if mem == NOT_AVAILABLE_ULL else mem))
+            result = tuple(out)
+            dev.lists[key] = (raw, result)
+            return result
+        raise self.nv.NVMLError(INSUFFICIENT_SIZE)
+
+    def process_utilization(self, dev: Device, wall: float) -> dict[int, int] | None:
+        """Newest SM% sample per PID; {} when the driver has no recent samples; None when N/A.
+
+        Asks for samples newer than the last one seen, but never for less than
+        UTIL_WINDOW seconds before ``wall`` (the epoch now), so a fast refresh does not flicker
+        to 0 between samples.
+        """
+        name = "process_utilization"
+        if name in dev.unsupported:
+            return None
+        nv = self.nv
+        now_us = int(wall * 1_000_000)
+        since = now_us - int(UTIL_WINDOW * 1_000_000)
+        if dev.util_seen:
+            since = min(since, dev.util_seen)
+        try:
+            fn = self.function("nvmlDeviceGetProcessUtilization")
+            struct = UtilizationSample
+            buf: Any = dev.buffers.get(name)  # a ctypes array of samples
+            for _ in range(4):
+                if buf is None:
+                    buf = (struct * 64)()
+                count = ctypes.c_uint(len(buf))
+                ret = fn(dev.handle, buf, ctypes.byref(count), ctypes.c_ulonglong(max(0, since)))
+                if ret == INSUFFICIENT_SIZE:
+                    buf = (struct * (count.value * 2 + 16))()
+                    continue
+                break
+            dev.buffers[name] = buf
+            if ret == NOT_FOUND:  # supported, but no sample in the window: every process is idle
+                self.succeeded(dev, name)
+                return {}
+            if ret != SUCCESS:
+                raise nv.NVMLError(ret)
+        except nv.NVMLError as exc:
+            self.failed(dev, name, getattr(exc, "value", UNKNOWN), exc)
+            return None
+        except Exception as exc:
+            self.failed(dev, name, UNKNOWN, exc)
+            return None
+        self.succeeded(dev, name)
+        n = min(count.value, len(buf))
+        raw = ctypes.string_at(buf, n * ctypes.sizeof(struct))
+        last = dev.lists.get(name)
+        if last is not None and last[0] == raw:  # the same samples: the same answer, util_seen already past them
+            cached: dict[int, int] = last[1]
+            return cached
+        newest: dict[int, tuple[int, int]] = {}
+        seen = dev.util_seen
+        for s in buf[:n]:  # integer fields read as Python ints; each read once
+            pid, ts = s.pid, s.timeStamp
+            prev = newest.get(pid)
+            if prev is None or ts >= prev[0]:
+                newest[pid] = (ts, s.smUtil)
+            if ts > seen:
+                seen = ts
+        dev.util_seen = seen
+        result = {pid: min(100, sm) for pid, (_, sm) in newest.items()}
+        dev.lists[name] = (raw, result)
+        return result
