@@ -38,6 +38,7 @@ from gputui.ui import keys
 from gputui.ui.widgets import card_view
 from gputui.ui.widgets.card_view import CARD_HEIGHT
 from gputui.ui.widgets.lines import LineBuilder, SkipIdentityFilter, component_style, level_code
+from gputui.ui.widgets.spans import MISSING
 
 Mode = Literal["cards", "compact"]
 ModeChoice = Literal["auto", "cards", "compact"]
@@ -53,6 +54,8 @@ MIN_CARD_WIDTH = 54
 GAP = 1
 #: Samples kept per GPU for the sparklines (more than any card is wide).
 SPARK_SAMPLES = 256
+#: Samples a graph moves by at once (see :class:`SeriesCodes`).
+GRAPH_STEP = 8
 
 
 @record
@@ -79,21 +82,31 @@ class SeriesCodes:
     The history of a GPU is up to 720 samples; converting all of them on every
     poll would cost more than drawing the cards. Codes are appended for samples
     newer than the last one seen and the oldest are dropped.
+
+    The graphs move in steps of ``step`` samples: a new sample takes the next free cell at the
+    right end (the cells still to fill are blank), and once the last is filled the whole graph
+    shifts left by ``step``. Every sample is still drawn, at once, in the order it came; but
+    a graph whose every bar moves each second (a load that changes every sample) is rewritten
+    once a step, not once a second — on a busy server that was most of the dashboard's bytes
+    to the terminal. A graph's first drawing is full (no blank cells), and so is every
+    ``step``-th after it.
     """
 
-    def __init__(self, keep: int = SPARK_SAMPLES) -> None:
-        self.keep = keep
-        #: GPU index -> (time of the newest coded sample, util codes, memory codes)
-        self._codes: dict[int, tuple[float, list[int], list[int]]] = {}
+    def __init__(self, keep: int = SPARK_SAMPLES, step: int = GRAPH_STEP) -> None:
+        self.keep, self.step = keep, max(1, step)
+        #: GPU index -> (time of the newest coded sample, util codes, memory codes, samples in the step)
+        self._codes: dict[int, tuple[float, list[int], list[int], int]] = {}
 
     def update(self, index: int, samples: Sequence[GpuSample]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The codes to draw, oldest first, ending with a blank (``MISSING``) code per cell of the
+        current step still to fill."""
         entry = self._codes.get(index)
         if not samples:
             self._codes.pop(index, None)
             return (), ()
         if entry is not None and samples[-1].t < entry[0]:
             entry = None  # the history went back in time: start over
-        last_t, util, mem = entry if entry is not None else (float("-inf"), [], [])
+        last_t, util, mem, filled = entry if entry is not None else (float("-inf"), [], [], 0)
         new: list[GpuSample] = []
         for s in reversed(samples):
             if s.t <= last_t or len(new) >= self.keep:
@@ -105,8 +118,11 @@ class SeriesCodes:
         if len(util) > self.keep:
             del util[: len(util) - self.keep]
             del mem[: len(mem) - self.keep]
-        self._codes[index] = (samples[-1].t, util, mem)
-        return tuple(util), tuple(mem)
+        # The first drawing ends a step; each sample after it fills the next cell of the next one.
+        filled = self.step if entry is None else (filled + len(new) - 1) % self.step + 1 if new else filled
+        self._codes[index] = (samples[-1].t, util, mem, filled)
+        blank = (MISSING,) * (self.step - filled)
+        return tuple(util) + blank, tuple(mem) + blank
 
 
 def gpu_views(snapshot: Snapshot, history: Mapping[int, Sequence[GpuSample]],
