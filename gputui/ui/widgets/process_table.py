@@ -411,10 +411,14 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
             if self._cursor_row != old_cursor_row:
                 self._keep_cursor_visible()
         else:
-            for key in changed:
-                row = self._row_of.get(key)
-                if row is not None:
-                    self._refresh_row(row)
+            # One refresh for every changed row in view (under churn, every row): a refresh per
+            # row looked up the widget's size, offset and screen each time.
+            top = int(self.scroll_offset.y)
+            height, row_of = self.size.height, self._row_of
+            regions = [Region(0, row - top, width, 1) for row in (row_of.get(key) for key in changed)
+                       if row is not None and top <= row < top + height]
+            if regions:
+                self.refresh(*regions)
             if not rows:
                 self.refresh()
         self._report_cursor()
