@@ -94,7 +94,6 @@ def _machine_options(p: argparse.ArgumentParser, top: bool, d: object) -> None:
                    help="disable every action that changes the machine (migrate, kill)")
     p.add_argument("--no-docker", action="store_true", default=d if not top else False,
                    help="do not ask the container runtimes (Docker, podman, containerd) about containers")
-    p.add_argument("--config", metavar="PATH", default=d, help=f"config file (default {config_path()})")
     p.add_argument("--rules", metavar="PATH", default=d,
                    help="house rules file (default $GPUTUI_RULES, else /etc/gputui/rules.toml)")
     p.add_argument("--containerd", metavar="ADDR", type=socket_arg, default=d,
