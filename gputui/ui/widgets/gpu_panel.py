@@ -483,12 +483,23 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
     #: The width lines are drawn at: the panel's, less a scrollbar when the panel scrolls.
     _draw_width = -1
 
+    #: (width, scroll row) while Textual draws a batch of lines (see ``render_lines``), else None.
+    _frame: tuple[int, int] | None = None
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # One lookup of the width and the scroll row for all the lines of a frame.
+        self._frame = (self.size.width, int(self.scroll_offset.y))
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame = None
+
     def render_line(self, y: int) -> Strip:
         if self._stale:
             self._stale = False
             self._lines = self._compute_lines(self._width())
-        index = y + int(self.scroll_offset.y)
-        width = self.size.width
+        width, top = self._frame or (self.size.width, int(self.scroll_offset.y))
+        index = y + top
         if 0 <= index < len(self._lines):
             return self._lines[index].crop(0, width)
         return Strip.blank(width)

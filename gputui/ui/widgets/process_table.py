@@ -609,9 +609,21 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
             return strip.apply_style(base + s("cursor-blurred"))
         return strip.apply_style(base)
 
+    #: (width, scroll row) while Textual draws a batch of lines (see ``render_lines``), else None.
+    _frame: tuple[int, int] | None = None
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # Textual asks for every changed line of a frame in one call: the width and the scroll
+        # row are looked up once for all of them (each lookup walks the widget's geometry).
+        self._frame = (self.size.width, int(self.scroll_offset.y))
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame = None
+
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        row = y + int(self.scroll_offset.y)
+        width, top = self._frame or (self.size.width, int(self.scroll_offset.y))
+        row = y + top
         if 0 <= row < len(self.rows):
             return self._row_strip(self.rows[row], row == self._cursor_row, width)
         if row == 0 and not self.rows:
