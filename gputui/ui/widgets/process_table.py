@@ -574,7 +574,10 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
         cache = self._cell_cache
         if len(cache) > CELL_CACHE_SIZE:
             cache.clear()
-        segments: list[Segment] = []
+        # Neighbouring cells of one style (a number, its gap, the next number) are one segment:
+        # every later step (Textual's compositor, the output layer) costs per segment.
+        texts: list[str] = []
+        styles: list[Style] = []
         used = 0
         for c in cols:
             text = cells[_INDEX[c.id]]
@@ -585,13 +588,22 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
                 self._cell(line, p, c, text, cells[-1], command_w)
                 hit = cache[key] = ([Segment(t, base + st if st is not None else base) for t, st, _ in line.segments],
                                     line.width)
-            segments.extend(hit[0])
+            for segment in hit[0]:
+                if styles and styles[-1] is segment.style:
+                    texts[-1] += segment.text
+                else:
+                    texts.append(segment.text)
+                    styles.append(segment.style)  # type: ignore[arg-type]  # always a Style here
             used += hit[1]
         if used > width:
             return None
         if used < width:
-            segments.append(Segment(" " * (width - used), base))
-        return Strip(segments, width)
+            if styles and styles[-1] is base:
+                texts[-1] += " " * (width - used)
+            else:
+                texts.append(" " * (width - used))
+                styles.append(base)
+        return Strip([Segment(t, st) for t, st in zip(texts, styles, strict=True)], width)
 
     def _draw_row(self, p: Process, cells: tuple[str, ...], width: int, cursor: bool, focused: bool) -> Strip:
         base = self._base()
