@@ -19,6 +19,7 @@ caches to stay cheap at 1 Hz.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Literal
 
@@ -166,6 +167,22 @@ def visible_columns(width: int) -> tuple[tuple[Column, ...], int]:
             break
         cols.remove(min(droppable, key=lambda c: c.priority))
     return tuple(cols), max(4, command_width(cols))
+
+
+@lru_cache(maxsize=16)
+def column_spans(width: int) -> tuple[tuple[int, int] | None, ...]:
+    """Where each of :func:`process_cells`' cells is drawn at ``width``: (first, end) column, or None
+    for a column the width leaves out; the marker and the command share the command's place."""
+    cols, command_w = visible_columns(width)
+    spans: list[tuple[int, int] | None] = [None] * (len(COLUMNS) + 1)
+    x = 0
+    for c in cols:
+        if c.id == "command":
+            spans[_INDEX[c.id]] = spans[-1] = (x, x + MARKER_WIDTH + command_w)
+        else:
+            spans[_INDEX[c.id]] = (x, x + c.width)
+            x += c.width + 1
+    return tuple(spans)
 
 
 class ProcessHeader(CachedStyles, Widget):
@@ -340,13 +357,14 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
         """Show a new poll: diff rows by key, keep the cursor on its process."""
         self.snapshot = snapshot
         new_all: dict[Key, Process] = {}
-        changed: set[Key] = set()
+        changed: dict[Key, tuple[str, ...] | None] = {}  # a changed row's key -> its cells before (None: new)
         for p in snapshot.processes:
             new_all[p.key] = p
             cells = process_cells(p, snapshot.time)
-            if self._cells.get(p.key) != cells:
+            old = self._cells.get(p.key)
+            if old != cells:
                 self._cells[p.key] = cells
-                changed.add(p.key)
+                changed[p.key] = old
         for gone in set(self._cells) - set(new_all):
             del self._cells[gone]
             self._strips.pop(gone, None)
@@ -359,7 +377,7 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
         if descending is None:
             descending = next(c.descending for c in COLUMNS if c.id == column)
         self.sort_column, self.descending = column, descending
-        self._reorder(set())
+        self._reorder({})
 
     def cycle_sort(self, step: int = 1) -> str:
         cols, _ = visible_columns(self.size.width or 120)
@@ -371,19 +389,19 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
 
     def reverse_sort(self) -> None:
         self.descending = not self.descending
-        self._reorder(set())
+        self._reorder({})
 
     def set_gpu_only(self, gpu: int | None) -> None:
         if gpu != self.gpu_only:
             self.gpu_only = gpu
-            self._reorder(set())
+            self._reorder({})
 
     def set_text_filter(self, text: str) -> None:
         if text != self.text_filter:
             self.text_filter = text
-            self._reorder(set())
+            self._reorder({})
 
-    def _reorder(self, changed: set[Key]) -> None:
+    def _reorder(self, changed: Mapping[Key, tuple[str, ...] | None]) -> None:
         now_ts = self.snapshot.time.timestamp() if self.snapshot else 0.0
         shown = [
             p for p in self._all.values()
@@ -413,10 +431,24 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
         else:
             # One refresh for every changed row in view (under churn, every row): a refresh per
             # row looked up the widget's size, offset and screen each time.
+            # Only the columns that changed: the rest of the row draws what it drew (Textual then
+            # composes, and the output layer compares, a few cells of the row instead of all of it).
             top = int(self.scroll_offset.y)
-            height, row_of = self.size.height, self._row_of
-            regions = [Region(0, row - top, width, 1) for row in (row_of.get(key) for key in changed)
-                       if row is not None and top <= row < top + height]
+            height, row_of, cells_of = self.size.height, self._row_of, self._cells
+            spans = column_spans(width)
+            regions = []
+            for key, old in changed.items():
+                row = row_of.get(key)
+                if row is None or not top <= row < top + height:
+                    continue
+                new = cells_of[key]
+                if old is None or len(old) != len(new):
+                    regions.append(Region(0, row - top, width, 1))
+                    continue
+                moved = [span for span, a, b in zip(spans, old, new, strict=True) if a != b and span is not None]
+                if moved:
+                    x0 = min(a for a, _ in moved)
+                    regions.append(Region(x0, row - top, min(width, max(b for _, b in moved)) - x0, 1))
             if regions:
                 self.refresh(*regions)
             if not rows:
