@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every benchmark in one command: one-shot commands and poll ticks (run.py), the live
-# dashboard's CPU (ui_bench.py), bytes on the wire (wire_bench.py), the Prometheus exporter
+# dashboard's CPU (ui_bench.py), bytes on the wire (wire_bench.py), both under full churn
+# side by side with nvitop (churn_bench.py), the Prometheus exporter
 # (exporter_bench.py), the fleet from a backfilled Prometheus (fleet_bench.py), the Docker
 # authorization plugin's decision time (guard_bench.py), then the
 # issue-17 table (summary.py: every row with its goal).
@@ -14,6 +15,7 @@ status=0
 "$py" benchmarks/run.py "$@" || status=1
 "$py" benchmarks/ui_bench.py || status=1
 "$py" benchmarks/wire_bench.py || status=1
+"$py" benchmarks/churn_bench.py || status=1
 "$py" benchmarks/exporter_bench.py || status=1
 "$py" benchmarks/fleet_bench.py || status=1
 "$py" benchmarks/guard_bench.py || status=1

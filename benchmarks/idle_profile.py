@@ -126,6 +126,8 @@ def _running(pid: int) -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--churn", choices=("third", "full"), default="third",
+                    help="which processes' SM %% change every second (full: all of them, issue 29)")
     ap.add_argument("--callgrind", action="store_true", help="count instructions under callgrind instead")
     ap.add_argument("--out", type=Path, default=PROFILES / "idle-8x64.md")
     ap.add_argument("--stacks", type=Path, default=BENCH / "results" / "idle-8x64-stacks.txt")
@@ -143,11 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gputui-profile-") as tmp, run_mod.Sleepers(64) as sleepers:
         work = Path(tmp)
         fake = FakeNvml(work / "fake")
-        fake.write(ui_mod.live_scenario(8, sleepers.pids, 0))
+        fake.write(ui_mod.live_scenario(8, sleepers.pids, 0, args.churn))
         env = {k: v for k, v in fake.env().items() if k in ("LD_LIBRARY_PATH", "GPUTUI_FAKE_NVML_SCENARIO", "PATH",
                                                                "HOME")}
         env.update(XDG_STATE_HOME=str(work / "state"), XDG_CONFIG_HOME=str(work / "config"))
-        writer = ui_mod.ScenarioWriter(fake, 8, sleepers.pids)
+        writer = ui_mod.ScenarioWriter(fake, 8, sleepers.pids, args.churn)
         writer.start()
         tmux = ui_mod.Tmux()
         pid = 0

@@ -1,4 +1,4 @@
-"""The light-over-ssh table (issue 17), from the latest results of the three benchmarks.
+"""The light-over-ssh table (issue 17, and issue 29's full churn), from the latest results of the benchmarks.
 
 ``bash benchmarks/all.sh`` runs run.py, ui_bench.py and wire_bench.py, then this: one row per
 measure with nvitop's figure, gputui's, and the goal beside it. Exit status 0 when every
@@ -61,6 +61,18 @@ def rows() -> list[tuple[str, str, str, str, bool | None]]:
                     "<= 10%", k <= 10.0))
     else:
         out.append(("CPU while a key arrives every 100 ms", "-", "-", "<= 10%", None))
+    churn = _load("churn-latest.json")
+    for what, measure, goal, f in (("idle CPU, full churn (issue 29), % of a core", "cpu_percent", 0.40, ".2f"),
+                                   ("bytes/s, full churn (issue 29)", "bytes_per_s", 1.0, ",.0f")):
+        rounds = (churn or {}).get("idle") or []
+        if not rounds or "nvitop" not in rounds[0]:
+            out.append((what, "-", "-", f"ratio <= {goal:.2f}", None))
+            continue
+        ratios = [r["gputui"][measure] / max(r["nvitop"][measure], 1e-9) for r in rounds]
+        n = [r["nvitop"][measure] for r in rounds]
+        g = [r["gputui"][measure] for r in rounds]
+        out.append((what, f"{min(n):{f}}–{max(n):{f}}", f"{min(g):{f}}–{max(g):{f}} "
+                    f"(ratio {min(ratios):.2f}–{max(ratios):.2f})", f"ratio <= {goal:.2f}", max(ratios) <= goal))
     return out
 
 

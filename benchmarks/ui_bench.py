@@ -54,14 +54,15 @@ def _load_run_module():
     return module
 
 
-def live_scenario(gpus: int, pids: list[int], tick: int) -> dict[str, Any]:
-    """The machine at second ``tick``: load moves, about a third of the processes change SM %."""
+def live_scenario(gpus: int, pids: list[int], tick: int, churn: str = "third") -> dict[str, Any]:
+    """The machine at second ``tick``: load, temperature and power move; about a third of the
+    processes change SM % (``churn="full"``: every process, every second — issue 29)."""
     from tests.fakenvml.scenario import gpu, process, scenario
 
     per_gpu: list[list[dict]] = [[] for _ in range(gpus)]
     for i, pid in enumerate(pids):
         moving = i % 3 == 0
-        sm = (i * 37 + (tick * 11 if moving else 0)) % 100
+        sm = (i * 37 + (tick * 11 if moving or churn == "full" else 0)) % 100
         per_gpu[i % gpus].append(process(pid, used_memory=256 * MiB * (1 + i % 4) + (tick % 5) * MiB * moving,
                                          sm=sm))
     return scenario([
@@ -74,16 +75,16 @@ def live_scenario(gpus: int, pids: list[int], tick: int) -> dict[str, Any]:
 class ScenarioWriter(threading.Thread):
     """Rewrites the scenario once a second, like a real machine's numbers moving."""
 
-    def __init__(self, fake, gpus: int, pids: list[int]) -> None:
+    def __init__(self, fake, gpus: int, pids: list[int], churn: str = "third") -> None:
         super().__init__(daemon=True)
-        self.fake, self.gpus, self.pids = fake, gpus, pids
+        self.fake, self.gpus, self.pids, self.churn = fake, gpus, pids, churn
         self.stop = threading.Event()
 
     def run(self) -> None:
         tick = 0
         while not self.stop.wait(1.0):
             tick += 1
-            self.fake.write(live_scenario(self.gpus, self.pids, tick))
+            self.fake.write(live_scenario(self.gpus, self.pids, tick, self.churn))
 
 
 class Tmux:
@@ -172,19 +173,19 @@ def first_frames(tmux: Tmux, env: dict[str, str], runs: int = 3) -> dict[str, fl
 
 
 def bench_config(label: str, gpus: int, nprocs: int, seconds: float, nvitop: Path | None, run_mod,
-                 workdir: Path, textual_driver: bool = False) -> dict[str, Any]:
+                 workdir: Path, textual_driver: bool = False, churn: str = "third") -> dict[str, Any]:
     from tests.fakenvml.scenario import FakeNvml
 
     fake = FakeNvml(workdir / label)
     tmux = Tmux()
     with run_mod.Sleepers(nprocs) as sleepers:
-        fake.write(live_scenario(gpus, sleepers.pids, 0))
+        fake.write(live_scenario(gpus, sleepers.pids, 0, churn))
         full = fake.env()
         env = {k: full[k] for k in ("LD_LIBRARY_PATH", "GPUTUI_FAKE_NVML_SCENARIO", "PATH", "HOME",
                                     "XDG_CONFIG_HOME", "XDG_STATE_HOME") if k in full}
         env["XDG_STATE_HOME"] = str(workdir / label / "state")
         env["XDG_CONFIG_HOME"] = str(workdir / label / "config")
-        writer = ScenarioWriter(fake, gpus, sleepers.pids)
+        writer = ScenarioWriter(fake, gpus, sleepers.pids, churn)
         writer.start()
         try:
             print(f"  {label}: time to first frame ...", flush=True)
@@ -266,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=30.0, help="length of each CPU measurement")
     ap.add_argument("--config", choices=sorted(CONFIGS), action="append", help="only these configurations")
     ap.add_argument("--no-nvitop", action="store_true", help="do not install or run nvitop")
+    ap.add_argument("--churn", choices=("third", "full"), default="third",
+                    help="which processes' SM %% change every second (full: all of them, issue 29)")
     ap.add_argument("--textual-driver", action="store_true",
                     help="also run gputui with GPUTUI_DRIVER=textual (what the output layer costs or saves)")
     args = ap.parse_args(argv)
@@ -277,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, Linux {platform.release()}, "
                    f"Python {platform.python_version()}",
         "nvitop_version": run_mod._version(run_mod.VENV / "bin" / "python", "nvitop") if nvitop else None,
-        "terminal": f"tmux {SIZE[0]}x{SIZE[1]}",
+        "terminal": f"tmux {SIZE[0]}x{SIZE[1]}", "churn": args.churn,
         "configs": {},
     }
     with tempfile.TemporaryDirectory(prefix="gputui-ui-bench-") as tmp:
@@ -285,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
             gpus, nprocs = CONFIGS[label]
             print(f"ui benchmark: {label} ({gpus} GPUs x {nprocs} processes)", flush=True)
             results["configs"][label] = bench_config(label, gpus, nprocs, args.seconds, nvitop, run_mod, Path(tmp),
-                                                     textual_driver=args.textual_driver)
+                                                     textual_driver=args.textual_driver, churn=args.churn)
     results["verdicts"] = verdicts(results)
     print_table(results)
     return run_mod.save_results(results, prefix="ui-")

@@ -138,19 +138,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     variants["gputui, Textual driver"] = (gputui, {"GPUTUI_DRIVER": "textual"})
     if nvitop is not None:
         variants["nvitop"] = ([str(nvitop)], {})
-    results: dict[str, Any] = {"terminal": f"pty {SIZE[0]}x{SIZE[1]}", "gpus": 8, "processes": 64,
+    results: dict[str, Any] = {"terminal": f"pty {SIZE[0]}x{SIZE[1]}", "gpus": 8, "processes": 64, "churn": args.churn,
                                "seconds": args.seconds, "fill_s": args.fill,
                                "nvitop_version": run_mod._version(run_mod.VENV / "bin" / "python", "nvitop")
                                if nvitop else None}
     with tempfile.TemporaryDirectory(prefix="gputui-wire-bench-") as tmp, run_mod.Sleepers(64) as sleepers:
         work = Path(tmp)
         fake = FakeNvml(work / "fake")
-        fake.write(ui_mod.live_scenario(8, sleepers.pids, 0))
+        fake.write(ui_mod.live_scenario(8, sleepers.pids, 0, args.churn))
         base = {k: v for k, v in fake.env().items()
                 if k in ("LD_LIBRARY_PATH", "GPUTUI_FAKE_NVML_SCENARIO", "PATH", "HOME")}
         base.update(TERM="xterm-256color", XDG_STATE_HOME=str(work / "state"),
                     XDG_CONFIG_HOME=str(work / "config"), LANG="C.UTF-8")
-        writer = ui_mod.ScenarioWriter(fake, 8, sleepers.pids)
+        writer = ui_mod.ScenarioWriter(fake, 8, sleepers.pids, args.churn)
         writer.start()
         programs: dict[str, PtyProgram] = {}
         try:
@@ -209,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fill", type=float, default=75.0,
                     help="seconds of unchanging load before it is measured (the graphs must fill)")
     ap.add_argument("--no-nvitop", action="store_true", help="do not install or run nvitop")
+    ap.add_argument("--churn", choices=("third", "full"), default="third",
+                    help="which processes' SM %% change every second (full: all of them, issue 29)")
     ap.add_argument("--record", metavar="DIR", help="keep each program's whole output in DIR")
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

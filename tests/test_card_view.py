@@ -82,3 +82,29 @@ async def test_the_panel_redraws_a_card_header_when_only_its_activity_changes():
         await pilot.pause()
         top = panel.render_line(0).text
         assert activity(busy) in top and " idle " not in top
+
+
+def test_a_graph_whose_every_bar_moves_each_poll_is_redrawn_once_a_step_with_every_sample():
+    """Issue 29: under a load that changes every second, a scrolling graph rewrote every bar every
+    second (most of the dashboard's bytes to the terminal). Now it moves once every GRAPH_STEP
+    polls, by that many samples: every sample is drawn, in order, at most a step late."""
+    from gputui.core.history import GpuSample
+    from gputui.ui.widgets.gpu_panel import GRAPH_STEP, SeriesCodes
+    from gputui.ui.widgets.lines import level_code
+
+    def load(t: int) -> int:
+        return (t * 37) % 100
+
+    width = 30
+    codes = SeriesCodes()
+    history = [GpuSample(float(t), load(t), GIB, 80 * GIB, 50, 100.0, False, 1) for t in range(100)]
+    drawn = [text(tuple(card_view.spark(codes.update(0, history)[0], width)))]
+    for t in range(100, 100 + 3 * GRAPH_STEP):
+        history.append(GpuSample(float(t), load(t), GIB, 80 * GIB, 50, 100.0, False, 1))
+        drawn.append(text(tuple(card_view.spark(codes.update(0, history)[0], width))))
+    moved = [i + 1 for i, (old, new) in enumerate(zip(drawn, drawn[1:], strict=False)) if old != new]
+    assert moved == [GRAPH_STEP, 2 * GRAPH_STEP, 3 * GRAPH_STEP]
+    # The first drawing and each moved one end with the newest sample: the graph is the history as it is.
+    for i in (0, *moved):
+        newest = range(100 + i - width, 100 + i)
+        assert drawn[i] == text(tuple(card_view.spark(tuple(level_code(load(t)) for t in newest), width)))

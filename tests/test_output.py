@@ -40,8 +40,9 @@ def test_an_unchanged_frame_sends_nothing_and_a_changed_digit_sends_that_digit()
     assert "gputui" in first
     assert d.feed(frame((0, 0, header))) == ""
     second = d.feed(frame((0, 0, header.replace("01", "02"))))
-    # Only the last digit, after a one-cell cursor move back: no style (unchanged) and no other text.
-    assert second == "\x1b[D2"
+    # Only the last digit, after a one-cell cursor move back (a backspace, one byte): no style
+    # (unchanged) and no other text.
+    assert second == "\b2"
 
 
 def test_style_changes_are_deltas_without_a_reset_between_runs_of_the_same_background():
@@ -72,11 +73,22 @@ def test_a_combining_mark_that_opens_a_style_run_joins_the_cell_before_it_every_
     assert "e\u0301" in out and "a\u0301" in out
 
 
+def test_a_column_of_changed_numbers_moves_down_and_back_not_to_each_position():
+    """A process table under churn: each row's SM % changes. From the end of one row's digits the
+    next row's are one line down and two columns back: ESC[B and two backspaces (5 bytes), not a
+    cursor position (ESC[23;35H, 8 to 9 bytes) per row."""
+    d = ScreenDiff((60, 30))
+    rows = [(y, 0, f"pid {1000 + y}  SM {y:>2}  python train.py") for y in range(10, 20)]
+    d.feed(frame(*rows))
+    out = d.feed(frame(*((y, 0, text.replace(f"SM {y:>2}", f"SM {y + 41:>2}")) for y, _, text in rows)))
+    assert out == "\x1b[11;14H51" + "".join(f"\x1b[B\b\b{y + 41}" for y in range(11, 20))
+
+
 def test_wide_characters_take_two_cells():
     d = ScreenDiff((10, 2))
     d.feed(frame((0, 0, "a漢b")))
     assert d.have_chars[0][:4] == ["a", "漢", "", "b"]
-    assert d.feed(frame((0, 0, "a漢c"))) == "\x1b[Dc"
+    assert d.feed(frame((0, 0, "a漢c"))) == "\bc"
 
 
 def test_a_resize_or_an_unknown_sequence_forgets_the_screen():

@@ -275,6 +275,30 @@ async def test_cursor_and_scroll_survive_a_refresh_on_a_small_terminal():
             assert t.scroll_offset.y == scroll
 
 
+@pytest.mark.parametrize("width", [80, 200])
+async def test_each_cell_is_drawn_where_a_changed_cell_is_refreshed(width):
+    """Under churn the table refreshes only the columns that changed (issue 29): the place it
+    refreshes for each cell (column_spans) must be where the row draws that cell, at any width."""
+    from gputui.ui.widgets.process_table import _INDEX, COLUMNS, column_spans
+
+    app, _ = demo_app()
+    async with app.run_test(size=(width, 40)) as pilot:
+        await wait_for_polls(pilot)
+        t = table(app)
+        spans = column_spans(t.size.width)
+        for y, p in enumerate(t.rows[: t.size.height]):
+            row = t.render_line(y).text
+            cells = t._cells[p.key]
+            for c in COLUMNS:
+                span = spans[_INDEX[c.id]]
+                if span is None or c.id == "command":
+                    continue
+                assert row[span[0]:span[1]].strip() == cells[_INDEX[c.id]].strip(), (c.id, row)
+            command = spans[_INDEX["command"]]
+            assert command is not None and row[command[0]:].strip().startswith((cells[-1] + " ").strip() or "")
+            assert (cells[_INDEX["command"]].split(" ")[0][:8] in row[command[0]:command[1]])
+
+
 async def test_cursor_keeps_its_row_when_its_process_exits():
     app, clock = demo_app()
     async with app.run_test(size=(140, 44)) as pilot:

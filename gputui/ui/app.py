@@ -55,6 +55,7 @@ container, and every kill and migrate binding in read-only mode.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -129,6 +130,9 @@ class GpuTuiApp(App[int]):
         self.alert_recorder = AlertRecorder(path=False if machine.demo is not None else None)
         #: Polls completed (success or failure); tests wait on it.
         self.polls_done = 0
+        #: gc.freeze() after the first poll on screen (run_app sets it; an app made by a test does not
+        #: freeze, so its objects can still be collected after it).
+        self.freeze_gc = False
         self._polling = False
         self._repoll = False
         self._poll_started = 0.0
@@ -281,6 +285,12 @@ class GpuTuiApp(App[int]):
         self._set_status(last_ok=message.snapshot.time, error=None, slow_for=None)
         for screen in self._listening_screens():
             screen.update_snapshot(message.snapshot)
+        if self.freeze_gc:
+            self.freeze_gc = False
+            # The app, its screens, widgets, styles and imports live as long as the process: keep
+            # them out of the collector's full passes, which would rescan them every few polls.
+            gc.collect()
+            gc.freeze()
         self._poll_done(message.duration)
 
     def _take_history(self, gpu_history: Mapping[int, tuple[GpuSample, ...]]) -> None:
@@ -436,6 +446,7 @@ def run_app(ctx) -> int:
         if getattr(ctx.args, "gpu", None):
             gpu_filter = ctx.gpu_filter(machine.gpu.read().gpus)
         app = make_app(machine, ctx.settings, gpu_filter=gpu_filter)
+        app.freeze_gc = True
         problem = keys.check_keymap(ctx.settings.keymap)
         if problem is not None:
             raise UsageError(problem)

@@ -508,16 +508,36 @@ class ScreenDiff:
         ox, oy = self._out_x, self._out_y
         if ox == x and oy == y:
             return
-        if oy == y and ox is not None:
-            if x > ox:
-                out.append(f"\x1b[{x - ox}C" if x - ox > 1 else "\x1b[C")
-            elif x == 0:
-                out.append("\r")
-            else:
-                out.append(f"\x1b[{ox - x}D" if ox - x > 1 else "\x1b[D")
-        else:
-            out.append(f"\x1b[{y + 1};{x + 1}H" if x else f"\x1b[{y + 1}H")
+        out.append(cursor_move(ox, oy, x, y))
         self._out_x, self._out_y = x, y
+
+
+def _horizontal(ox: int, x: int) -> str:
+    """The shortest move along a row from column ``ox`` to ``x`` (not equal)."""
+    if x == 0:
+        return "\r"
+    if x > ox:
+        return f"\x1b[{x - ox}C" if x - ox > 1 else "\x1b[C"
+    back = ox - x
+    if back <= 3:
+        return "\b" * back  # backspace: one byte a column
+    return f"\x1b[{back}D"
+
+
+def cursor_move(ox: int | None, oy: int | None, x: int, y: int) -> str:
+    """The shortest sequence that moves the cursor from (``ox``, ``oy``) (None: unknown) to (``x``, ``y``).
+
+    A changed row's cells usually sit under the ones changed on the row above (a column of numbers):
+    "down one, back two" is ``ESC[B`` and two backspaces, five bytes where a position takes eight."""
+    absolute = f"\x1b[{y + 1};{x + 1}H" if x else f"\x1b[{y + 1}H"
+    if ox is None or oy is None:
+        return absolute
+    if oy == y:
+        return _horizontal(ox, x)
+    dy = y - oy
+    vertical = ("\x1b[B" if dy == 1 else f"\x1b[{dy}B") if dy > 0 else ("\x1b[A" if dy == -1 else f"\x1b[{-dy}A")
+    relative = vertical + _horizontal(ox, x) if ox != x else vertical
+    return relative if len(relative) < len(absolute) else absolute
 
 
 #: Cells compared at once (as list slices, in C) before the cells of a block that differs are looked at one by one.

@@ -27,9 +27,19 @@ from gputui.ui.widgets.spans import Line, Span, Spans, spark_runs
 CARD_HEIGHT = 5
 
 
+#: Graphs drawn, by (their codes, width): a graph moves once a step, its card line every poll.
+_SPARKS: dict[tuple[tuple[int, ...], int], list[Span]] = {}
+
+
 def spark(codes: Sequence[int], width: int) -> list[Span]:
     """The newest ``width`` samples as fixed-scale bars (see :func:`lines.sparkline`)."""
-    return spark_runs(codes, width, "empty", "low", "mid", "high")
+    key = (tuple(codes[-width:]) if width > 0 else (), width)
+    runs = _SPARKS.get(key)
+    if runs is None:
+        if len(_SPARKS) > 256:
+            _SPARKS.clear()
+        runs = _SPARKS[key] = spark_runs(codes, width, "empty", "low", "mid", "high")
+    return runs
 
 
 @record

@@ -53,6 +53,10 @@ MIN_CARD_WIDTH = 54
 GAP = 1
 #: Samples kept per GPU for the sparklines (more than any card is wide).
 SPARK_SAMPLES = 256
+#: Styled spans kept (see ``GpuPanel._segments``) before that cache starts over.
+SEGMENT_CACHE_SIZE = 4096
+#: Samples a graph moves by at once (see :class:`SeriesCodes`).
+GRAPH_STEP = 5
 
 
 @record
@@ -79,21 +83,29 @@ class SeriesCodes:
     The history of a GPU is up to 720 samples; converting all of them on every
     poll would cost more than drawing the cards. Codes are appended for samples
     newer than the last one seen and the oldest are dropped.
+
+    The graphs move in steps of ``step`` samples: a graph is redrawn when ``step`` new samples
+    have come, all of them at once (the numbers beside it show every poll). Every sample is
+    still drawn, in the order it came, at most ``step - 1`` polls late; but a graph whose every
+    bar moves each second (a load that changes every sample) is rewritten once a step, not
+    once a second: on a busy server that was most of the dashboard's bytes to the terminal. A
+    graph's first drawing shows every sample it has.
     """
 
-    def __init__(self, keep: int = SPARK_SAMPLES) -> None:
-        self.keep = keep
-        #: GPU index -> (time of the newest coded sample, util codes, memory codes)
-        self._codes: dict[int, tuple[float, list[int], list[int]]] = {}
+    def __init__(self, keep: int = SPARK_SAMPLES, step: int = GRAPH_STEP) -> None:
+        self.keep, self.step = keep, max(1, step)
+        #: GPU index -> (time of the newest coded sample, util codes, memory codes, samples not drawn yet)
+        self._codes: dict[int, tuple[float, list[int], list[int], int]] = {}
 
     def update(self, index: int, samples: Sequence[GpuSample]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The codes to draw, oldest first: up to the last finished step."""
         entry = self._codes.get(index)
         if not samples:
             self._codes.pop(index, None)
             return (), ()
         if entry is not None and samples[-1].t < entry[0]:
             entry = None  # the history went back in time: start over
-        last_t, util, mem = entry if entry is not None else (float("-inf"), [], [])
+        last_t, util, mem, waiting = entry if entry is not None else (float("-inf"), [], [], 0)
         new: list[GpuSample] = []
         for s in reversed(samples):
             if s.t <= last_t or len(new) >= self.keep:
@@ -105,7 +117,11 @@ class SeriesCodes:
         if len(util) > self.keep:
             del util[: len(util) - self.keep]
             del mem[: len(mem) - self.keep]
-        self._codes[index] = (samples[-1].t, util, mem)
+        # The first drawing shows every sample; after it, the samples of an unfinished step wait.
+        waiting = 0 if entry is None else (waiting + len(new)) % self.step
+        self._codes[index] = (samples[-1].t, util, mem, waiting)
+        if waiting:
+            return tuple(util[:-waiting]), tuple(mem[:-waiting])
         return tuple(util), tuple(mem)
 
 
@@ -212,6 +228,9 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
         #: (style under the line, the line's spans) -> its strip, for the lines drawn last time and now.
         self._strips: dict[tuple[str, card_view.Line], Strip] = {}
         self._last_strips: dict[tuple[str, card_view.Line], Strip] = {}
+        #: (under, text, style name) -> its Segment: a changed line mostly repeats spans (labels,
+        #: units, graph bars), so only its new spans are styled and made anew.
+        self._segments: dict[tuple[str, str, str], Segment] = {}
         self._codes = SeriesCodes()
         #: (first slot of a card row, line) -> (the card strips it was joined from, the joined line)
         self._joined: dict[tuple[int, int], tuple[tuple[Strip, ...], Strip]] = {}
@@ -235,6 +254,7 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
         self._styles.clear()
         self._strips.clear()
         self._last_strips.clear()
+        self._segments.clear()
         self._joined.clear()
         self._stale = True
         self.refresh()
@@ -358,9 +378,10 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
             self.refresh()
             return
         top = int(self.scroll_offset.y)
-        for y, (a, b) in enumerate(zip(old, lines, strict=True)):
-            if a is not b:
-                self.refresh(Region(0, y - top, width, 1))
+        regions = [Region(0, y - top, width, 1)
+                   for y, (a, b) in enumerate(zip(old, lines, strict=True)) if a is not b]
+        if regions:
+            self.refresh(*regions)  # one call: each looks up the widget's size and screen
 
     def _base(self) -> Style:
         """The widget's own colours (cached: computing them walks the DOM)."""
@@ -381,10 +402,20 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
         if strip is None:
             strip = self._last_strips.get(key)
             if strip is None:
-                base = self._base() + self._style(under) if under else self._base()
-                width = sum(cell_len(text) for text, _ in line)
-                strip = Strip([Segment(text, base + self._named(name) if name else base) for text, name in line],
-                              width)
+                segments = self._segments
+                if len(segments) > SEGMENT_CACHE_SIZE:
+                    segments.clear()
+                parts = []
+                width = 0
+                for text, name in line:
+                    segment = segments.get((under, text, name))
+                    if segment is None:
+                        base = self._base() + self._style(under) if under else self._base()
+                        segment = segments[(under, text, name)] = Segment(
+                            text, base + self._named(name) if name else base)
+                    parts.append(segment)
+                    width += cell_len(text)
+                strip = Strip(parts, width)
             self._strips[key] = strip
         return strip
 
@@ -452,12 +483,23 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
     #: The width lines are drawn at: the panel's, less a scrollbar when the panel scrolls.
     _draw_width = -1
 
+    #: (width, scroll row) while Textual draws a batch of lines (see ``render_lines``), else None.
+    _frame: tuple[int, int] | None = None
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # One lookup of the width and the scroll row for all the lines of a frame.
+        self._frame = (self.size.width, int(self.scroll_offset.y))
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame = None
+
     def render_line(self, y: int) -> Strip:
         if self._stale:
             self._stale = False
             self._lines = self._compute_lines(self._width())
-        index = y + int(self.scroll_offset.y)
-        width = self.size.width
+        width, top = self._frame or (self.size.width, int(self.scroll_offset.y))
+        index = y + top
         if 0 <= index < len(self._lines):
             return self._lines[index].crop(0, width)
         return Strip.blank(width)

@@ -19,6 +19,7 @@ caches to stay cheap at 1 Hz.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Literal
 
@@ -166,6 +167,22 @@ def visible_columns(width: int) -> tuple[tuple[Column, ...], int]:
             break
         cols.remove(min(droppable, key=lambda c: c.priority))
     return tuple(cols), max(4, command_width(cols))
+
+
+@lru_cache(maxsize=16)
+def column_spans(width: int) -> tuple[tuple[int, int] | None, ...]:
+    """Where each of :func:`process_cells`' cells is drawn at ``width``: (first, end) column, or None
+    for a column the width leaves out; the marker and the command share the command's place."""
+    cols, command_w = visible_columns(width)
+    spans: list[tuple[int, int] | None] = [None] * (len(COLUMNS) + 1)
+    x = 0
+    for c in cols:
+        if c.id == "command":
+            spans[_INDEX[c.id]] = spans[-1] = (x, x + MARKER_WIDTH + command_w)
+        else:
+            spans[_INDEX[c.id]] = (x, x + c.width)
+            x += c.width + 1
+    return tuple(spans)
 
 
 class ProcessHeader(CachedStyles, Widget):
@@ -340,13 +357,14 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
         """Show a new poll: diff rows by key, keep the cursor on its process."""
         self.snapshot = snapshot
         new_all: dict[Key, Process] = {}
-        changed: set[Key] = set()
+        changed: dict[Key, tuple[str, ...] | None] = {}  # a changed row's key -> its cells before (None: new)
         for p in snapshot.processes:
             new_all[p.key] = p
             cells = process_cells(p, snapshot.time)
-            if self._cells.get(p.key) != cells:
+            old = self._cells.get(p.key)
+            if old != cells:
                 self._cells[p.key] = cells
-                changed.add(p.key)
+                changed[p.key] = old
         for gone in set(self._cells) - set(new_all):
             del self._cells[gone]
             self._strips.pop(gone, None)
@@ -359,7 +377,7 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
         if descending is None:
             descending = next(c.descending for c in COLUMNS if c.id == column)
         self.sort_column, self.descending = column, descending
-        self._reorder(set())
+        self._reorder({})
 
     def cycle_sort(self, step: int = 1) -> str:
         cols, _ = visible_columns(self.size.width or 120)
@@ -371,19 +389,19 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
 
     def reverse_sort(self) -> None:
         self.descending = not self.descending
-        self._reorder(set())
+        self._reorder({})
 
     def set_gpu_only(self, gpu: int | None) -> None:
         if gpu != self.gpu_only:
             self.gpu_only = gpu
-            self._reorder(set())
+            self._reorder({})
 
     def set_text_filter(self, text: str) -> None:
         if text != self.text_filter:
             self.text_filter = text
-            self._reorder(set())
+            self._reorder({})
 
-    def _reorder(self, changed: set[Key]) -> None:
+    def _reorder(self, changed: Mapping[Key, tuple[str, ...] | None]) -> None:
         now_ts = self.snapshot.time.timestamp() if self.snapshot else 0.0
         shown = [
             p for p in self._all.values()
@@ -411,10 +429,28 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
             if self._cursor_row != old_cursor_row:
                 self._keep_cursor_visible()
         else:
-            for key in changed:
-                row = self._row_of.get(key)
-                if row is not None:
-                    self._refresh_row(row)
+            # One refresh for every changed row in view (under churn, every row): a refresh per
+            # row looked up the widget's size, offset and screen each time.
+            # Only the columns that changed: the rest of the row draws what it drew (Textual then
+            # composes, and the output layer compares, a few cells of the row instead of all of it).
+            top = int(self.scroll_offset.y)
+            height, row_of, cells_of = self.size.height, self._row_of, self._cells
+            spans = column_spans(width)
+            regions = []
+            for key, old in changed.items():
+                row = row_of.get(key)
+                if row is None or not top <= row < top + height:
+                    continue
+                new = cells_of[key]
+                if old is None or len(old) != len(new):
+                    regions.append(Region(0, row - top, width, 1))
+                    continue
+                moved = [span for span, a, b in zip(spans, old, new, strict=True) if a != b and span is not None]
+                if moved:
+                    x0 = min(a for a, _ in moved)
+                    regions.append(Region(x0, row - top, min(width, max(b for _, b in moved)) - x0, 1))
+            if regions:
+                self.refresh(*regions)
             if not rows:
                 self.refresh()
         self._report_cursor()
@@ -570,7 +606,10 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
         cache = self._cell_cache
         if len(cache) > CELL_CACHE_SIZE:
             cache.clear()
-        segments: list[Segment] = []
+        # Neighbouring cells of one style (a number, its gap, the next number) are one segment:
+        # every later step (Textual's compositor, the output layer) costs per segment.
+        texts: list[str] = []
+        styles: list[Style] = []
         used = 0
         for c in cols:
             text = cells[_INDEX[c.id]]
@@ -581,13 +620,22 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
                 self._cell(line, p, c, text, cells[-1], command_w)
                 hit = cache[key] = ([Segment(t, base + st if st is not None else base) for t, st, _ in line.segments],
                                     line.width)
-            segments.extend(hit[0])
+            for segment in hit[0]:
+                if styles and styles[-1] is segment.style:
+                    texts[-1] += segment.text
+                else:
+                    texts.append(segment.text)
+                    styles.append(segment.style)  # type: ignore[arg-type]  # always a Style here
             used += hit[1]
         if used > width:
             return None
         if used < width:
-            segments.append(Segment(" " * (width - used), base))
-        return Strip(segments, width)
+            if styles and styles[-1] is base:
+                texts[-1] += " " * (width - used)
+            else:
+                texts.append(" " * (width - used))
+                styles.append(base)
+        return Strip([Segment(t, st) for t, st in zip(texts, styles, strict=True)], width)
 
     def _draw_row(self, p: Process, cells: tuple[str, ...], width: int, cursor: bool, focused: bool) -> Strip:
         base = self._base()
@@ -605,9 +653,21 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
             return strip.apply_style(base + s("cursor-blurred"))
         return strip.apply_style(base)
 
+    #: (width, scroll row) while Textual draws a batch of lines (see ``render_lines``), else None.
+    _frame: tuple[int, int] | None = None
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # Textual asks for every changed line of a frame in one call: the width and the scroll
+        # row are looked up once for all of them (each lookup walks the widget's geometry).
+        self._frame = (self.size.width, int(self.scroll_offset.y))
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame = None
+
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        row = y + int(self.scroll_offset.y)
+        width, top = self._frame or (self.size.width, int(self.scroll_offset.y))
+        row = y + top
         if 0 <= row < len(self.rows):
             return self._row_strip(self.rows[row], row == self._cursor_row, width)
         if row == 0 and not self.rows:
