@@ -197,11 +197,11 @@ def test_reservations_pick_and_violations_on_every_face(fake_nvml, rules_dir, as
 def test_an_expired_reservation_vanishes_by_itself(fake_nvml, rules_dir):
     fake_nvml.write(scenario([gpu(0), gpu(1)]))
     rules = write_rules(rules_dir, "")
-    made = fake_nvml.run_gputui("reserve", "0", "--for", "gtrl1", "--until", str(int(time.time()) + 2),
-                                "--rules", str(rules))
+    until = int(time.time()) + 12  # room for a loaded machine to start two commands before it ends
+    made = fake_nvml.run_gputui("reserve", "0", "--for", "gtrl1", "--until", str(until), "--rules", str(rules))
     assert made.returncode == 0, made.stderr
     assert snapshot(fake_nvml, rules)["reservations"]
-    time.sleep(2.5)
+    time.sleep(max(0.0, until + 0.5 - time.time()))
     assert snapshot(fake_nvml, rules)["reservations"] == []
     assert fake_nvml.run_gputui("pick", "--sample", "0", "--rules", str(rules)).stdout.strip() in {"0", "1"}
 
