@@ -285,7 +285,12 @@ def test_if_the_original_vanishes_mid_way_recover_recreates_it_from_the_journal(
     assert len(pending_journals()) == 1 and last_audit()["result"] == "failed"
     assert "mig-gone" not in names(d)
 
+    # Docker keeps neither container: nothing is created from the journal alone until the operator says so
     rec = subprocess.run([sys.executable, "-m", "gputui", "migrate", "--recover", "--yes"],
+                         env=_env(d, isolated_xdg), capture_output=True, text=True, timeout=120)
+    assert rec.returncode == 1 and "--from-journal" in rec.stderr and "mig-gone" not in names(d)
+    assert "host paths" in rec.stderr  # what it would reach is named
+    rec = subprocess.run([sys.executable, "-m", "gputui", "migrate", "--recover", "--from-journal", "--yes"],
                          env=_env(d, isolated_xdg), capture_output=True, text=True, timeout=120)
     assert rec.returncode == 0, rec.stdout + rec.stderr
     back = d.client.api.inspect_container("mig-gone")

@@ -268,6 +268,9 @@ def test_recover_after_the_backup_was_removed_keeps_static_ips_from_another_stat
         d.client.api.remove_container(backup, force=True)  # ... and a prune job removed the backup
         # ... then root recovers from root's own state directory: the journal is found all the same.
         rec = gputui(env_for(d, XDG_STATE_HOME=str(tmp_path / "root-state")), "migrate", "--recover", "--yes")
+        assert rec.returncode == 1 and "--from-journal" in rec.stderr  # the journal alone vouches for nothing
+        rec = gputui(env_for(d, XDG_STATE_HOME=str(tmp_path / "root-state")), "migrate", "--recover",
+                     "--from-journal", "--yes")
         assert rec.returncode == 0, rec.stdout + rec.stderr
         assert "recreate static-ip from the journal" in rec.stdout
         assert "docker rm" not in rec.stdout + rec.stderr

@@ -187,6 +187,24 @@ def test_a_journal_naming_a_container_that_is_not_its_copy_or_backup_gets_nothin
 
 
 @pytest.mark.docker
+def test_a_journal_alone_never_creates_a_container(docker_cleanup):
+    """Neither the original nor its backup exists: only the journal vouches for the body (here one that
+    mounts the host's /), so --recover creates nothing and names what the body would reach."""
+    d = docker_cleanup
+    folder = system_journal_dir()
+    folder.mkdir(parents=True)
+    journal = folder / "migrate-20260101T000000-gtjr-alone-aaaaaa.json"
+    info = d.client.info()  # written on this daemon, as gputui writes them
+    daemon = {"id": info["ID"], "root": info["DockerRootDir"], "endpoint": d.host}
+    journal.write_text(json.dumps(evil_journal(d, "gtjr-alone", daemon=daemon)))
+    journal.chmod(0o600)
+    r = gputui(env_for(d), "migrate", "--recover", "--yes")
+    assert "Traceback" not in r.stderr and r.returncode == 1
+    assert names(d) == set() and mounts_host_root(d) == [] and journal.exists()
+    assert "host paths /" in r.stderr and "--from-journal" in r.stderr
+
+
+@pytest.mark.docker
 @pytest.mark.parametrize("where", ["home", "journal-dir"])
 def test_discard_never_moves_a_journal_through_a_symlinked_discarded_folder(docker_cleanup, where):
     d = docker_cleanup
@@ -422,7 +440,7 @@ def test_a_second_recover_takes_over_the_copy_the_first_left_when_a_network_was_
         assert first.returncode == 1 and "gtjr-km" not in names(d), first.stdout + first.stderr
         assert "docker network create" in first.stdout + first.stderr
         net2 = d.client.networks.create("gtjr-net2", driver="bridge", labels={LABEL: "1"})  # the fix
-        second = gputui(env_for(d), "migrate", "--recover", "--yes")
+        second = gputui(env_for(d), "migrate", "--recover", "--from-journal", "--yes")
         assert second.returncode == 0, second.stdout + second.stderr
         now = d.client.api.inspect_container("gtjr-km")
         assert now["State"]["Running"] and set(now["NetworkSettings"]["Networks"]) == {"gtjr-net1", "gtjr-net2"}

@@ -81,6 +81,9 @@ def add_parser(sub, common):
     p.add_argument("--recover", action="store_true",
                    help="finish or undo the migrations that were interrupted on this Docker daemon (from their "
                         "journals); with CONTAINER, only that container's")
+    p.add_argument("--from-journal", action="store_true",
+                   help="with --recover: where the original and its backup are both gone, create the container "
+                        "again from its journal (after showing the host paths, privileges and devices it names)")
     p.add_argument("--discard", action="store_true",
                    help="with --recover: forget the interrupted migrations it cannot finish (their journals are "
                         "moved aside; no container is touched)")
@@ -96,6 +99,8 @@ def run(ctx) -> int:
         return _recover(ctx)
     if args.discard:
         raise UsageError("--discard goes with --recover.")
+    if args.from_journal:
+        raise UsageError("--from-journal goes with --recover.")
     if not args.container or args.to is None:
         raise UsageError("Usage: gputui migrate CONTAINER --to GPU (or gputui migrate --recover).")
     if getattr(args, "no_docker", False) and not ctx.demo:
@@ -323,6 +328,7 @@ def _recover(ctx) -> int:
     from gputui.actions.migrate import DockerMigrationEngine
 
     engine = DockerMigrationEngine(client)
+    engine.from_journal = bool(args.from_journal)
     try:
         try:
             daemon = engine.daemon()
@@ -351,6 +357,10 @@ def _recover(ctx) -> int:
             name, cid = p.container
             print(clean(f"  journal {p.path} (owner {p.owner or '?'}); it changes container {name} ({cid[:12]})"),
                   file=out)
+            if args.from_journal:
+                from gputui.actions.migrate.engine import risky_summary
+
+                print(clean(f"  if it must be created from the journal: {risky_summary(p.data)}"), file=out)
         if not args.yes:
             if not interactive():
                 raise UsageError("Refusing to recover without confirmation: stdin is not a terminal; add --yes.")

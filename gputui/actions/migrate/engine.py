@@ -66,6 +66,8 @@ class DockerMigrationEngine:
         self.api = client.api
         self.hooks = hooks or MigrationHooks()
         self.read_only = read_only
+        #: --recover --from-journal: the operator reviewed what the journal alone would create and said so
+        self.from_journal = False
         self.poll_interval = poll_interval
         self._sleep = sleep
         self._daemon: dict[str, str] | None = None
@@ -604,6 +606,10 @@ class DockerMigrationEngine:
             notify(progress, "create", "undoing", f"take over the copy of {name} an earlier --recover made")
             cid = str(holder["Id"])
         else:
+            if not self.from_journal:  # Docker keeps neither container: only the journal vouches for the body
+                raise RuntimeError(f"the original container {name} and its backup are both gone, and gputui does "
+                                   f"not create a container from its journal alone ({risky_summary(d)}); review "
+                                   f"that and run 'gputui migrate --recover {name} --from-journal'")
             journal.update(recover_started=_docker_now())
             notify(progress, "create", "undoing", f"recreate {name} from the journal")
             body = copy.deepcopy(d.get("original_body") or {})
@@ -614,6 +620,30 @@ class DockerMigrationEngine:
         joined = set(((self._safe_inspect(cid) or {}).get("NetworkSettings") or {}).get("Networks") or {})
         connect_networks(self.api, cid, [c for c in d.get("connect") or [] if c and c[0] not in joined])
         return cid
+
+
+def risky_summary(d: dict[str, Any]) -> str:
+    """What a container made from the journal's body could reach on the host: the part a person reviews
+    before ``--from-journal`` lets gputui create it (host paths, privileges, devices, host namespaces)."""
+    body = d.get("original_body") or {}
+    hc = body.get("HostConfig") or {}
+    parts = [f"image {str(body.get('Image') or '?')[:80]}"]
+    binds = [str(b).split(":", 1)[0] for b in hc.get("Binds") or []]
+    binds += [str(m.get("Source")) for m in hc.get("Mounts") or [] if isinstance(m, dict) and m.get("Type") == "bind"]
+    parts.append("host paths " + ", ".join(b[:60] for b in binds[:6]) if binds else "no host paths")
+    if hc.get("Privileged"):
+        parts.append("PRIVILEGED")
+    if hc.get("CapAdd"):
+        parts.append("capabilities " + ", ".join(str(c)[:24] for c in hc["CapAdd"][:6]))
+    devices = [str(x.get("PathOnHost")) for x in hc.get("Devices") or [] if isinstance(x, dict)]
+    if devices:
+        parts.append("devices " + ", ".join(x[:40] for x in devices[:6]))
+    for key in ("NetworkMode", "PidMode", "IpcMode", "UTSMode", "UsernsMode"):
+        if str(hc.get(key) or "") == "host":
+            parts.append(f"{key} host")
+    if body.get("User"):
+        parts.append(f"user {str(body['User'])[:32]}")
+    return "; ".join(parts)
 
 
 def _docker_now() -> str:
