@@ -52,14 +52,16 @@ def _ui_bench():
     return module
 
 
-def write_openmetrics(path: Path, end: float) -> int:
+def write_openmetrics(path: Path, end: float, ahead: float = 300) -> int:
     """The synthetic fleet as OpenMetrics text (one family after another); returns the sample count."""
     rng = random.Random(15)
-    start = end - SPAN
-    times = [start + i * STEP for i in range(SPAN // STEP + 1)]
-    down_after = end - 300 - 20 * 60  # the down hosts' last sample (20 min before "now")
-    hosts = [f"gpu-node-{i:03d}" for i in range(HOSTS)]
+    start = end - ahead + 300 - SPAN  # `ahead` seconds of samples in the future (--hold: still live then)
+    times = [start + i * STEP for i in range(int(end - start) // STEP + 1)]
+    down_after = end - ahead - 20 * 60  # the down hosts' last sample (20 min before "now")
+    width = max(3, len(str(HOSTS - 1)))
+    hosts = [f"gpu-node-{i:0{width}d}" for i in range(HOSTS)]
     inst = {h: f"{h}:9835" for h in hosts}
+    number = {h: i for i, h in enumerate(hosts)}
     down = set(hosts[:: HOSTS // DOWN][:DOWN])
     base = {(h, g): rng.random() for h in hosts for g in range(GPUS)}
     n = 0
@@ -80,7 +82,7 @@ def write_openmetrics(path: Path, end: float) -> int:
                                          f'gputui_version="0.1.0"'), lambda t: 1) for h in hosts])
 
         def gpu_labels(h: str, g: int) -> str:
-            return f',gpu="{g}",uuid="GPU-{hosts.index(h):04d}{g:04d}-0000-4000-8000-000000000000"'
+            return f',gpu="{g}",uuid="GPU-{number[h]:04d}{g:04d}-0000-4000-8000-000000000000"'
 
         def util(h: str, g: int):
             return lambda t: round(min(1.0, max(0.0, base[(h, g)] + 0.2 * ((int(t) // STEP + g) % 5 - 2) / 2)), 2)
@@ -112,14 +114,19 @@ def prometheus_on(tsdb_parent: Path):
 
 
 def main(argv: list[str] | None = None) -> int:
+    global HOSTS
     # SIGTERM unwinds like Ctrl-C, so the Prometheus this started is stopped and its TSDB removed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--hosts", type=int, default=HOSTS, help="hosts in the synthetic fleet (issue 29: 2000)")
     ap.add_argument("--seconds", type=float, default=30.0, help="idle CPU measurement time")
+    ap.add_argument("--ahead", type=float, default=300.0,
+                    help="seconds of samples after now (with --hold: how long every host stays live)")
     ap.add_argument("--hold", type=float, default=0.0,
                     help="only serve the backfilled fleet this long (to look at it), measure nothing")
     args = ap.parse_args(argv)
+    HOSTS = args.hosts
     for tool in ("prometheus", "promtool", "tmux"):
         if shutil.which(tool) is None:
             print(f"fleet benchmark: {tool} is not installed", file=sys.stderr)
@@ -129,10 +136,10 @@ def main(argv: list[str] | None = None) -> int:
                                   "down_hosts": DOWN, "time": datetime.now(timezone.utc).isoformat()}
     with tempfile.TemporaryDirectory(prefix="gputui-fleet-bench-") as tmp:
         work = Path(tmp)
-        end = time.time() + 300
+        end = time.time() + args.ahead
         om = work / "fleet.om"
         t0 = time.monotonic()
-        results["samples"] = write_openmetrics(om, end)
+        results["samples"] = write_openmetrics(om, end, args.ahead)
         results["openmetrics_mib"] = round(om.stat().st_size / 1024**2, 1)
         (work / "p").mkdir()
         subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(work / "p")],
@@ -207,7 +214,7 @@ def measure(url: str, args, ui, tmux) -> dict[str, object]:
     keep = {k: env[k] for k in ("HOME", "PATH", "XDG_CONFIG_HOME", "XDG_STATE_HOME") if k in env}
     tmux.start("fleet", [exe, "fleet", "--prometheus", url, "--interval", "2"], keep)
     pid = tmux.pid("fleet")
-    ui.wait_for(tmux, "fleet", lambda s: "gpu-node-199" in s or "gpu-node-04" in s, 60)
+    ui.wait_for(tmux, "fleet", lambda s: "gpu-node-0" in s, 60)
     time.sleep(5)
     out["idle_cpu_percent"] = round(ui.measure_cpu(tmux, {"fleet": pid}, args.seconds, press=False)["fleet"], 2)
     rss, hwm = ui.memory(pid)
