@@ -150,12 +150,8 @@ def _slim(metrics: Iterable[str], by: str) -> str:
 Q_UP = "up"
 #: Every host seen in the last hour; the time of its newest sample, for those answering now.
 Q_HOSTS = " or ".join(_hosts(metric, by, source) for source, by, metric in _HOST_METRICS)
-_GPU_VALUES = (_GPU_UTILIZATION, _GPU_MEMORY_USED, _GPU_MEMORY_TOTAL, _GPU_TEMPERATURE, _GPU_LOST)
-Q_GPUS = " or ".join((_slim((_HOST_INFO,), "hostname"), _slim((_GPU_INFO,), "gpu, uuid, name"),
-                      _slim(_GPU_VALUES, "gpu"), names(DCGM_GPU_METRICS)))
 Q_PROCESSES = _PROCESS_GPU_MEMORY
 Q_STATE = names(STATE_METRICS)
-FLEET_QUERIES = (Q_UP, Q_HOSTS, Q_GPUS, Q_PROCESSES, Q_STATE)
 
 #: The live screen splits Q_GPUS: what never changes while an exporter runs (GPU names, UUIDs and
 #: sizes, host info) is read again only every STATIC_TTL seconds or when a new target appears; what
@@ -166,6 +162,10 @@ Q_GPU_STATIC = " or ".join((_slim((_HOST_INFO,), "hostname"), _slim((_GPU_INFO,)
 Q_GPU_LIVE = " or ".join((_slim((_GPU_UTILIZATION, _GPU_MEMORY_USED, _GPU_TEMPERATURE), "gpu"),
                           names(DCGM_GPU_METRICS), f"max by (__name__, job, instance, gpu) ({_GPU_LOST} == 1)"))
 LIVE_QUERIES = (Q_UP, Q_HOSTS, Q_GPU_LIVE, Q_PROCESSES, Q_STATE)
+#: A one-shot refresh: the GPU series in two queries Prometheus evaluates side by side (each is
+#: tens of thousands of series over a large fleet, most of a refresh's time), ``gputui_gpu_lost``
+#: only where it is 1.
+FLEET_QUERIES = (Q_UP, Q_HOSTS, Q_GPU_STATIC, Q_GPU_LIVE, Q_PROCESSES, Q_STATE)
 STATIC_TTL = 30.0
 
 DCGM_NOTE = ("dcgm-exporter reports no per-process data: run gputui exporter on this host "
@@ -454,7 +454,8 @@ def _states(samples: Sequence[Sample], problems: Problems) -> dict[tuple[str, st
 def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequence[Sample],
                 gpus: Sequence[Sample], processes: Sequence[Sample], state: Sequence[Sample],
                 queries: int = len(FLEET_QUERIES)) -> FleetSnapshot:
-    """The answers of :data:`FLEET_QUERIES` (in that order) as one snapshot."""
+    """The answers of :data:`FLEET_QUERIES` (in that order, the two GPU queries' as one list) as one
+    snapshot; ``seen`` with :func:`gone_query`'s answer, if it was sent."""
     problems = Problems()
     hosts, targets = _inventory(up, seen, gpus, now, problems)
     gpu_drafts = _gpu_drafts(gpus, hosts, problems)
@@ -619,15 +620,15 @@ class FleetReader:
         PrometheusError."""
         now = self.clock()
         if not self.cache_static:
-            up, seen, gpus, procs, state = self.run_queries(FLEET_QUERIES, now)
-            seen, extra = self._last_seen(seen, now)
-            return build_fleet(self.client.url, now, up, seen, gpus, procs, state,
+            up, seen, static, live, procs, state = self.run_queries(FLEET_QUERIES, now)
+            seen, extra = self.last_seen(seen, now)
+            return build_fleet(self.client.url, now, up, seen, static + live, procs, state,
                                queries=len(FLEET_QUERIES) + extra)
         stale = time.monotonic() - self._static_at >= STATIC_TTL
         queries = LIVE_QUERIES + ((Q_GPU_STATIC,) if stale else ())
         results = self.run_queries(queries, now)
         up, seen, live, procs, state = results[:5]
-        seen, extra = self._last_seen(seen, now)
+        seen, extra = self.last_seen(seen, now)
         if not stale and any((s.labels.get("job", ""), s.labels.get("instance", "")) not in self._static_targets
                              for s in up if s.value >= 1):
             results.append(self.client.query(Q_GPU_STATIC, now))  # a new target: its GPUs' names now
@@ -641,7 +642,7 @@ class FleetReader:
         return build_fleet(self.client.url, now, up, seen, self._static + live, procs, state,
                            queries=len(results) + extra)
 
-    def _last_seen(self, seen: list[Sample], now: float) -> tuple[list[Sample], int]:
+    def last_seen(self, seen: list[Sample], now: float) -> tuple[list[Sample], int]:
         """Q_HOSTS's answer with the last-seen times of the hosts it marks gone (one more query, only
         when some host is down), and the number of queries that took."""
         query = gone_query(seen)
