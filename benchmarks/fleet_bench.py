@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 
 HOSTS, GPUS, STEP, SPAN = 200, 8, 15, 3600
 DOWN = 10
-TARGETS = {"json_wall_s": 1.0, "queries": 8, "idle_cpu": 3.0}
+TARGETS = {"json_wall_s": 1.0, "queries": 8, "idle_cpu": 3.0}  # json_wall_s: 2.0 over 1,000 hosts and more
 GIB = 1024**3
 
 
@@ -127,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="only serve the backfilled fleet this long (to look at it), measure nothing")
     args = ap.parse_args(argv)
     HOSTS = args.hosts
+    if HOSTS > 1000:
+        TARGETS["json_wall_s"] = 2.0
     for tool in ("prometheus", "promtool", "tmux"):
         if shutil.which(tool) is None:
             print(f"fleet benchmark: {tool} is not installed", file=sys.stderr)
@@ -179,6 +181,34 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
+def query_costs(url: str) -> dict[str, dict[str, float]]:
+    """Each query of one refresh alone, straight to the HTTP API: median seconds of 3, answer bytes."""
+    import urllib.parse
+    import urllib.request
+
+    from gputui.core.fleet import queries
+    from gputui.core.fleet.prom import PromClient
+
+    now = time.time()
+    seen = PromClient(url, timeout=60).query(queries.Q_HOSTS, now)
+    gone = queries.gone_query(seen)
+    parts = ("up", "hosts", "gpu_static", "gpu_live", "processes", "state")
+    named = dict(zip(parts, queries.FLEET_QUERIES, strict=True))
+    if gone:
+        named["hosts_down_last_seen"] = gone
+    out = {}
+    for name, promql in named.items():
+        body = urllib.parse.urlencode({"query": promql, "time": f"{now:.3f}"}).encode()
+        walls, size = [], 0
+        for _ in range(3):
+            t = time.perf_counter()
+            with urllib.request.urlopen(url + "/api/v1/query", body, timeout=60) as answer:
+                size = len(answer.read())
+            walls.append(time.perf_counter() - t)
+        out[name] = {"s": round(statistics.median(walls), 3), "bytes": size}
+    return out
+
+
 def measure(url: str, args, ui, tmux) -> dict[str, object]:
     from gputui.core.fleet.prom import PromClient
     from gputui.core.fleet.queries import FleetReader
@@ -197,6 +227,7 @@ def measure(url: str, args, ui, tmux) -> dict[str, object]:
         times.append(time.perf_counter() - t)
     out["refresh_in_process_s"] = round(statistics.median(times), 4)
     reader.close()
+    out["query_costs"] = query_costs(url)
 
     exe = str(Path(sys.executable).parent / "gputui")
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
