@@ -7,13 +7,14 @@ changed, keeping the highlighted host. `Enter` opens the host screen.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.segment import Segment
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.cache import LRUCache
 from textual.screen import Screen
 from textual.strip import Strip
 from textual.widgets import DataTable, Input, Static
@@ -38,6 +39,32 @@ class HostTable(DataTable[Text]):
         Binding("home", "scroll_top", "First host", show=False),
         Binding("end", "scroll_bottom", "Last host", show=False),
     ]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Each host row's line by what it draws: DataTable keys its own caches on the cursor's place
+        #: and the screen line, so a cursor move or a scroll of the 2,000-host list rendered every
+        #: visible row again; here only the rows the cursor leaves and enters are.
+        self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(1024)
+
+    def _render_line(self, y: int, x1: int, x2: int, base_style: Any) -> Strip:
+        if self.cursor_type != "row":
+            return super()._render_line(y, x1, x2, base_style)
+        try:
+            row_key, line_no = self._get_offsets(y)
+        except LookupError:
+            return super()._render_line(y, x1, x2, base_style)
+        row = self._row_locations.get(row_key)
+        if row is None or row < 0:  # the heading
+            return super()._render_line(y, x1, x2, base_style)
+        key = (row_key, row, line_no, x1, x2, self.size.width, base_style, self.show_cursor,
+               self.cursor_coordinate.row == row, self._show_hover_cursor and self.hover_coordinate.row == row,
+               self._update_count, self._pseudo_class_state)
+        strip = self._strips.get(key)
+        if strip is None:
+            strip = super()._render_line(y, x1, x2, base_style)
+            self._strips.set(key, strip)
+        return strip
 
     def render_line(self, y: int) -> Strip:
         """A row ends in "…" while columns are cut off at the right edge (→ scrolls to them)."""
