@@ -48,27 +48,31 @@ class HostTable(DataTable[Text]):
         self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(1024)
 
     def _render_line(self, y: int, x1: int, x2: int, base_style: Any) -> Strip:
+        key = self._row_line_key(y, x1, x2, base_style)
+        strip = self._strips.get(key) if key is not None else None
+        if strip is None:
+            strip = self._cut_mark(super()._render_line(y, x1, x2, base_style))
+            if key is not None:
+                self._strips.set(key, strip)
+        return strip
+
+    def _row_line_key(self, y: int, x1: int, x2: int, base_style: Any) -> tuple[object, ...] | None:
+        """What a host row's line at ``y`` draws (None: the heading, or no row there)."""
         if self.cursor_type != "row":
-            return super()._render_line(y, x1, x2, base_style)
+            return None
         try:
             row_key, line_no = self._get_offsets(y)
         except LookupError:
-            return super()._render_line(y, x1, x2, base_style)
+            return None
         row = self._row_locations.get(row_key)
-        if row is None or row < 0:  # the heading
-            return super()._render_line(y, x1, x2, base_style)
-        key = (row_key, row, line_no, x1, x2, self.size.width, base_style, self.show_cursor,
-               self.cursor_coordinate.row == row, self._show_hover_cursor and self.hover_coordinate.row == row,
-               self._update_count, self._pseudo_class_state)
-        strip = self._strips.get(key)
-        if strip is None:
-            strip = super()._render_line(y, x1, x2, base_style)
-            self._strips.set(key, strip)
-        return strip
+        if row is None or row < 0:
+            return None
+        return (row_key, row, line_no, x1, x2, self.size.width, self.max_scroll_x, base_style, self.show_cursor,
+                self.cursor_coordinate.row == row, self._show_hover_cursor and self.hover_coordinate.row == row,
+                self._update_count, self._pseudo_class_state)
 
-    def render_line(self, y: int) -> Strip:
+    def _cut_mark(self, strip: Strip) -> Strip:
         """A row ends in "…" while columns are cut off at the right edge (→ scrolls to them)."""
-        strip = super().render_line(y)
         width = strip.cell_length
         if self.scroll_x < self.max_scroll_x and width > 1 and strip.text.strip():
             segments = list(strip.crop(width - 1, width))
