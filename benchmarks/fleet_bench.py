@@ -143,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             results.update(measure(args.url, args, ui, tmux))
         finally:
             tmux.close()
+        results["hosts"] = results["hosts_seen"]  # whatever that Prometheus serves
         print(json.dumps(results, indent=2))
         return 0
     with tempfile.TemporaryDirectory(prefix="gputui-fleet-bench-") as tmp:
