@@ -1,7 +1,8 @@
 """``gputui pick --prometheus``: the best GPUs across the fleet, from windowed averages.
 
 One pick sends :data:`PICK_QUERIES` queries: the fleet refresh plus three windowed
-ones (mean utilization, mean and peak memory used over ``--window``). Each up host's
+ones (mean utilization, mean and peak memory used over ``--window``), and one more when a
+host is down (its last-seen time). Each up host's
 GPUs become :class:`GpuLoad`\\ s and go through the same :func:`pick` judge as a local
 ``gputui pick`` (lost GPUs and GPUs granted to running containers are never
 chosen); ``--count N`` keeps the N GPUs on one host. The host whose chosen GPUs
@@ -138,8 +139,9 @@ def pick_fleet(reader: FleetReader, count: int = 1, min_free: int | None = None,
     """Read the fleet and choose (for ``user``: see :func:`choose`). Raises PrometheusError."""
     now = reader.clock()
     results = reader.run_queries(FLEET_QUERIES + windowed_queries(window), now)
-    up, seen, gpus, procs, state = results[:len(FLEET_QUERIES)]
-    snap = build_fleet(reader.client.url, now, up, seen, gpus, procs, state, queries=PICK_QUERIES)
+    up, seen, static, live, procs, state = results[:len(FLEET_QUERIES)]
+    seen, extra = reader.last_seen(seen, now)
+    snap = build_fleet(reader.client.url, now, up, seen, static + live, procs, state, queries=PICK_QUERIES + extra)
     per_gpu = []
     for samples in results[len(FLEET_QUERIES):]:
         values: dict[tuple[str, str, int], float] = {}

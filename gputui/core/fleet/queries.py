@@ -103,23 +103,69 @@ def _seen(metric_selector: str, by: str, source: str) -> str:
     return f'label_replace({recent} or {hour}, "gputui_source", "{source}", "", "")'
 
 
+#: The suffix of ``gputui_source`` on a host seen in the last hour but not now (see _hosts).
+GONE = "-gone"
+
+
+def _hosts(metric: str, by: str, source: str) -> str:
+    """Every target that sent ``metric`` in the last hour: those that send it now with the time of
+    their newest sample (``timestamp()`` at the instant: one sample per series), the others (down, or
+    gone from the scrape configuration) marked ``source-gone``, without a time (``last_over_time`` over
+    the raw samples). Their last-seen time costs a subquery of ``timestamp()`` (:func:`gone_query`), so
+    it is asked for them only, not for the whole fleet's 240 steps a series."""
+    live = f"max by (job, instance, {by}) (timestamp({metric}))"
+    gone = f"max by (job, instance, {by}) (last_over_time({metric}[{LOOKBACK}]) unless on (job, instance) {metric})"
+    return (f'label_replace({live}, "gputui_source", "{source}", "", "") or '
+            f'label_replace({gone}, "gputui_source", "{source}{GONE}", "", "")')
+
+
+def _regex_literal(text: str) -> str:
+    """``text`` as an RE2 pattern matching only itself: every ASCII punctuation mark escaped."""
+    return "".join("\\" + c if c in _PUNCTUATION else c for c in text)
+
+
+_PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+_HOST_METRICS = (("gputui", "hostname", _HOST_INFO), ("dcgm", "Hostname", _DCGM_FB_USED))
+
+
+def gone_query(seen: Sequence[Sample]) -> str | None:
+    """The last-seen times of the hosts :data:`Q_HOSTS` marks gone (None when none is): the old
+    subquery, over those targets' instances only."""
+    parts = []
+    for source, by, metric in _HOST_METRICS:
+        instances = sorted({s.labels.get("instance", "") for s in seen
+                            if s.labels.get("gputui_source") == source + GONE} - {""})
+        if instances:
+            pattern = "|".join(_regex_literal(i) for i in instances)
+            parts.append(_seen(f"{metric}{{instance=~{_quote(pattern)}}}", by, source))
+    return " or ".join(parts) or None
+
+
+def _slim(metrics: Iterable[str], by: str) -> str:
+    """The series of ``metrics`` with only the labels the fleet reads (a scrape's other labels —
+    the UUID on every GPU series, the target's own labels — would be most of the answer's bytes)."""
+    return f"max by (__name__, job, instance, {by}) ({names(metrics)})"
+
+
 Q_UP = "up"
-#: Every host seen in the last hour, with the time of its newest sample.
-Q_HOSTS = (_seen(_HOST_INFO, "hostname", "gputui") + " or "
-           + _seen(_DCGM_FB_USED, "Hostname", "dcgm"))
-Q_GPUS = names(GPUTUI_GPU_METRICS + DCGM_GPU_METRICS)
+#: Every host seen in the last hour; the time of its newest sample, for those answering now.
+Q_HOSTS = " or ".join(_hosts(metric, by, source) for source, by, metric in _HOST_METRICS)
 Q_PROCESSES = _PROCESS_GPU_MEMORY
 Q_STATE = names(STATE_METRICS)
-FLEET_QUERIES = (Q_UP, Q_HOSTS, Q_GPUS, Q_PROCESSES, Q_STATE)
 
 #: The live screen splits Q_GPUS: what never changes while an exporter runs (GPU names, UUIDs and
 #: sizes, host info) is read again only every STATIC_TTL seconds or when a new target appears; what
 #: changes is read every refresh, ``gputui_gpu_lost`` only where it is 1.
 _STATIC_GPU_METRICS = (_HOST_INFO, _GPU_INFO, _GPU_MEMORY_TOTAL)
-Q_GPU_STATIC = names(_STATIC_GPU_METRICS)
-Q_GPU_LIVE = (names(tuple(m for m in GPUTUI_GPU_METRICS + DCGM_GPU_METRICS
-                          if m not in _STATIC_GPU_METRICS and m != _GPU_LOST)) + f" or {_GPU_LOST} == 1")
+Q_GPU_STATIC = " or ".join((_slim((_HOST_INFO,), "hostname"), _slim((_GPU_INFO,), "gpu, uuid, name"),
+                            _slim((_GPU_MEMORY_TOTAL,), "gpu")))
+Q_GPU_LIVE = " or ".join((_slim((_GPU_UTILIZATION, _GPU_MEMORY_USED, _GPU_TEMPERATURE), "gpu"),
+                          names(DCGM_GPU_METRICS), f"max by (__name__, job, instance, gpu) ({_GPU_LOST} == 1)"))
 LIVE_QUERIES = (Q_UP, Q_HOSTS, Q_GPU_LIVE, Q_PROCESSES, Q_STATE)
+#: A one-shot refresh: the GPU series in two queries Prometheus evaluates side by side (each is
+#: tens of thousands of series over a large fleet, most of a refresh's time), ``gputui_gpu_lost``
+#: only where it is 1.
+FLEET_QUERIES = (Q_UP, Q_HOSTS, Q_GPU_STATIC, Q_GPU_LIVE, Q_PROCESSES, Q_STATE)
 STATIC_TTL = 30.0
 
 DCGM_NOTE = ("dcgm-exporter reports no per-process data: run gputui exporter on this host "
@@ -203,9 +249,10 @@ def _inventory(up: Sequence[Sample], seen: Sequence[Sample], gpus: Sequence[Samp
         if k is None:
             problems.add("host series without an instance label")
             continue
-        source: Source = "gputui" if s.labels.get("gputui_source") == "gputui" else "dcgm"
+        marked = s.labels.get("gputui_source") or ""
+        source: Source = "gputui" if marked.startswith("gputui") else "dcgm"
         name = s.labels.get("hostname") or s.labels.get("Hostname")
-        note(k, source, name, s.value)
+        note(k, source, name, None if marked.endswith(GONE) else s.value)  # gone: gone_query's answer says when
     for s in gpus if _missing(targets, hosts) else ():  # a host younger than the newest `seen` step
         labels = s.labels
         instance = labels.get("instance")
@@ -407,7 +454,8 @@ def _states(samples: Sequence[Sample], problems: Problems) -> dict[tuple[str, st
 def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequence[Sample],
                 gpus: Sequence[Sample], processes: Sequence[Sample], state: Sequence[Sample],
                 queries: int = len(FLEET_QUERIES)) -> FleetSnapshot:
-    """The answers of :data:`FLEET_QUERIES` (in that order) as one snapshot."""
+    """The answers of :data:`FLEET_QUERIES` (in that order, the two GPU queries' as one list) as one
+    snapshot; ``seen`` with :func:`gone_query`'s answer, if it was sent."""
     problems = Problems()
     hosts, targets = _inventory(up, seen, gpus, now, problems)
     gpu_drafts = _gpu_drafts(gpus, hosts, problems)
@@ -572,12 +620,15 @@ class FleetReader:
         PrometheusError."""
         now = self.clock()
         if not self.cache_static:
-            up, seen, gpus, procs, state = self.run_queries(FLEET_QUERIES, now)
-            return build_fleet(self.client.url, now, up, seen, gpus, procs, state)
+            up, seen, static, live, procs, state = self.run_queries(FLEET_QUERIES, now)
+            seen, extra = self.last_seen(seen, now)
+            return build_fleet(self.client.url, now, up, seen, static + live, procs, state,
+                               queries=len(FLEET_QUERIES) + extra)
         stale = time.monotonic() - self._static_at >= STATIC_TTL
         queries = LIVE_QUERIES + ((Q_GPU_STATIC,) if stale else ())
         results = self.run_queries(queries, now)
         up, seen, live, procs, state = results[:5]
+        seen, extra = self.last_seen(seen, now)
         if not stale and any((s.labels.get("job", ""), s.labels.get("instance", "")) not in self._static_targets
                              for s in up if s.value >= 1):
             results.append(self.client.query(Q_GPU_STATIC, now))  # a new target: its GPUs' names now
@@ -589,7 +640,15 @@ class FleetReader:
             # a target without gputui series (dcgm-exporter, node_exporter) never has static ones
             self._static_targets |= {(s.labels.get("job", ""), s.labels.get("instance", "")) for s in up}
         return build_fleet(self.client.url, now, up, seen, self._static + live, procs, state,
-                           queries=len(results))
+                           queries=len(results) + extra)
+
+    def last_seen(self, seen: list[Sample], now: float) -> tuple[list[Sample], int]:
+        """Q_HOSTS's answer with the last-seen times of the hosts it marks gone (one more query, only
+        when some host is down), and the number of queries that took."""
+        query = gone_query(seen)
+        if query is None:
+            return seen, 0
+        return seen + self.client.query(query, now), 1
 
     def host_history(self, host: FleetHost, span: float = 600.0, points: int = 120) -> HostHistory:
         """The last ``span`` seconds of one host's GPUs: :data:`HOST_RANGE_QUERIES` range queries."""

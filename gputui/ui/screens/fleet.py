@@ -7,13 +7,14 @@ changed, keeping the highlighted host. `Enter` opens the host screen.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.segment import Segment
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.cache import LRUCache
 from textual.screen import Screen
 from textual.strip import Strip
 from textual.widgets import DataTable, Input, Static
@@ -39,9 +40,39 @@ class HostTable(DataTable[Text]):
         Binding("end", "scroll_bottom", "Last host", show=False),
     ]
 
-    def render_line(self, y: int) -> Strip:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Each host row's line by what it draws: DataTable keys its own caches on the cursor's place
+        #: and the screen line, so a cursor move or a scroll of the 2,000-host list rendered every
+        #: visible row again; here only the rows the cursor leaves and enters are.
+        self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(1024)
+
+    def _render_line(self, y: int, x1: int, x2: int, base_style: Any) -> Strip:
+        key = self._row_line_key(y, x1, x2, base_style)
+        strip = self._strips.get(key) if key is not None else None
+        if strip is None:
+            strip = self._cut_mark(super()._render_line(y, x1, x2, base_style))
+            if key is not None:
+                self._strips.set(key, strip)
+        return strip
+
+    def _row_line_key(self, y: int, x1: int, x2: int, base_style: Any) -> tuple[object, ...] | None:
+        """What a host row's line at ``y`` draws (None: the heading, or no row there)."""
+        if self.cursor_type != "row":
+            return None
+        try:
+            row_key, line_no = self._get_offsets(y)
+        except LookupError:
+            return None
+        row = self._row_locations.get(row_key)
+        if row is None or row < 0:
+            return None
+        return (row_key, row, line_no, x1, x2, self.size.width, self.max_scroll_x, base_style, self.show_cursor,
+                self.cursor_coordinate.row == row, self._show_hover_cursor and self.hover_coordinate.row == row,
+                self._update_count, self._pseudo_class_state)
+
+    def _cut_mark(self, strip: Strip) -> Strip:
         """A row ends in "…" while columns are cut off at the right edge (→ scrolls to them)."""
-        strip = super().render_line(y)
         width = strip.cell_length
         if self.scroll_x < self.max_scroll_x and width > 1 and strip.text.strip():
             segments = list(strip.crop(width - 1, width))
