@@ -358,7 +358,7 @@ def _recover(ctx) -> int:
             print(clean(f"  journal {p.path} (owner {p.owner or '?'}); it changes container {name} ({cid[:12]})"),
                   file=out)
             if args.from_journal:
-                from gputui.actions.migrate.engine import risky_summary
+                from gputui.actions.migrate.recovery import risky_summary
 
                 print(clean(f"  if it must be created from the journal: {risky_summary(p.data)}"), file=out)
         if not args.yes:

@@ -46,6 +46,7 @@ from gputui.actions.migrate.model import (
 )
 from gputui.actions.migrate.plan import container_usage, observed_peak, plan_migration, runtime_refusal
 from gputui.actions.migrate.record import audit_intent, audit_migration, notify, unreachable
+from gputui.actions.migrate.recovery import docker_now, is_successor, own_copy, risky_summary
 from gputui.actions.migrate.verify import verify_container
 from gputui.core.errors import clause
 from gputui.core.model import Snapshot
@@ -559,7 +560,7 @@ class DockerMigrationEngine:
             new = self._safe_inspect(str(d["new_id"]))
             if new is None:
                 return None
-            if not _is_successor(new, d, name, orig_id, old):
+            if not is_successor(new, d, name, orig_id, old):
                 raise RuntimeError(f"the journal names container {str(d['new_id'])[:12]} ({name_of(new)}) as the "
                                    f"new copy of {name}, but Docker shows it is not; nothing was changed")
             return new
@@ -568,7 +569,7 @@ class DockerMigrationEngine:
         # Created, but the process died before journaling its id: the container under the
         # name is ours only if it is the body we posted (same image and labels).
         holder = self._safe_inspect(name)
-        if holder is not None and _is_successor(holder, d, name, orig_id, old):
+        if holder is not None and is_successor(holder, d, name, orig_id, old):
             return holder
         return None
 
@@ -599,7 +600,7 @@ class DockerMigrationEngine:
         d = journal.data
         holder = self._safe_inspect(name)
         if holder is not None:
-            if not _own_copy(holder, d):
+            if not own_copy(holder, d):
                 raise RuntimeError(f"the original container is gone and the name {name} is taken by container "
                                    f"{holder.get('Id', '')[:12]}; rename or remove that one and run --recover "
                                    "again")
@@ -610,7 +611,7 @@ class DockerMigrationEngine:
                 raise RuntimeError(f"the original container {name} and its backup are both gone, and gputui does "
                                    f"not create a container from its journal alone ({risky_summary(d)}); review "
                                    f"that and run 'gputui migrate --recover {name} --from-journal'")
-            journal.update(recover_started=_docker_now())
+            journal.update(recover_started=docker_now())
             notify(progress, "create", "undoing", f"recreate {name} from the journal")
             body = copy.deepcopy(d.get("original_body") or {})
             if layer:
@@ -620,70 +621,6 @@ class DockerMigrationEngine:
         joined = set(((self._safe_inspect(cid) or {}).get("NetworkSettings") or {}).get("Networks") or {})
         connect_networks(self.api, cid, [c for c in d.get("connect") or [] if c and c[0] not in joined])
         return cid
-
-
-def risky_summary(d: dict[str, Any]) -> str:
-    """What a container made from the journal's body could reach on the host: the part a person reviews
-    before ``--from-journal`` lets gputui create it (host paths, privileges, devices, host namespaces)."""
-    body = d.get("original_body") or {}
-    hc = body.get("HostConfig") or {}
-    parts = [f"image {str(body.get('Image') or '?')[:80]}"]
-    binds = [str(b).split(":", 1)[0] for b in hc.get("Binds") or []]
-    binds += [str(m.get("Source")) for m in hc.get("Mounts") or [] if isinstance(m, dict) and m.get("Type") == "bind"]
-    parts.append("host paths " + ", ".join(b[:60] for b in binds[:6]) if binds else "no host paths")
-    if hc.get("Privileged"):
-        parts.append("PRIVILEGED")
-    if hc.get("CapAdd"):
-        parts.append("capabilities " + ", ".join(str(c)[:24] for c in hc["CapAdd"][:6]))
-    devices = [str(x.get("PathOnHost")) for x in hc.get("Devices") or [] if isinstance(x, dict)]
-    if devices:
-        parts.append("devices " + ", ".join(x[:40] for x in devices[:6]))
-    for key in ("NetworkMode", "PidMode", "IpcMode", "UTSMode", "UsernsMode"):
-        if str(hc.get(key) or "") == "host":
-            parts.append(f"{key} host")
-    if body.get("User"):
-        parts.append(f"user {str(body['User'])[:32]}")
-    return "; ".join(parts)
-
-
-def _docker_now() -> str:
-    """Now, in the form of Docker's ``Created`` (UTC, comparable as text)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 1))
-
-
-def _own_copy(holder: dict[str, Any], d: dict[str, Any]) -> bool:
-    """Is ``holder`` the copy an earlier --recover of this journal created?"""
-    if d.get("recreated_id") and holder.get("Id") == d["recreated_id"]:
-        return True
-    started = str(d.get("recover_started") or "")
-    body = d.get("original_body") or {}
-    cfg = holder.get("Config") or {}
-    # made from the original's image, or from the image its own files were committed into (whose labels
-    # the copy then carries too)
-    images = {i for i in (body.get("Image"), d.get("layer_image"), d.get("layer_image_id")) if i}
-    labels, wanted = cfg.get("Labels") or {}, body.get("Labels") or {}
-    extra = {k for k in labels if k not in wanted}
-    return bool(started) and str(holder.get("Created") or "") >= started and cfg.get("Image") in images \
-        and all(labels.get(k) == v for k, v in wanted.items()) \
-        and all(k.startswith("io.gputui.migrate.") for k in extra) and cfg.get("Env") == body.get("Env")
-
-
-def _is_successor(new: dict[str, Any], d: dict[str, Any], name: str, orig_id: str,
-                  old: dict[str, Any] | None) -> bool:
-    """Does Docker show ``new`` to be the copy the journal's migration created?"""
-    body = d.get("body") or {}
-    cfg = new.get("Config") or {}
-    labels = cfg.get("Labels") or {}
-    if new.get("Id") == orig_id or name_of(new) != name or cfg.get("Image") != body.get("Image"):
-        return False
-    if any(labels.get(k) != v for k, v in (body.get("Labels") or {}).items()):
-        return False
-    if old is not None:
-        theirs = (old.get("Config") or {}).get("Labels") or {}
-        if any(labels.get(k) != v for k, v in theirs.items()) or str(new.get("Created") or "") < \
-                str(old.get("Created") or ""):
-            return False
-    return True
 
 
 def _journal_data(plan: MigrationPlan) -> dict[str, Any]:
