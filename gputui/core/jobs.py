@@ -22,6 +22,7 @@ from gputui.core.config import Settings
 from gputui.core.jobs_model import Allocation, JobRef, SchedulerJob, SlurmStatus
 from gputui.core.model import Alert, Gpu, ProcessFacts
 from gputui.core.record import replace
+from gputui.core.sources.background import BackgroundReader
 from gputui.core.sources.slurm import SlurmReading, SlurmSource, job_from_cgroup
 
 
@@ -31,61 +32,39 @@ class SlurmWatcher:
     def __init__(self, source: SlurmSource, period: float = 3.0, timeout: float = 5.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.source = source
-        self.period = period
-        self.timeout = timeout
-        self._clock = clock
-        self._latest: SlurmReading | None = None
         #: the newest scontrol listpids answer (slurmd), kept apart: it comes before squeue, which may hang
         self._pids: dict[int, tuple[str, str | None]] = {}
-        self._started_at: float | None = None
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._first = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._reader = BackgroundReader(
+            self._read, lambda exc: SlurmReading(False, f"the Slurm source failed: {exc}"),
+            name="gputui-slurm", period=period, timeout=timeout, clock=clock)
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gputui-slurm", daemon=True)
-            self._thread.start()
+        self._reader.start()
 
     def refresh_now(self) -> None:
-        self._wake.set()
+        self._reader.refresh_now()
 
     def latest(self, wait: float = 0.0) -> SlurmReading:
         self.start()
-        if wait > 0:
-            self._first.wait(wait)
+        latest, hung = self._reader.newest(wait)
         with self._lock:
-            latest, started, pids = self._latest, self._started_at, self._pids
-        if started is not None and self._clock() - started > self.timeout:
+            pids = self._pids
+        if hung:
             return SlurmReading(False, "slurmctld is not responding", pids=pids)
         if latest is None:
             return SlurmReading(False, "waiting for slurmctld", pids=pids)
         return latest
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
+        self._reader.stop()
 
     def _set_pids(self, pids: dict[int, tuple[str, str | None]]) -> None:
         with self._lock:
             self._pids = pids
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            with self._lock:
-                self._started_at = self._clock()
-            try:
-                reading = self.source.read(on_pids=self._set_pids)
-            except Exception as exc:  # a source should not raise; never let it kill the thread
-                reading = SlurmReading(False, f"the Slurm source failed: {exc}")
-            with self._lock:
-                self._latest = reading
-                self._started_at = None
-            self._first.set()
-            self._wake.wait(self.period)
-            self._wake.clear()
+    def _read(self) -> SlurmReading:
+        return self.source.read(on_pids=self._set_pids)
 
 
 def _at(ts: float) -> datetime:

@@ -40,6 +40,7 @@ from gputui.core.model import (
 )
 from gputui.core.record import replace
 from gputui.core.sources import ContainerSource, GpuSource, ProcessSource, cgroups
+from gputui.core.sources.background import BackgroundReader
 
 if TYPE_CHECKING:
     from gputui.core.jobs import SlurmJoin
@@ -58,63 +59,41 @@ class ContainerWatcher:
     def __init__(self, source: ContainerSource, period: float = 2.0, timeout: float = 5.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.source = source
-        self.period = period
-        self.timeout = timeout
-        self._clock = clock
         self._uuids: tuple[str, ...] = ()
         self._minors: dict[int, str] = {}
-        self._latest: ContainerInventory | None = None
-        self._started_at: float | None = None
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._first = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._reader = BackgroundReader(
+            self._read, lambda exc: ContainerInventory(False, f"container source failed: {exc}"),
+            name="gputui-containers", period=period, timeout=timeout, clock=clock)
 
     def set_gpus(self, uuids: tuple[str, ...], minors: dict[int, str]) -> None:
         with self._lock:
             changed = uuids != self._uuids
             self._uuids, self._minors = uuids, dict(minors)
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gputui-containers", daemon=True)
-            self._thread.start()
+        if not self._reader.started:
+            self._reader.start()
         elif changed:
-            self._wake.set()
+            self._reader.refresh_now()
 
     def refresh_now(self) -> None:
         """Ask for a refresh at once (after an action changed containers)."""
-        self._wake.set()
+        self._reader.refresh_now()
 
     def latest(self, wait: float = 0.0) -> ContainerInventory:
-        if wait > 0:
-            self._first.wait(wait)
-        with self._lock:
-            latest, started = self._latest, self._started_at
-        if started is not None and self._clock() - started > self.timeout:
+        latest, hung = self._reader.newest(wait)
+        if hung:
             return ContainerInventory(False, "the Docker daemon is not responding")
         if latest is None:
             return ContainerInventory(False, "waiting for the Docker daemon")
         return latest
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
+        self._reader.stop()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            with self._lock:
-                uuids, minors = self._uuids, self._minors
-                self._started_at = self._clock()
-            try:
-                inv = self.source.inventory(uuids, minors)
-            except Exception as exc:  # a source should not raise; never let it kill the thread
-                inv = ContainerInventory(False, f"container source failed: {exc}")
-            with self._lock:
-                self._latest = inv
-                self._started_at = None
-            self._first.set()
-            self._wake.wait(self.period)
-            self._wake.clear()
+    def _read(self) -> ContainerInventory:
+        with self._lock:
+            uuids, minors = self._uuids, self._minors
+        return self.source.inventory(uuids, minors)
 
 
 class Poller:
