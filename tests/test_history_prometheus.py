@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -190,3 +192,109 @@ def test_three_range_queries_whatever_the_fleet(backfilled):
         assert client.queries == 6 and len(holders) == 4
     finally:
         client.close()
+
+
+RULES = REPO / "contrib" / "prometheus" / "gputui-history-rules.yml"
+#: the recording rules were installed an hour into the day
+RULES_FROM = 3600
+
+
+def _rule_levels() -> tuple[str, str]:
+    """The shipped rules split in two files: those over raw series, then those over recorded ones.
+    promtool backfills a rule from what the server already has, so the second level needs the first
+    in the server first."""
+    text = RULES.read_text()
+    rules = re.findall(r"^      - record: (\S+)\n        expr: (.+)$", text, re.M)
+    assert len(rules) == 20
+    head = "groups:\n  - name: gputui-history\n    interval: 1m\n    rules:\n"
+    levels = ([], [])
+    for name, expr in rules:
+        levels["gputui:" in expr].append(f"      - record: {name}\n        expr: {expr}\n")
+    return head + "".join(levels[0]), head + "".join(levels[1])
+
+
+def _backfill_rules(tool: str, url: str, rules: Path, out: Path, t0: float, into: Path) -> None:
+    res = subprocess.run([tool, "tsdb", "create-blocks-from", "rules", f"--start={t0 + RULES_FROM:.0f}",
+                          f"--end={t0 + 86400:.0f}", f"--url={url}", f"--output-dir={out}", str(rules)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr + res.stdout
+    for block in out.iterdir():
+        if (block / "meta.json").exists():
+            shutil.move(str(block), into / block.name)
+
+
+@pytest.fixture(scope="module")
+def recorded(backfilled, tmp_path_factory):
+    """A second Prometheus holding the same day's raw series and, from an hour into the day, what
+    the shipped recording rules record from them (``promtool tsdb create-blocks-from rules``)."""
+    raw_prom, _db, t0 = backfilled
+    tool = promtool()
+    tmp = tmp_path_factory.mktemp("history-recorded")
+    (tmp / "p").mkdir()
+    source = tmp / "day.om"
+    source.write_text(_openmetrics(t0))
+    res = subprocess.run([tool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(tmp / "p")],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    first, second = _rule_levels()
+    (tmp / "first.yml").write_text(first)
+    (tmp / "second.yml").write_text(second)
+    _backfill_rules(tool, raw_prom.url, tmp / "first.yml", tmp / "r1", t0, tmp / "p")
+    prom = Prometheus([], tmp).start()
+    try:
+        _backfill_rules(tool, prom.url, tmp / "second.yml", tmp / "r2", t0, tmp / "p")
+    finally:
+        prom.stop()
+    prom = Prometheus([], tmp).start()
+    yield prom, raw_prom, t0
+    prom.stop()
+
+
+def test_usage_reads_the_recording_rules_series_where_they_cover_the_period(recorded):
+    """With the shipped recording rules' series in Prometheus, `usage --prometheus` sums them (one
+    query) and says so; the figures are the raw series' to within a minute per hold. A period the
+    rules do not cover from its start is read from the raw series, and says why."""
+    from gputui.core import metric_names as mn
+    from gputui.core.fleet.prom import PromClient
+    from gputui.core.recorded_usage import recorded_usage
+
+    recorded_names = set(re.findall(r"record: (\S+)", RULES.read_text()))
+    for r in (mn.RECORDED_BY_USER, mn.RECORDED_BY_CONTAINER, mn.RECORDED_BY_IMAGE, mn.RECORDED_BY_GPU):
+        assert {r.held, r.busy, r.idle, r.memory, mn.RECORDED_GPU_UTILIZATION} <= recorded_names
+    prom, raw_prom, t0 = recorded
+    since, until = f"{t0 + RULES_FROM + 300:.0f}", f"{t0 + 86400:.0f}"
+    for by in ("user", "gpu", "host"):
+        fast = _gputui("usage", "--prometheus", prom.url, "--since", since, "--until", until, "--by", by)
+        slow = _gputui("usage", "--prometheus", raw_prom.url, "--since", since, "--until", until, "--by", by)
+        assert (fast["series"], slow["series"]) == ("recorded", "raw"), (fast.get("note"), slow.get("note"))
+        assert "no series of the recording rules" in slow["note"]
+        fast_rows, slow_rows = _by(fast), _by(slow)
+        assert set(fast_rows) == set(slow_rows), by
+        holds = {"user": {"alice": 2, "bob": 1, "carol": 1}, "gpu": {"0": 2, "1": 2}, "host": {"a": 3, "b": 1}}[by]
+        for key, row in slow_rows.items():
+            tolerance = holds[key] * 1.5 / 60  # a minute per hold, and half a minute for the ends
+            for column in ("gpu_hours_held", "busy_gpu_hours", "idle_hold_hours"):
+                assert fast_rows[key][column] == pytest.approx(row[column], abs=tolerance), (by, key, column)
+            assert fast_rows[key]["memory_gib_hours"] == pytest.approx(row["memory_gib_hours"], abs=8 * tolerance)
+            assert fast_rows[key]["peak_gpus"] == row["peak_gpus"], (by, key)
+        assert fast["total"]["peak_gpus"] == slow["total"]["peak_gpus"] == 2
+    assert _by(fast)["a"]["gpu_hours_held"] == pytest.approx(7.0, abs=4 / 60)
+    text = subprocess.run([sys.executable, "-m", "gputui", "usage", "--prometheus", prom.url, "--since", since,
+                           "--until", until], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert text.returncode == 0 and text.stdout.splitlines()[-1] == (
+        "Read from the recording rules' series (contrib/prometheus/gputui-history-rules.yml).")
+    # one query instead of three range queries
+    client = PromClient(prom.url, timeout=30)
+    try:
+        assert not isinstance(recorded_usage(client, float(since), float(until), "user"), str)
+        assert client.queries == 1
+    finally:
+        client.close()
+    # from the day's start the rules were not installed yet: the raw series answer, and the note says why
+    whole = _gputui("usage", "--prometheus", prom.url, "--since", f"{t0:.0f}", "--until", until)
+    assert whole["series"] == "raw" and whole["note"].endswith("begin after the period's start")
+    assert _by(whole)["carol"]["gpu_hours_held"] == pytest.approx(12.0, abs=2 / 60)
+    # and per container the rules leave out host processes: raw, saying so
+    containers = _gputui("usage", "--prometheus", prom.url, "--since", since, "--until", until, "--by", "container")
+    assert containers["series"] == "raw" and "outside containers" in containers["note"]

@@ -36,14 +36,24 @@ def prom_holdings(ctx: Context, since: float, until: float, gpus: list[int]) -> 
         client.close()
 
 
-def prom_usage(ctx: Context, since: float, until: float, by: str) -> tuple[list[Usage], Usage]:
+#: the note ``usage --prometheus`` prints when the recording rules' series answered
+RECORDED_NOTE = "from the recording rules' series (contrib/prometheus/gputui-history-rules.yml)"
+
+
+def prom_usage(ctx: Context, since: float, until: float, by: str) -> tuple[list[Usage], Usage, str]:
+    """The figures and which series they come from: the recording rules' where they cover the
+    period (one query), else the raw series (three range queries), with the reason."""
     from gputui.context import UsageError
     from gputui.core.fleet.history import usage
     from gputui.core.fleet.prom import PrometheusError
+    from gputui.core.recorded_usage import recorded_usage
 
     client = _client(ctx)
     try:
-        return usage(client, since, until, by)
+        recorded = recorded_usage(client, since, until, by)
+        if not isinstance(recorded, str):
+            return (*recorded, RECORDED_NOTE)
+        return (*usage(client, since, until, by), f"from the raw series: {recorded}")
     except PrometheusError as exc:
         raise UsageError(str(exc)) from None
     finally:

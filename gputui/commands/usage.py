@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gputui.commands.history_args import add_backend, dump, iso, open_db, period
+from gputui.commands.history_prom import RECORDED_NOTE
 from gputui.core.history_text import table
 
 if TYPE_CHECKING:
@@ -33,7 +34,11 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
                        description="GPU-hours held, busy GPU-hours, memory GiB-hours, hours held on an idle GPU "
                                    "and the most GPUs held at once, per key, over --since .. --until (default: the "
                                    "last 7 days). TIME is ISO 8601 (local time unless an offset is given), epoch "
-                                   "seconds, or a relative 30m, 8h, 7d (that long ago).")
+                                   "seconds, or a relative 30m, 8h, 7d (that long ago). With --prometheus, "
+                                   "--by user, gpu or host sum the series of the recording rules "
+                                   "(contrib/prometheus/gputui-history-rules.yml) where they cover the period, "
+                                   "else the raw series are read; a last line (\"note\" in --json, stderr with "
+                                   "--csv) says which.")
     common(p)
     p.add_argument("--since", metavar="TIME", help="start of the period (default 7d)")
     p.add_argument("--until", metavar="TIME", help="end of the period (default now)")
@@ -49,18 +54,27 @@ def run(ctx: Context) -> int:
     if args.json and args.csv:
         raise UsageError("Choose one of --json and --csv.")
     since, until = period(ctx, "7d")
-    rows, total = _read(ctx, since, until, args.by)
+    rows, total, note = _read(ctx, since, until, args.by)
     if args.json:
-        ctx.stdout.write(dump({"since": iso(since), "until": iso(until), "by": args.by,
-                               "rows": [u.to_json() for u in rows], "total": total.to_json()}))
+        doc = {"since": iso(since), "until": iso(until), "by": args.by,
+               "rows": [u.to_json() for u in rows], "total": total.to_json()}
+        if note is not None:
+            doc["series"] = "recorded" if note == RECORDED_NOTE else "raw"
+            doc["note"] = note
+        ctx.stdout.write(dump(doc))
     elif args.csv:
         ctx.stdout.write(csv_text(args.by, rows, total))
+        if note is not None:
+            ctx.stderr.write(f"Read {note}.\n")  # stdout stays CSV
     else:
         ctx.stdout.write(render(args.by, rows, total))
+        if note is not None:
+            ctx.stdout.write(f"Read {note}.\n")
     return EXIT_OK
 
 
-def _read(ctx: Context, since: float, until: float, by: str) -> tuple[list[Usage], Usage]:
+def _read(ctx: Context, since: float, until: float, by: str) -> tuple[list[Usage], Usage, str | None]:
+    """The figures and, from Prometheus, which series they were read from."""
     if ctx.args.prometheus:
         from gputui.commands.history_prom import prom_usage
 
@@ -69,7 +83,7 @@ def _read(ctx: Context, since: float, until: float, by: str) -> tuple[list[Usage
 
     conn = open_db(ctx)
     try:
-        return usage(conn, since, until, by)
+        return (*usage(conn, since, until, by), None)
     finally:
         conn.close()
 

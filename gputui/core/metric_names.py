@@ -111,6 +111,34 @@ SLURM_JOB_INFO = Metric("gputui_slurm_job_info", "1 per GPU allocated to a Slurm
 SLURM_JOB_END = Metric("gputui_slurm_job_end_timestamp_seconds", "When a Slurm job's time limit ends, Unix time.",
                        (SLURM_JOB_LABEL,))
 
+# -- the recording rules' series (contrib/prometheus/gputui-history-rules.yml) --------------
+@record
+class Recorded:
+    """What the history rules record each minute per host (job, instance) and per ``label``: the GPUs a
+    key holds memory on, those weighted by the GPU's mean utilization, those under 5 % utilization,
+    and the processes' mean memory in bytes. ``usage --prometheus`` sums them when they cover a period."""
+
+    label: str
+    held: str
+    busy: str
+    idle: str
+    memory: str
+
+
+#: per GPU, each minute's mean utilization 0-1 (recorded for every GPU, held or not)
+RECORDED_GPU_UTILIZATION = "gputui:gpu_utilization_ratio:avg1m"
+RECORDED_BY_USER = Recorded("user", "gputui:user_gpus_held:1m", "gputui:user_gpus_busy:1m",
+                            "gputui:user_gpus_idle_held:1m", "gputui:user_gpu_memory_bytes:1m")
+RECORDED_BY_CONTAINER = Recorded("container", "gputui:container_gpus_held:1m", "gputui:container_gpus_busy:1m",
+                                 "gputui:container_gpus_idle_held:1m", "gputui:container_gpu_memory_bytes:1m")
+RECORDED_BY_IMAGE = Recorded("image", "gputui:image_gpus_held:1m", "gputui:image_gpus_busy:1m",
+                             "gputui:image_gpus_idle_held:1m", "gputui:image_gpu_memory_bytes:1m")
+RECORDED_BY_GPU = Recorded("gpu", "gputui:gpu_held:1m", "gputui:gpu_busy_held:1m", "gputui:gpu_idle_held:1m",
+                           "gputui:gpu_memory_held_bytes:1m")
+#: the seconds between two recorded samples (the rules' group interval)
+RECORDED_INTERVAL = 60.0
+
+
 # -- dcgm-exporter's names (``--dcgm-names``), in its units ---------------------------------
 #: the host label: ``Hostname`` in released dcgm-exporter, ``hostname`` on its main branch
 DCGM_HOST_LABELS = ("Hostname", "hostname")
