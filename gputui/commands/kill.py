@@ -138,7 +138,7 @@ def _run_job(ctx) -> int:
         source = polled.machine.slurm
         if not plan.ok or source is None:
             if not ctx.settings.read_only:
-                refuse_job_kill(plan)
+                refuse_job_kill(plan, demo=ctx.demo)
             print(clean(f"gputui: {plan.refusal}"), file=err)
             return EXIT_NO
         for line in plan.lines():
@@ -148,10 +148,10 @@ def _run_job(ctx) -> int:
             if not interactive():
                 raise UsageError("Refusing to cancel without confirmation: stdin is not a terminal; add --yes.")
             if ask("Proceed? [y/N] ", out) not in ("y", "yes"):
-                decline_job_kill(plan)
+                decline_job_kill(plan, demo=ctx.demo)
                 print(NOTHING_KILLED, file=out)
                 return EXIT_NO
         result = execute_job_kill(plan, source, timeout=max(args.timeout, 30.0),
-                                  progress=_progress(err) if interactive() else None)
+                                  progress=_progress(err) if interactive() else None, demo=ctx.demo)
     print(clean(result.message), file=out if result.ok else err)
     return EXIT_OK if result.ok else EXIT_NO

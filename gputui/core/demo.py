@@ -16,6 +16,14 @@ runs the real poller, judges, CLI and app. What it simulates:
   UUID), bob's evaluation and alice's distillation; like a real driver it
   reports no load for the card, only per-instance memory.
 * Processes belong to alice, bob, carol and root.
+* Slurm runs here too: carol's sweep on GPU 6 is job 81734, which holds GPU 6
+  through its GRES (so ``pick`` never offers it); ``kill --job 81734`` cancels
+  it on the simulation. The demo's containers run outside Slurm by design, so
+  the ``no_job`` finding is not judged here.
+* House rules: at most three GPUs per user, GPU 7 reserved for ``@vision`` and
+  GPU 2 for bob, where root's eval-server still runs (a ``reserved`` violation).
+* Every GPU reports the dcgm-exporter parity readings (reserved memory, HBM
+  temperature, energy, PCIe replays, encoder/decoder load, remapped rows, XID).
 
 Values are smooth functions of the clock, so a frozen clock gives a frozen
 machine (snapshot tests) and a running clock gives moving graphs. Migration and
@@ -29,7 +37,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from gputui.core.model import (
     ContainerInventory,
@@ -46,11 +54,17 @@ from gputui.core.model import (
 from gputui.core.plausible import plausible_reading
 from gputui.core.record import field, record, replace
 
+if TYPE_CHECKING:
+    from gputui.core.rules import HouseRules
+    from gputui.core.sources.slurm import SlurmReading
+
 GIB = 1024**3
 MIB = 1024**2
 
 #: A fixed "now" used when a frozen demo is asked for (screenshots, snapshot tests).
 FROZEN_EPOCH = 1_780_000_000.0  # 2026-05-28T20:26:40Z
+#: the demo's one Slurm job (carol's sweep on GPU 6)
+DEMO_JOB = "81734"
 
 
 def _cid(name: str) -> str:
@@ -100,6 +114,8 @@ class SimProcess:
     ptype: ProcessType = "compute"
     #: the MIG device it runs on (index within its GPU), None on a whole GPU
     mig: int | None = None
+    #: the Slurm job it runs in (its cgroup says so), None outside Slurm
+    job: str | None = None
 
 
 @record(frozen=False)
@@ -140,6 +156,10 @@ class DemoMachine:
         #: GPUs in MIG mode and their MIG devices
         self.migs: dict[int, tuple[SimMig, ...]] = {}
         self._build()
+        self._initial = tuple(self.procs.values())
+        #: the demo's Slurm and house rules, read by the poller like the real ones
+        self.slurm = DemoSlurm(self)
+        self.house_rules = DemoHouseRules(self._t0, self.n_gpus)
 
     # -- the scenario --------------------------------------------------------
     def _build(self) -> None:
@@ -185,7 +205,7 @@ class DemoMachine:
             P(4701, 5, "root", 0, "gunicorn api:app -w 2 -k uvicorn.workers.UvicornWorker",
               6 * GIB, 16, 8, cpu=30, host_memory=4 * GIB, age=4 * 86400, container=cid["inference-api"], mig=0),
             P(6010, 6, "carol", 1003, "python sweep.py --trial 17",
-              2 * GIB, 9, 6, cpu=35, host_memory=3 * GIB, age=900, ppid=6000),
+              2 * GIB, 9, 6, cpu=35, host_memory=3 * GIB, age=900, ppid=6000, job=DEMO_JOB),
             P(6120, 5, "bob", 1002, "python eval_small.py --shard 2",
               int(8.5 * GIB), 30, 8, cpu=60, host_memory=4 * GIB, age=1800, ppid=6100, mig=1),
             P(6230, 5, "alice", 1001, "python distill.py --student tiny --teacher llama-8b",
@@ -203,6 +223,12 @@ class DemoMachine:
     def _wave(self, t: float, seed: int, period: float = 47.0) -> float:
         """A smooth, deterministic wobble in [-1, 1]."""
         return 0.6 * math.sin(t / period + seed) + 0.4 * math.sin(t / (period * 0.37) + 2 * seed)
+
+    def _energy(self, index: int, t: float) -> int:
+        """mJ since the driver loaded (six days before the demo started), at the GPU's usual draw:
+        it only grows, whatever the simulation does."""
+        watts = 58 + 3.45 * min(98, sum(p.sm for p in self._initial if p.gpu == index) * 0.95)
+        return int((6 * 86400 + max(0.0, t - self._t0)) * watts * 1000)
 
     def _sm(self, p: SimProcess, t: float) -> int:
         return int(max(0.0, min(100.0, p.sm + p.wobble * self._wave(t, p.pid))))
@@ -244,6 +270,12 @@ class DemoMachine:
                 pstate=0 if util > 5 else 7 if not plist else 0, throttle_reasons=throttle, ecc_errors=0,
                 persistence_mode=True, minor_number=i,
                 mig_mode=MigMode(False, False),  # an A100 can do MIG; only GPU 5 is split
+                # the dcgm-exporter parity readings (exporter --dcgm-names, the detail screen, JSON)
+                memory_reserved=637 * MIB, memory_temperature=temp + 4,
+                total_energy_consumption=self._energy(i, t), pcie_replay_counter=3 if i == 2 else 0,
+                encoder_utilization=0, decoder_utilization=7 if i == 2 and plist else 0,
+                remapped_rows_correctable=0, remapped_rows_uncorrectable=0, remapped_rows_failure=False,
+                xid_last=0,
             )
             if migs is not None:
                 g = self._mig_card(g, migs, plist)
@@ -268,6 +300,7 @@ class DemoMachine:
             ))
         used = sum(d.memory_used or 0 for d in devices) + 600 * MIB
         return replace(g, utilization_gpu=None, utilization_memory=None, memory_used=used,
+                       encoder_utilization=None, decoder_utilization=None,
                        mig_mode=MigMode(True, True), mig_devices=tuple(devices))
 
     def close(self) -> None:
@@ -285,6 +318,7 @@ class DemoMachine:
                 out[pid] = ProcessFacts(pid=pid, visible=False, invisible_reason="vanished")
                 continue
             cgroup = f"0::/system.slice/docker-{p.container}.scope\n" if p.container else \
+                f"0::/system.slice/slurmstepd.scope/job_{p.job}/step_0/user/task_0\n" if p.job else \
                 f"0::/user.slice/user-{p.uid}.slice/session-{p.uid % 97}.scope\n"
             cpu = max(0.0, p.cpu + (p.cpu * 0.08) * self._wave(t, p.pid + 7, 13)) if p.cpu else 0.0
             out[pid] = ProcessFacts(
@@ -367,3 +401,68 @@ class DemoMachine:
         if p is None:
             raise ProcessLookupError(pid)
         return p.memory
+
+
+class DemoSlurm:
+    """The demo server's Slurm, a SlurmSource: job 81734 (carol's sweep) holds GPU 6 through its GRES
+    until it is cancelled (``kill --job``), which ends its processes as scancel would."""
+
+    def __init__(self, sim: DemoMachine) -> None:
+        from gputui.core.sources.slurm import SlurmNode
+
+        self.sim = sim
+        self.node = SlurmNode(name=sim.host, conf_path="(demo)", slurmd_pid=0)
+        #: the job's time limit ends two hours after its process started
+        self._end = int(sim._t0 - 900 + 2 * 3600)
+        self.cancelled = False
+
+    def read(self, on_pids: Callable[[dict[int, tuple[str, str | None]]], object] | None = None) -> SlurmReading:
+        from gputui.core.jobs_model import SchedulerJob
+        from gputui.core.sources.slurm import SlurmReading
+
+        with self.sim._lock:
+            pids: dict[int, tuple[str, str | None]] = {p.pid: (p.job, "0") for p in self.sim.procs.values()
+                                                       if p.job is not None}
+        if on_pids is not None:
+            on_pids(dict(pids))
+        jobs = () if self.cancelled or self.sim.n_gpus <= 6 else (SchedulerJob(
+            id=DEMO_JOB, user="carol", name="sweep", state="RUNNING", end_time=self._end, gres_indices=(6,)),)
+        return SlurmReading(True, jobs=jobs, pids=pids)
+
+    def cancel(self, job_id: str, signal: str | None = None) -> None:
+        from gputui.core.sources.slurm import SlurmError
+
+        if job_id != DEMO_JOB or self.cancelled:
+            raise SlurmError(f"the demo's Slurm has no job {job_id}.")
+        with self.sim._lock:
+            self.cancelled = True
+            for pid in [p.pid for p in self.sim.procs.values() if p.job == job_id]:
+                del self.sim.procs[pid]
+
+    def close(self) -> None:
+        pass
+
+
+class DemoHouseRules:
+    """The demo server's house rules, a HouseRulesSource: at most three GPUs per user, GPU 7 reserved
+    for @vision for eight hours and GPU 2 for bob for two days (root's eval-server still runs there:
+    a ``reserved`` violation)."""
+
+    def __init__(self, t0: float, n_gpus: int) -> None:
+        from gputui.core.rules import HouseRules, Limits, Reservation
+
+        token = hashlib.sha256(b"gputui-demo").hexdigest()
+        reservations = tuple(Reservation(id=rid, uuids=(_uuid(i),), indices=(i,), holder=holder,
+                                         until=t0 + hours * 3600, created=t0 - 3600, created_by="root",
+                                         token_sha256=token, note=note)
+                             for rid, i, holder, hours, note in (("d3e00007", 7, "@vision", 8, "nightly eval"),
+                                                                  ("d3e00002", 2, "bob", 48, "paper deadline"))
+                             if i < n_gpus)
+        self.rules = HouseRules(limits=Limits(max_gpus_per_user=3), reservations=reservations,
+                                path="(demo house rules)")
+
+    def read(self, now: float) -> HouseRules:
+        return self.rules
+
+    def close(self) -> None:
+        pass

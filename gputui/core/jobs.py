@@ -74,8 +74,11 @@ def _at(ts: float) -> datetime:
 class SlurmJoin:
     """Attaches Slurm's view to each poll. Not thread-safe (the poller's thread only)."""
 
-    def __init__(self, source: SlurmSource, settings: Settings, watcher: SlurmWatcher | None = None) -> None:
+    def __init__(self, source: SlurmSource, settings: Settings, watcher: SlurmWatcher | None = None,
+                 judge_no_job: bool = True) -> None:
         self.source = source
+        #: whether a GPU process in no job is a finding (not in the demo, whose containers run outside Slurm)
+        self.judge_no_job = judge_no_job
         self.node = source.node
         self.settings = settings
         self.watcher = watcher or SlurmWatcher(source, period=max(2.0, settings.interval),
@@ -137,7 +140,7 @@ class SlurmJoin:
                 fact = facts.get(p.pid)
                 where = job_from_cgroup(fact.cgroup if fact is not None else None) or reading.pids.get(p.pid)
                 if where is None:
-                    if p.visible:
+                    if p.visible and self.judge_no_job:
                         finding("no_job", g.index, str(p.pid), "warning",
                                 f"PID {p.pid} ({p.user or 'unknown user'}) uses GPU {g.index} outside any Slurm "
                                 "job.")

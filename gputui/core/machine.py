@@ -41,6 +41,7 @@ class Machine:
             kwargs["clock"] = self.demo.clock
         if self.demo is not None:
             kwargs["host"] = self.demo.host
+            kwargs["house_rules"] = self.demo.house_rules
         else:
             from gputui.core.sources.house_rules import HouseRulesSource
 
@@ -48,7 +49,8 @@ class Machine:
         if self.slurm is not None:
             from gputui.core.jobs import SlurmJoin
 
-            kwargs["slurm"] = SlurmJoin(self.slurm, settings)
+            # the demo's containers run outside Slurm by design: no_job would flag every one of them
+            kwargs["slurm"] = SlurmJoin(self.slurm, settings, judge_no_job=self.demo is None)
         return Poller(self.gpu, self.processes, self.containers, settings=settings, gpu_filter=gpu_filter,
                       container_wait=container_wait, **kwargs)
 
@@ -68,7 +70,8 @@ def open_machine(demo: bool = False, docker: bool = True, demo_clock: Callable[[
         from gputui.core.demo import DemoMachine
 
         sim = DemoMachine(clock=demo_clock)
-        return Machine(gpu=sim, processes=sim, containers=sim if docker else None, demo=sim)
+        return Machine(gpu=sim, processes=sim, containers=sim if docker else None, demo=sim,
+                       slurm=sim.slurm)  # type: ignore[arg-type]  # the demo's Slurm reads like SlurmSource
     from gputui.core.sources.nvml import NvmlSource
     from gputui.core.sources.processes import HostProcessSource
 

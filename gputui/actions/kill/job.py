@@ -94,14 +94,14 @@ class JobKillResult:
 
 def execute_job_kill(plan: JobKillPlan, source: SlurmSource, timeout: float = 30.0,
                      progress: Callable[[str], object] | None = None,
-                     clock: Callable[[], float] = time.monotonic) -> JobKillResult:
+                     clock: Callable[[], float] = time.monotonic, demo: bool = False) -> JobKillResult:
     """scancel, then wait for the job to leave its running states; audited either way."""
     from gputui.core.sources.slurm import SlurmError
 
     assert plan.job is not None
     job = plan.job
     details = {"job": job.id, "job_user": job.user, "job_name": job.name, "signal": plan.signal,
-               "gpus": list(job.gpus), "scheduler": "slurm"}
+               "gpus": list(job.gpus), "scheduler": "slurm", "demo": demo}
     try:
         source.cancel(job.id, None if plan.signal == "TERM" else plan.signal)
     except SlurmError as exc:
@@ -129,9 +129,10 @@ def execute_job_kill(plan: JobKillPlan, source: SlurmSource, timeout: float = 30
     return JobKillResult(True, f"Job {job.id} ({job.user or 'unknown user'}) is {state}{freed}.")
 
 
-def refuse_job_kill(plan: JobKillPlan) -> None:
-    audit("kill-job", "refused", job=plan.job_id, reason=plan.refusal, signal=plan.signal, scheduler="slurm")
+def refuse_job_kill(plan: JobKillPlan, demo: bool = False) -> None:
+    audit("kill-job", "refused", job=plan.job_id, reason=plan.refusal, signal=plan.signal, scheduler="slurm",
+          demo=demo)
 
 
-def decline_job_kill(plan: JobKillPlan) -> None:
-    audit("kill-job", "declined", job=plan.job_id, signal=plan.signal, scheduler="slurm")
+def decline_job_kill(plan: JobKillPlan, demo: bool = False) -> None:
+    audit("kill-job", "declined", job=plan.job_id, signal=plan.signal, scheduler="slurm", demo=demo)

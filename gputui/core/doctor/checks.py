@@ -617,8 +617,12 @@ def check_rules(r: RulesFacts) -> list[Check]:
                       + (f"; {r.reservations} GPU reservation(s) live." if r.reservations else "."))
     else:
         what = ", ".join(r.limits) or "no limits"
-        rules = _pass("house-rules", f"House rules from {r.path}: {what}; {r.reservations} live reservation(s).")
-    if not r.docker_checked:
+        where = "of the simulated server" if r.demo else f"from {r.path}"
+        rules = _pass("house-rules", f"House rules {where}: {what}; {r.reservations} live reservation(s).")
+    if r.demo:
+        guard = _skip("guard", "Demo: the simulated server has no Docker daemon whose authorization plugins could "
+                      "be asked; on a real server this checks that gputui guard answers dockerd.")
+    elif not r.docker_checked:
         guard = _skip("guard", "Not checked: --no-docker was given.")
     elif r.authz_plugins is None:
         guard = _skip("guard", "Not checked: Docker did not answer and dockerd's flags could not be read.")

@@ -153,6 +153,8 @@ class RulesFacts:
     docker_error: str | None = None
     #: False for --no-docker
     docker_checked: bool = True
+    #: the demo's simulated rules: there is no dockerd to ask about a guard
+    demo: bool = False
 
 
 @record

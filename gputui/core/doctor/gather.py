@@ -21,6 +21,7 @@ from gputui.core.doctor.facts import (
     GpuHealth,
     NvmlFacts,
     RecorderFacts,
+    RulesFacts,
     RuntimeFacts,
 )
 from gputui.core.doctor.mig import MigFacts
@@ -145,6 +146,8 @@ def _gather_demo(session: Session, docker_on: bool) -> DoctorFacts:
     """Facts of the simulated server: the checks that make sense run against it, the rest say it is the demo."""
     with session() as polled:
         snap = polled.snapshot
+        demo = polled.machine.demo
+        rules = demo.house_rules.read(snap.time.timestamp()) if demo is not None else None
     gpus = tuple(GpuHealth(
         index=g.index, name=g.name, uuid=g.uuid, lost=g.lost, minor_number=g.minor_number,
         persistence_mode=g.persistence_mode, ecc_errors=g.ecc_errors, throttle_reasons=g.throttle_reasons,
@@ -154,10 +157,14 @@ def _gather_demo(session: Session, docker_on: bool) -> DoctorFacts:
                      nvml_version=snap.nvml_version, bindings_version=probes.bindings_version(), gpus=gpus,
                      demo=True)
     findings, why = probes.container_findings(snap) if docker_on else (None, "--no-docker was given")
+    rules_facts = RulesFacts(demo=True, docker_checked=docker_on) if rules is None else RulesFacts(
+        path=rules.path, present=True, error=rules.error, limits=probes.named_limits(rules.limits),
+        reservations=len(rules.reservations), docker_checked=docker_on, demo=True)
     return DoctorFacts(
         nvml=nvml,
         devices=DeviceFacts((), user=probes.current_user(), demo=True),
         container_env=ContainerEnvFacts(in_container=False, demo=True),
         docker=DockerFacts(checked=docker_on, demo=True),
         container_findings=findings, containers_error=why, demo=True, host=snap.host, mig=MigFacts.of(snap),
+        rules=rules_facts,
     )

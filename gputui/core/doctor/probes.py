@@ -20,7 +20,7 @@ import stat
 import struct
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gputui.core.doctor.facts import (
     ContainerEnvFacts,
@@ -35,6 +35,9 @@ from gputui.core.doctor.facts import (
 from gputui.core.doctor.slurm import SlurmFacts
 from gputui.core.model import Snapshot
 from gputui.core.sources.processes import INIT_PID_NS_INODE, ns_inode
+
+if TYPE_CHECKING:
+    from gputui.core.rules import Limits
 
 #: Inode number of the initial (host) cgroup namespace, fixed by the kernel (PROC_CGROUP_INIT_INO);
 #: the PID namespace's is processes.INIT_PID_NS_INODE.
@@ -411,12 +414,8 @@ def foreign_bound_gpus(sysfs: str = "/sys/bus/pci/devices") -> tuple[tuple[str, 
     return tuple(out)
 
 
-def probe_rules(docker: DockerFacts) -> RulesFacts:
-    """The house rules as every face reads them, and whether dockerd's authorization plugins answer."""
-    from gputui.core.rules import load_house_rules, rules_file
-
-    rules = load_house_rules()
-    limits = rules.limits
+def named_limits(limits: Limits) -> tuple[str, ...]:
+    """The limits a rules file sets, as it spells them."""
     named = []
     if limits.max_gpus_per_user is not None:
         named.append(f"max_gpus_per_user = {limits.max_gpus_per_user}")
@@ -426,6 +425,15 @@ def probe_rules(docker: DockerFacts) -> RulesFacts:
         named.append("allow_all_gpus = false")
     if limits.self_service:
         named.append("self_service = true")
+    return tuple(named)
+
+
+def probe_rules(docker: DockerFacts) -> RulesFacts:
+    """The house rules as every face reads them, and whether dockerd's authorization plugins answer."""
+    from gputui.core.rules import load_house_rules, rules_file
+
+    rules = load_house_rules()
+    named = named_limits(rules.limits)
     plugins: tuple[str, ...] | None = docker.authz_plugins if docker.reachable else None
     if not docker.reachable and docker.checked:
         # dockerd waits on an absent plugin, so it may not answer doctor either: read its flags instead
@@ -434,7 +442,7 @@ def probe_rules(docker: DockerFacts) -> RulesFacts:
             plugins = _authz_flags(pid)
     answers = tuple((name, _plugin_answers(name)) for name in plugins or ())
     return RulesFacts(path=rules_file(None), present=os.path.exists(rules_file(None)), error=rules.error,
-                      limits=tuple(named), reservations=len(rules.reservations),
+                      limits=named, reservations=len(rules.reservations),
                       authz_plugins=plugins, plugin_answers=answers,
                       docker_error=None if docker.reachable or not docker.checked else docker.error,
                       docker_checked=docker.checked)

@@ -54,7 +54,7 @@ from gputui.core.config import Settings
 from gputui.core.history import History, ProcessKey, ProcessSample
 from gputui.core.judges.hysteresis import Latch, advance, effective_hold
 from gputui.core.judges.mig_placement import whole_gpus
-from gputui.core.judges.placement import GpuLoad, gpu_loads, granted_indices, rank_key, reservations
+from gputui.core.judges.placement import GpuLoad, allocations, gpu_loads, granted_indices, rank_key, reservations
 from gputui.core.judges.suspect import suspect_indices
 from gputui.core.judges.text import duration, gib, gpus_phrase, join_and, over, plural
 from gputui.core.model import Container, Imbalance, Process, Snapshot, Suggestion
@@ -386,6 +386,7 @@ def suggest(cond: Condition, loads: dict[int, GpuLoad], snapshot: Snapshot, hist
     if not candidates:
         return None
     reserved = reservations(snapshot)
+    allocated = allocations(snapshot.gpus)  # Slurm's: nothing may be moved onto a job's GPU
     others = sorted((g for g in loads.values() if g.index != cond.hot and not g.lost), key=rank_key)
     if not others:
         return None
@@ -394,13 +395,13 @@ def suggest(cond: Condition, loads: dict[int, GpuLoad], snapshot: Snapshot, hist
     for mover in candidates:
         fits = [g for g in others
                 if g.free is not None and g.free >= mover.peak
-                and not set(reserved.get(g.index, ())) - {mover.container}]
+                and not set(reserved.get(g.index, ())) - {mover.container} and g.index not in allocated]
         if not fits:
             continue
         target = fits[0]
         reason = (f"GPU {target.index} has {gib(target.free)} free ({mover.label} peaked at {gib(mover.peak)}) "
                   f"and the lowest load ({target.describe()}) {over(observed)}")
-        passed_over = _passed_over(others[: others.index(target)], reserved, mover)
+        passed_over = _passed_over(others[: others.index(target)], reserved, allocated, mover)
         if passed_over:
             reason += f" among the GPUs that can take it ({passed_over})"
         if mover.container and mover.unpinned:
@@ -420,12 +421,15 @@ def suggest(cond: Condition, loads: dict[int, GpuLoad], snapshot: Snapshot, hist
     return None
 
 
-def _passed_over(better: list[GpuLoad], reserved: dict[int, tuple[str, ...]], mover: _Mover) -> str:
+def _passed_over(better: list[GpuLoad], reserved: dict[int, tuple[str, ...]], allocated: dict[int, tuple[str, ...]],
+                 mover: _Mover) -> str:
     """Why GPUs with a lower load than the target were not chosen: "GPU 7 is granted to batch-reserve"."""
     notes = []
     for g in better:
         names = [n for n in reserved.get(g.index, ()) if n != mover.container]
-        if names:
+        if g.index in allocated:
+            notes.append(f"GPU {g.index} is allocated to Slurm {join_and(list(allocated[g.index]))}")
+        elif names:
             notes.append(f"GPU {g.index} is granted to {join_and(names)}")
         else:
             notes.append(f"GPU {g.index} has only {gib(g.free)} free")

@@ -127,10 +127,27 @@ def _fmt_field(name: str, value, gpu: Gpu, settings) -> str:
         return ", ".join(value) if value else "none"
     if name == "pstate":
         return f"P{value}"
+    if name == "memory_reserved":
+        return f"{value / GIB:.2f} GiB" if value >= GIB else f"{value / 2**20:.0f} MiB"
+    if name == "memory_temperature":
+        return f"{value} °C"
+    if name == "total_energy_consumption":  # mJ since the driver loaded
+        return f"{value / 3.6e9:,.1f} kWh since the driver loaded"
+    if name in ("encoder_utilization", "decoder_utilization"):
+        return f"{value} %"
+    if name == "xid_last":
+        return "none" if value == 0 else f"XID {value}"
     if isinstance(value, bool):
         return "yes" if value else "no"
     return str(value)
 
+
+#: Row names of the fields whose own names are too long for the field column (the dcgm parity readings).
+_LABELS = {"memory_temperature": "memory temp", "total_energy_consumption": "energy",
+           "pcie_replay_counter": "PCIe replays", "encoder_utilization": "encoder",
+           "decoder_utilization": "decoder", "remapped_rows_correctable": "remapped rows",
+           "remapped_rows_uncorrectable": "remapped unc. rows", "remapped_rows_failure": "row remap failed",
+           "xid_last": "last XID"}
 
 #: Gpu fields shown only when the driver reports them (dcgm parity readings, absent on most cards).
 _SHOWN_WHEN_READ = frozenset({
@@ -378,7 +395,7 @@ class GpuDetailScreen(GpuScreen[None]):
                 continue  # off Slurm nothing is allocated: no row for it
             if value is None and name in _SHOWN_WHEN_READ:
                 continue  # readings many drivers lack (and the demo has none of): a row only where NVML gives one
-            table.add_row(name.replace("_", " "), markup(_fmt_field(name, value, gpu, settings)))
+            table.add_row(_LABELS.get(name, name.replace("_", " ")), markup(_fmt_field(name, value, gpu, settings)))
         table.add_row("free memory", markup(_fmt_field("memory_used", gpu.memory_free, gpu, settings)))
         add_mig_rows(table, gpu)
         alerts = [a for a in snapshot.alerts if a.gpu == gpu.index]
