@@ -265,7 +265,7 @@ def test_demo_snapshot_shows_the_intended_findings():
     assert snap["docker"] == {"available": True, "error": None}
     found = {c["name"]: [f["kind"] for f in c["findings"]] for c in snap["containers"]}
     assert found["bert-finetune"] == ["unpinned"]
-    assert found["eval-server"] == ["env-conflict"]
+    assert found["eval-server"] == ["env-conflict", "rule_reserved"]  # GPU 2 is bob's by the house rules
     assert found["batch-reserve"] == ["idle-grant"]
     assert found["llama-train"] == [] and found["worker-2"] == []
     bert = next(c for c in snap["containers"] if c["name"] == "bert-finetune")

@@ -52,11 +52,12 @@ async def test_c_lists_every_gpu_container_with_grant_use_memory_and_findings():
         table = screen.table
         names = [table.get_row_at(i)[0] for i in range(table.row_count)]
         assert names == ["batch-reserve", "bert-finetune", "eval-server", "inference-api", "jupyter-alice",
-                         "llama-train", "vllm-cache", "worker-2"]
+                         "llama-train", "vllm-cache", "worker-2", "job 81734 (carol)"]
         rows = {table.get_row_at(i)[0]: [str(x) for x in table.get_row_at(i)] for i in range(table.row_count)}
         # NAME STATE GRANT VIA USES GPU-MEM PIDS FINDINGS
         assert rows["bert-finetune"][2:] == ["all (8)", "--gpus", "0", "18.0G", "1", "unpinned"]
-        assert rows["eval-server"][2:] == ["2", "--gpus", "2", "7.0G", "1", "env-conflict"]
+        assert rows["eval-server"][2:] == ["2", "--gpus", "2", "7.0G", "1", "env-conflict, rule_reserved"]
+        assert rows["job 81734 (carol)"][1:] == ["RUNNING", "6", "slurm GRES", "6", "2.0G", "1", "-"]
         assert rows["batch-reserve"][2:] == ["7", "--gpus", "-", "-", "0", "idle-grant"]
         assert rows["llama-train"][7] == "-"
         text = visible_text(app)
@@ -126,8 +127,11 @@ async def test_without_docker_the_view_says_why():
         # Processes still name their containers through cgroups: listed by id, grant unknown, not judged.
         table = screen.table
         rows = [[str(x) for x in table.get_row_at(i)] for i in range(table.row_count)]
+        assert rows[-1][0] == "job 81734 (carol)"  # Slurm's job is read without Docker
+        rows = rows[:-1]
         assert len(rows) == 7
-        assert {r[2] for r in rows} == {"unknown"} and {r[7] for r in rows} == {"-"}
+        # their grants go unjudged; only the house rules still see who holds a reserved GPU
+        assert {r[2] for r in rows} == {"unknown"} and {r[7] for r in rows} - {"rule_reserved"} == {"-"}
         assert all(re.fullmatch(r"[0-9a-f]{12}", r[0]) for r in rows)
         text = visible_text(app)
         assert "Docker unavailable: container information is off" in text

@@ -112,7 +112,8 @@ def test_demo_serves_metrics_404_elsewhere_and_stops_on_sigterm(exporters):  # n
     e = start_exporter(exporters, None, "--demo", "--read-only", "--no-docker", "--interval", "0.5")
     families = {f.name: f for f in text_string_to_metric_families(e.metrics())}
     assert len(families["gputui_gpu_info"].samples) == 8
-    assert [s.labels["source"] for s in families["gputui_source_up"].samples] == ["nvml"]
+    # no docker series with --no-docker; the demo server runs a Slurm of its own
+    assert [s.labels["source"] for s in families["gputui_source_up"].samples] == ["nvml", "slurm"]
     for path in ("/", "/metrics/", "/favicon.ico", "/api/v1/query"):
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"http://{e.address}{path}", timeout=10)

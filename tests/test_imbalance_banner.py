@@ -50,7 +50,7 @@ async def test_demo_banner_shows_the_message_and_the_suggested_move():
         assert lines[0].startswith(" IMBALANCED (provisional)  GPU 0 at ")
         assert "piled on GPU 0" in lines[0]
         move = move_text(app)
-        assert move.startswith("→ move container bert-finetune from GPU 0 to GPU 6")
+        assert move.startswith("→ move container bert-finetune from GPU 0 to GPU 1")
         assert "tab here, then m" in move
 
 
@@ -69,16 +69,16 @@ async def test_m_on_the_banner_opens_migrate_pre_filled():
         await wait_for(pilot, lambda: isinstance(app.screen, MigrateScreen))
         dialog = app.screen
         assert dialog.container_name == "bert-finetune"
-        assert dialog.target == 6
+        assert dialog.target == 1
         await wait_for(pilot, lambda: dialog.plan is not None)
-        assert dialog.plan.to_gpu == 6
+        assert dialog.plan.to_gpu == 1
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, MigrateScreen))
         # Enter on the banner does the same.
         assert app.focused is banner
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, MigrateScreen))
-        assert (app.screen.container_name, app.screen.target) == ("bert-finetune", 6)
+        assert (app.screen.container_name, app.screen.target) == ("bert-finetune", 1)
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, MigrateScreen))
 

@@ -49,11 +49,11 @@ async def test_m_on_a_container_process_migrates_it_to_the_suggested_gpu():
         dialog = app.screen
         await wait_for(pilot, lambda: dialog.plan is not None)
         # The imbalance judge's suggestion is offered first and pre-selected.
-        assert dialog.options[0].suggested and dialog.options[0].index == 6
-        assert dialog.plan.to_gpu == 6 and dialog.plan.from_all
+        assert dialog.options[0].suggested and dialog.options[0].index == 1
+        assert dialog.plan.to_gpu == 1 and dialog.plan.from_all
         shown = str(dialog.query_one("#migrate-plan").render())
-        uuid6 = app.snapshot.gpu(6).uuid
-        assert f'+ HostConfig.DeviceRequests[0].DeviceIDs = ["{uuid6}"]' in shown
+        uuid1 = app.snapshot.gpu(1).uuid
+        assert f'+ HostConfig.DeviceRequests[0].DeviceIDs = ["{uuid1}"]' in shown
         assert "grant: all GPUs (--gpus all)" in str(dialog.query_one("#migrate-current").render())
         # The GPU it runs on is not a target.
         assert next(o for o in dialog.options if o.index == 0).refusal
@@ -62,16 +62,16 @@ async def test_m_on_a_container_process_migrates_it_to_the_suggested_gpu():
         await wait_for(pilot, lambda: dialog.state == "done")
         assert dialog.result.ok
         assert all(state == "done" for state in dialog.steps.values())
-        assert "moved from all GPUs to GPU 6" in str(dialog.query_one("#migrate-result").render())
+        assert "moved from all GPUs to GPU 1" in str(dialog.query_one("#migrate-result").render())
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, MigrateScreen))
         # The dialog asked for a poll: the process table shows the container on its new GPU.
-        await wait_for(pilot, lambda: container_gpus(app, "bert-finetune") == [6])
+        await wait_for(pilot, lambda: container_gpus(app, "bert-finetune") == [1])
         assert [p.gpu_index for p in app.screen.table.rows
-                if p.container and p.container.name == "bert-finetune"] == [6]
+                if p.container and p.container.name == "bert-finetune"] == [1]
     record = json.loads(audit_path(demo=True).read_text().splitlines()[-1])
     assert (record["result"], record["container"], record["to_gpu"], record["demo"]) == \
-        ("ok", "bert-finetune", 6, True)
+        ("ok", "bert-finetune", 1, True)
 
 
 async def test_choosing_another_target_and_gpus_without_room_need_force():
@@ -126,15 +126,15 @@ async def test_m_without_a_highlighted_process_opens_the_imbalance_suggestion():
     async with app.run_test(size=(140, 48)) as pilot:
         await wait_for(pilot, lambda: app.snapshot is not None)
         sug = app.snapshot.imbalance.suggestion
-        assert (sug.container, sug.to_gpu) == ("bert-finetune", 6)
+        assert (sug.container, sug.to_gpu) == ("bert-finetune", 1)
         await pilot.press("7")  # nobody on GPU 7: no process highlighted
         assert app.screen.table.cursor_process is None
         await pilot.press("m")
         await wait_for(pilot, lambda: dialog_shown(app))
         dialog = app.screen
-        assert (dialog.container_name, dialog.target) == ("bert-finetune", 6)
+        assert (dialog.container_name, dialog.target) == ("bert-finetune", 1)
         await wait_for(pilot, lambda: dialog.plan is not None)
-        assert dialog.plan.to_gpu == 6 and dialog.options[0].suggested
+        assert dialog.plan.to_gpu == 1 and dialog.options[0].suggested
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, MigrateScreen))
 
@@ -163,7 +163,7 @@ async def test_m_in_the_containers_view_migrates_the_highlighted_container():
         assert view.select("bert-finetune")
         await pilot.press("m")
         await wait_for(pilot, lambda: dialog_shown(app))
-        assert (app.screen.container_name, app.screen.target) == ("bert-finetune", 6)
+        assert (app.screen.container_name, app.screen.target) == ("bert-finetune", 1)
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is view)
         assert container_gpus(app, "llama-train") == [0]  # nothing moved

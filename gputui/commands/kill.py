@@ -141,6 +141,8 @@ def _run_job(ctx) -> int:
                 refuse_job_kill(plan, demo=ctx.demo)
             print(clean(f"gputui: {plan.refusal}"), file=err)
             return EXIT_NO
+        if ctx.demo:
+            print("(demo: this acts on the simulated server, no real job is cancelled)", file=out)
         for line in plan.lines():
             print(clean(line), file=out)
         out.flush()
