@@ -23,12 +23,8 @@ class BackgroundReader(Generic[T]):
 
     def __init__(self, read: Callable[[], T], failed: Callable[[Exception], T], *, name: str,
                  period: float, timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._read = read
-        self._failed = failed
-        self.name = name
-        self.period = period
-        self.timeout = timeout
-        self._clock = clock
+        self._read, self._failed, self._clock = read, failed, clock
+        self.name, self.period, self.timeout = name, period, timeout
         self._latest: T | None = None
         self._started_at: float | None = None
         self._lock = threading.Lock()
