@@ -45,6 +45,7 @@ from gputui.core.fleet.model import (
     FleetHost,
     FleetProcess,
     FleetSnapshot,
+    HostSummary,
     Source,
 )
 from gputui.core.fleet.prom import PromClient, PrometheusError, PrometheusUnreachable, RangeSeries, Sample
@@ -453,10 +454,13 @@ def _states(samples: Sequence[Sample], problems: Problems) -> dict[tuple[str, st
 
 def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequence[Sample],
                 gpus: Sequence[Sample], processes: Sequence[Sample], state: Sequence[Sample],
-                queries: int = len(FLEET_QUERIES)) -> FleetSnapshot:
+                queries: int = len(FLEET_QUERIES),
+                summaries: dict[tuple[str, str], HostSummary] | None = None,
+                problems: Problems | None = None) -> FleetSnapshot:
     """The answers of :data:`FLEET_QUERIES` (in that order, the two GPU queries' as one list) as one
-    snapshot; ``seen`` with :func:`gone_query`'s answer, if it was sent."""
-    problems = Problems()
+    snapshot; ``seen`` with :func:`gone_query`'s answer, if it was sent. ``summaries``: the gputui
+    hosts' list figures from aggregates (:mod:`gputui.core.fleet.summary`), their GPUs not read."""
+    problems = Problems() if problems is None else problems
     hosts, targets = _inventory(up, seen, gpus, now, problems)
     gpu_drafts = _gpu_drafts(gpus, hosts, problems)
     procs = _processes(processes, problems)
@@ -466,6 +470,7 @@ def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequenc
         drafts = gpu_drafts.get(k, {})
         is_up = targets[k] if k in targets else bool(drafts)
         gputui = draft.source == "gputui"
+        summary = summaries.get(k) if summaries is not None and gputui and is_up else None
         gpu_list = tuple(
             FleetGpu(index=g.index, uuid=g.uuid, name=g.name, utilization_gpu=g.util, memory_used=g.used,
                      memory_total=g.total, temperature=g.temperature, lost=g.lost,
@@ -478,7 +483,7 @@ def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequenc
         note = None
         if is_up and not gputui:
             note = DCGM_NOTE
-        elif is_up and not gpu_list:
+        elif is_up and not gpu_list and not (summary is not None and summary.gpus):
             note = NO_GPU_NOTE
         seen_at = draft.last_seen if draft.last_seen is not None else (now if is_up else None)
         built.append(FleetHost(
@@ -494,7 +499,7 @@ def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequenc
             slurm_jobs=tuple(sorted(set(st.jobs))) if st else (),
             reservations=tuple(sorted(set(st.reservations))) if st else (),
             rule_violations=tuple(sorted(set(st.violations))) if st else (),
-            note=note,
+            note=note, summary=summary,
         ))
         why = host_problem(built[-1].ssh_target)
         if why is not None:
@@ -595,12 +600,18 @@ class FleetReader:
         self._static_at = -STATIC_TTL
         self._static_targets: set[tuple[str, str]] = set()
         self._pool: ThreadPoolExecutor | None = None
+        #: The live screen's refresh (:func:`gputui.core.fleet.summary.read_summary`, set by the app):
+        #: per-host aggregates for the list, every series of the ``detail`` host (the one whose
+        #: screen is open), the processes only while ``words`` (the `/` filter is in use).
+        self.summary: Callable[[FleetReader, float], FleetSnapshot] | None = None
+        self.detail: tuple[str, str] | None = None
+        self.words = False
 
     def run_queries(self, queries: Sequence[str], at: float) -> list[list[Sample]]:
         if not self.parallel:
             return [self.client.query(q, at) for q in queries]
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=len(FLEET_QUERIES), thread_name_prefix="gputui-prom")
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="gputui-prom")
         futures = [self._pool.submit(self.client.query, q, at) for q in queries]
         results: list[list[Sample]] = []
         errors: list[PrometheusError] = []
@@ -619,6 +630,8 @@ class FleetReader:
         Q_GPU_STATIC when its answer is older than STATIC_TTL or a new target appeared). Raises
         PrometheusError."""
         now = self.clock()
+        if self.summary is not None:
+            return self.summary(self, now)
         if not self.cache_static:
             up, seen, static, live, procs, state = self.run_queries(FLEET_QUERIES, now)
             seen, extra = self.last_seen(seen, now)

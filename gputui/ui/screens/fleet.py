@@ -271,6 +271,7 @@ class FleetScreen(Screen[None]):
         self._typing = False
         if not self.needle:
             self.query_one("#fleet-filter", Input).remove_class("-shown")
+            fleet_app(self).want_words(False)
         self.query_one("#fleet-hosts", DataTable).focus()
 
     def action_open_host(self) -> None:
@@ -288,6 +289,7 @@ class FleetScreen(Screen[None]):
         box.add_class("-shown")
         box.value = self.needle
         self._typing = True
+        fleet_app(self).want_words(True)
         # Widget.focus takes effect later: keys typed right after `/` (a fast typist, a paste, tmux
         # send-keys) still reach the table, and on_key hands them to the box.
         box.focus()
@@ -305,6 +307,7 @@ class FleetScreen(Screen[None]):
         self._typing = False
         box = self.query_one("#fleet-filter", Input)
         box.remove_class("-shown")
+        fleet_app(self).want_words(False)
         if self.needle:
             self.needle = ""
             box.value = ""

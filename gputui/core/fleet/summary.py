@@ -1,0 +1,277 @@
+"""The live fleet screen's refresh: per-host aggregates for the list, every series for one host.
+
+Over 2,000 hosts × 8 GPUs, :data:`~gputui.core.fleet.queries.FLEET_QUERIES` answer with
+~80,000 GPU series (~17 MB): parsed every refresh, that was about a second of CPU. The host
+list needs only each host's figures, so Prometheus sums them (:data:`Q_SUMMARY`: one series per
+host and figure, ``count by``, ``sum by``, ``max by``), and the GPUs and processes of the one
+host whose screen is open are read with a ``job``/``instance`` matcher (:func:`detail_query`).
+dcgm-exporter hosts (their memory total is used + free + reserved, their busy rule reads the
+memory percent) keep sending their GPU series, slimmed, to :func:`build_fleet`.
+
+One refresh: ``up``, the hosts query, :data:`Q_SUMMARY` and the state query; GPU counts, totals
+and names (:data:`Q_SUMMARY_STATIC`) every :data:`STATIC_TTL` seconds or when a target appears;
+one query for the open host; one for the processes while the `/` filter is in use (it matches
+users, executables and containers); one for down hosts' last-seen time. Eight at most.
+
+Trust: values are range-checked in the query by the driver's limits
+(:data:`gputui.core.plausible.LIMITS`: an impossible value is not summed, and counted, so its
+host is flagged and its screen names it), and the aggregates again here; label matchers take a
+GPU index of ASCII digits only; names are cut like every other label.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+
+from gputui.core import metric_names
+from gputui.core.fleet.model import BUSY_UTILIZATION, FleetSnapshot, HostSummary
+from gputui.core.fleet.prom import Sample
+from gputui.core.fleet.queries import (
+    DCGM_GPU_METRICS,
+    Q_HOSTS,
+    Q_PROCESSES,
+    Q_STATE,
+    Q_UP,
+    STATIC_TTL,
+    FleetReader,
+    build_fleet,
+    names,
+    target_key,
+)
+from gputui.core.fleet.remote import NAME_MAX
+from gputui.core.fleet.rules import Problems, fit
+from gputui.core.plausible import LIMITS, PIB
+from gputui.core.record import replace
+
+_HOST_INFO = metric_names.HOST_INFO.name
+_GPU_INFO = metric_names.GPU_INFO.name
+_UTIL = metric_names.GPU_UTILIZATION.name
+_USED = metric_names.GPU_MEMORY_USED.name
+_TOTAL = metric_names.GPU_MEMORY_TOTAL.name
+_TEMP = metric_names.GPU_TEMPERATURE.name
+_LOST = metric_names.GPU_LOST.name
+_PROC = metric_names.PROCESS_GPU_MEMORY.name
+
+#: The label that says which figure a summary series is.
+FIELD = "gputui_field"
+#: A GPU index label as RE2: ASCII digits, 0-1023 (rules.GPU_INDEX_MAX).
+GPU_INDEX_RE = "[0-9]{1,3}|10[01][0-9]|102[0-3]"
+_BY = "job, instance"
+#: GPU models listed per host for the filter (more are not read).
+NAMES_MAX = 16
+
+
+def _sel(metric: str) -> str:
+    return f'{metric}{{gpu=~"{GPU_INDEX_RE}"}}'
+
+
+def _field(name: str, expr: str) -> str:
+    return f'label_replace({expr}, "{FIELD}", "{name}", "", "")'
+
+
+def _range(field: str, scale: float = 1.0) -> tuple[float, float]:
+    low, high, _ = LIMITS[field]
+    return low / scale, high / scale
+
+
+def _within(selector: str, field: str, scale: float = 1.0) -> str:
+    low, high = _range(field, scale)
+    return f"({selector} >= {low:.17g} <= {high:.17g})"
+
+
+def _outside(selector: str, field: str, scale: float = 1.0) -> str:
+    """The series of ``selector`` whose value breaks the field's limits (one selection, not two)."""
+    low, high = _range(field, scale)
+    return f"abs({selector} - {(low + high) / 2:.17g}) > {(high - low) / 2:.17g}"
+
+
+#: Busy as FleetGpu.busy says: utilization (rounded to a percent) at BUSY_UTILIZATION or more, or a
+#: process on it; a lost GPU is never busy.
+_BUSY = (f"count by ({_BY}) ((group by ({_BY}, gpu) ({_sel(_UTIL)} >= {(BUSY_UTILIZATION - 0.5) / 100:g} "
+         f"<= 1) or group by ({_BY}, gpu) ({_sel(_PROC)})) unless on ({_BY}, gpu) ({_sel(_LOST)} == 1))")
+_DCGM_SLIM = (f"max by (__name__, {_BY}, gpu, modelName) ({names(DCGM_GPU_METRICS)} "
+              f"unless on ({_BY}) {_HOST_INFO})")
+
+#: Every refresh: the figures that change, one series per gputui host and figure, and the GPU
+#: series of dcgm-exporter hosts.
+Q_SUMMARY = " or ".join((
+    _field("used", f"sum by ({_BY}) {_within(_sel(_USED), 'memory_used')}"),
+    _field("hottest", f"max by ({_BY}) {_within(_sel(_TEMP), 'temperature')}"),
+    _field("busy", _BUSY),
+    _field("lost", f"count by ({_BY}) ({_sel(_LOST)} == 1)"),
+    _field("bad", f"count by ({_BY}) ({_outside(_sel(_UTIL), 'utilization_gpu', 100)} or "
+                  f"{_outside(_sel(_USED), 'memory_used')} or {_outside(_sel(_TEMP), 'temperature')})"),
+    _DCGM_SLIM,
+))
+#: What does not change while an exporter runs: GPUs, memory sizes, GPU models.
+Q_SUMMARY_STATIC = " or ".join((
+    _field("gpus", f"count by ({_BY}) (group by ({_BY}, gpu) ({_sel(_GPU_INFO)} or {_sel(_TOTAL)}))"),
+    _field("total", f"sum by ({_BY}) {_within(_sel(_TOTAL), 'memory_total')}"),
+    _field("bad", f"count by ({_BY}) ({_outside(_sel(_TOTAL), 'memory_total')})"),
+    _field("name", f"count by ({_BY}, name) ({_sel(_GPU_INFO)})"),
+))
+SUMMARY_QUERIES = (Q_UP, Q_HOSTS, Q_SUMMARY, Q_STATE)
+
+#: Bounds of each figure per GPU (counts: 1 a GPU).
+_PER_GPU = {"busy": 1, "lost": 1, "used": PIB, "total": PIB}
+_INT_FIELDS = frozenset(("gpus", "busy", "lost", "used", "total", "bad"))
+
+
+def _quote(text: str) -> str:
+    return json.dumps(text)  # a PromQL double-quoted string accepts JSON's escapes
+
+
+def matcher_ok(text: str) -> bool:
+    """Whether a job or instance label can be put in a matcher: bounded, printable text."""
+    return len(text) <= NAME_MAX and text.isprintable()
+
+
+def detail_query(key: tuple[str, str]) -> str | None:
+    """Every GPU and process series of one host (its static and live GPU figures, its processes),
+    in one query with a ``job``/``instance`` matcher; None when the labels cannot be put in one."""
+    job, instance = key
+    if not (instance and matcher_ok(job) and matcher_ok(instance)):
+        return None
+    where = f"job={_quote(job)},instance={_quote(instance)}"
+    gputui = "|".join((_GPU_INFO, _TOTAL, _UTIL, _USED, _TEMP, _LOST))
+    return (f'max by (__name__, {_BY}, gpu, uuid, name) ({{__name__=~"{gputui}",{where}}}) or '
+            f'{{__name__="{_PROC}",{where}}} or '
+            f'max by (__name__, {_BY}, gpu, UUID, modelName) ({{__name__=~"{"|".join(DCGM_GPU_METRICS)}",{where}}})')
+
+
+def summaries(live: Sequence[Sample], static: Sequence[Sample], problems: Problems
+              ) -> tuple[dict[tuple[str, str], HostSummary], list[Sample]]:
+    """The summary queries' answers as HostSummary per gputui host, and the dcgm GPU series."""
+    figures: dict[tuple[str, str], dict[str, float]] = {}
+    models: dict[tuple[str, str], list[str]] = {}
+    dcgm: list[Sample] = []
+    for s in (*static, *live):
+        labels = s.labels
+        field = labels.get(FIELD)
+        if field is None:
+            if labels.get("__name__", "").startswith("DCGM_"):
+                dcgm.append(s)
+            continue
+        k = target_key(labels)
+        if k is None:
+            continue
+        if field == "name":
+            name = labels.get("name")
+            if name and len(models.setdefault(k, [])) < NAMES_MAX:
+                models[k].append(problems.cut(k, name))
+            continue
+        v = s.value
+        if v != v:
+            continue
+        per = figures.setdefault(k, {})
+        per[field] = per.get(field, 0.0) + v if field == "bad" else v
+    out: dict[tuple[str, str], HostSummary] = {}
+    for k, per in figures.items():
+        gpus = per.get("gpus", 0.0)
+        if not 0 <= gpus <= 1024 or gpus != int(gpus):
+            problems.flag(k, f"Prometheus counted an impossible number of GPUs ({gpus:g}): shown as none.")
+            gpus = 0.0
+        checked: dict[str, int | None] = {}
+        for field in ("busy", "lost", "used", "total", "hottest", "bad"):
+            if field not in per:
+                checked[field] = None
+                continue
+            v = per[field]
+            if field == "hottest":
+                low, high, _ = LIMITS["temperature"]
+                ok = low <= v <= high
+            else:
+                ok = 0 <= v <= max(gpus, 1) * _PER_GPU.get(field, 1)
+            if field in _INT_FIELDS and v != int(v):
+                ok = ok and field in ("used", "total")
+            checked[field] = (round(v) if ok else None)
+            if not ok:
+                problems.flag(k, f"Prometheus summed an impossible {field} figure ({v:g}): shown as N/A.")
+        used, total = checked["used"], checked["total"]
+        if used is not None and total is not None and used > total:
+            problems.flag(k, f"Its GPUs report more memory used than they have ({used} of {total} bytes): "
+                             f"shown as N/A.")
+            used = None
+        if checked["bad"]:
+            problems.flag(k, f"{checked['bad']} of its GPU values are impossible (left out of the figures): "
+                             f"open the host to see which.")
+        out[k] = HostSummary(gpus=int(gpus), busy=min(checked["busy"] or 0, int(gpus)),
+                             lost=min(checked["lost"] or 0, int(gpus)), memory_used=used, memory_total=total,
+                             hottest=checked["hottest"], words=tuple(models.get(k, ())))
+    return out, dcgm
+
+
+def _words(processes: Sequence[Sample], problems: Problems) -> dict[tuple[str, str], tuple[str, ...]]:
+    """Per host, what its processes let the `/` filter match."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for labels, _v in processes:
+        k = target_key(labels)
+        if k is None:
+            continue
+        words = out.setdefault(k, [])
+        for name in ("user", "exe", "container", "image", "pid"):
+            text = labels.get(name)
+            if text:
+                words.append(fit(text))
+    return {k: tuple(dict.fromkeys(v)) for k, v in out.items()}
+
+
+def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
+    """One refresh of the live screen (see the module's docstring). Raises PrometheusError."""
+    import time
+
+    stale = time.monotonic() - reader._static_at >= STATIC_TTL
+    detail = detail_query(reader.detail) if reader.detail is not None else None
+    queries: list[str] = list(SUMMARY_QUERIES)
+    if stale:
+        queries.append(Q_SUMMARY_STATIC)
+    if detail is not None:
+        queries.append(detail)
+    if reader.words:
+        queries.append(Q_PROCESSES)
+    results = reader.run_queries(queries, now)
+    up, seen, live, state = results[:4]
+    rest = results[4:]
+    static = rest.pop(0) if stale else None
+    detailed = rest.pop(0) if detail is not None else None
+    processes = rest.pop(0) if reader.words else None
+    seen, extra = reader.last_seen(seen, now)
+    sent = len(queries) + extra
+    if static is None and any(target_key(s.labels) not in reader._static_targets for s in up if s.value >= 1):
+        static = reader.client.query(Q_SUMMARY_STATIC, now)  # a new target: its GPUs now
+        sent += 1
+    if static is not None:
+        reader._static = static
+        reader._static_at = time.monotonic()
+        reader._static_targets = {target_key(s.labels) for s in (*static, *up)} - {None}  # type: ignore[assignment]
+    problems = Problems()
+    per_host, dcgm = summaries(live, reader._static, problems)
+    if processes is not None:
+        for k, words in _words(processes, problems).items():
+            if k in per_host:
+                per_host[k] = replace(per_host[k], words=per_host[k].words + words)
+    snap = build_fleet(reader.client.url, now, up, seen, dcgm, (), state, queries=sent, summaries=per_host,
+                       problems=problems)
+    if detailed is None or reader.detail is None:
+        return snap
+    return _with_detail(snap, reader.detail, up, seen, detailed, state, now)
+
+
+def _with_detail(snap: FleetSnapshot, key: tuple[str, str], up: Iterable[Sample], seen: Iterable[Sample],
+                 detailed: Sequence[Sample], state: Iterable[Sample], now: float) -> FleetSnapshot:
+    """``snap`` with the host ``key`` built from every one of its series."""
+    listed = snap.host(key)
+    if listed is None:
+        return snap
+
+    def mine(samples: Iterable[Sample]) -> list[Sample]:
+        return [s for s in samples if target_key(s.labels) == key]
+
+    gpus = [s for s in detailed if s.labels.get("__name__") != _PROC]
+    procs = [s for s in detailed if s.labels.get("__name__") == _PROC]
+    one = build_fleet(snap.prometheus, now, mine(up), mine(seen), gpus, procs, mine(state)).host(key)
+    if one is None:
+        return snap
+    one = replace(one, label=listed.label, problems=tuple(dict.fromkeys((*listed.problems, *one.problems))))
+    return replace(snap, hosts=tuple(one if h.key == key else h for h in snap.hosts))

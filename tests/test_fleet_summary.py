@@ -1,0 +1,101 @@
+"""The live fleet screen's refresh against a real Prometheus: the host list from per-host aggregates
+(no GPU's series over the wire), the same figures as a full read, every series of the open host,
+the processes' names only while the `/` filter is in use, and never more than eight queries."""
+
+from __future__ import annotations
+
+import pytest
+
+from gputui.core import metric_names
+from gputui.core.fleet.prom import PromClient
+from gputui.core.fleet.queries import FleetReader
+from gputui.core.fleet.summary import detail_query, read_summary
+from tests.fleet_exposition import GIB, Card, Host, Proc, StaticTarget, dcgm_text, gputui_text
+from tests.fleet_scenarios import HOSTS
+
+#: impossible values: 250 % utilization, 2 EiB used, a 5,000 °C card; one lost-free busy card
+ODD = Host("odd-node", [Card(0, "GPU-o0", 2.5, 2 * GIB, temp=5000),
+                        Card(1, "GPU-o1", 0.3, 2**61),
+                        Card(2, "GPU-o2", 0.0, GIB, procs=[Proc(77, "carol", "ffmpeg", GIB, "encode-job")])])
+
+
+GPU_METRICS = {m.name for m in (metric_names.GPU_INFO, metric_names.GPU_UTILIZATION, metric_names.GPU_MEMORY_USED,
+                                 metric_names.GPU_MEMORY_TOTAL, metric_names.GPU_TEMPERATURE, metric_names.GPU_LOST,
+                                 metric_names.PROCESS_GPU_MEMORY)}
+
+
+class CountingClient(PromClient):
+    """Counts the series each answer brings, and those that carry a GPU index (one GPU's series)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.series = 0
+        self.gpu_series = 0
+
+    def query(self, promql, at=None):
+        out = super().query(promql, at)
+        self.series += len(out)
+        self.gpu_series += sum(1 for s in out if s.labels.get("__name__") in GPU_METRICS)
+        return out
+
+
+@pytest.fixture
+def fleet(prometheus_factory):
+    targets = [StaticTarget(gputui_text(h)) for h in (*HOSTS, ODD)] + [StaticTarget(dcgm_text())]
+    try:
+        prom = prometheus_factory([t.address for t in targets], scrape_interval="2s")
+        prom.wait_for("up == 1", lambda r: len(r) == 5)
+        prom.wait_for("gputui_host_info", lambda r: len(r) == 4)
+        yield prom
+    finally:
+        for t in targets:
+            t.stop()
+
+
+def _listed(h):
+    return (h.up, h.source, h.gpu_count, h.busy_gpus, h.lost_gpus, h.memory_used, h.memory_total, h.hottest,
+            h.note, bool(h.problems), h.alerts, h.containers_with_findings, h.imbalance_flagged, h.stale_gpu_memory)
+
+
+def test_the_host_list_reads_aggregates_not_gpus_and_shows_what_a_full_read_shows(fleet):
+    full = FleetReader(PromClient(fleet.url)).read()
+    client = CountingClient(fleet.url)
+    live = FleetReader(client)
+    live.summary, live.parallel = read_summary, False
+    snap = live.read()
+    by_key = {h.key: h for h in full.hosts}
+    assert [h.key for h in snap.hosts] == [h.key for h in full.hosts]
+    for h in snap.hosts:
+        assert _listed(h) == _listed(by_key[h.key]), h.host
+    odd = next(h for h in snap.hosts if h.host == "odd-node")
+    # impossible values are left out of the figures (as N/A is of a full read's sums), and flagged
+    assert (odd.busy_gpus, odd.memory_used, odd.hottest) == (2, 3 * GIB, 40)
+    assert any("impossible" in p for p in odd.problems)
+    # what crossed the wire: no gputui GPU's own series (the dcgm host's two GPUs are slimmed series)
+    gputui_gpus = sum(len(h.gpus) for h in full.hosts if h.source == "gputui")
+    assert client.gpu_series == 0 and client.series < 5 * gputui_gpus
+    assert snap.queries == client.queries <= 8
+
+    # the open host: every series of it, as the full read has it; the others stay aggregates
+    one = next(h for h in full.hosts if h.host == "gpu-node-01")
+    live.detail = one.key
+    again = live.read()
+    assert again.host(one.key).gpus == one.gpus and again.host(one.key).summary is None
+    assert all(h.summary is not None for h in again.hosts if h.source == "gputui" and h.key != one.key)
+    # the filter's words: only while it is in use (processes are read then)
+    assert not any("carol" in (h.summary.words if h.summary else ()) for h in again.hosts)
+    live.words = True
+    worded = live.read()
+    assert "carol" in next(h for h in worded.hosts if h.host == "odd-node").summary.words
+    assert "NVIDIA H100 80GB HBM3" in next(h for h in worded.hosts if h.host == "gpu-node-02").summary.words
+    assert worded.queries <= 8
+    live.close()
+
+
+@pytest.mark.unit
+def test_a_host_whose_labels_cannot_be_put_in_a_matcher_gets_no_detail_query():
+    assert detail_query(("gputui", "a:1")) is not None
+    assert '\\"' in detail_query(("gputui", 'a"} or up{x="'))  # quoted: one label value, not PromQL
+    assert detail_query(("gputui", "a\x1b:1")) is None
+    assert detail_query(("gputui", "a" * 300)) is None
+    assert detail_query(("gputui", "")) is None
