@@ -49,7 +49,7 @@ from gputui.core.fleet.model import (
     Source,
 )
 from gputui.core.fleet.prom import PromClient, PrometheusError, PrometheusUnreachable, RangeSeries, Sample
-from gputui.core.fleet.remote import HOST_MAX, host_problem
+from gputui.core.fleet.remote import HOST_MAX, NAME_MAX, host_problem
 from gputui.core.fleet.rules import FIELD_LABEL, PID_MAX, Problems, fit, label_int, value_text
 from gputui.core.plausible import JSON_SAFE_INT, PIB, implausible
 from gputui.core.record import field, record, replace
@@ -79,6 +79,8 @@ _STALE_PROCESSES = metric_names.STALE_PROCESSES.name
 _SLURM_JOB_INFO = metric_names.SLURM_JOB_INFO.name
 _RULE_VIOLATION = metric_names.RULE_VIOLATION.name
 _RESERVATION = metric_names.RESERVATION.name
+#: Text this short is never cut (rules.fit): checked inline in the loops over thousands of series.
+_SHORT = NAME_MAX // 4
 #: How far back a host that stopped answering is still listed (as down).
 LOOKBACK = "1h"
 #: Resolution of the last-seen time of a host down for longer than RECENT (to the second before).
@@ -310,12 +312,14 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
                 continue
             g = per_host[gpu] = _GpuDraft(index)
         if not g.uuid:
-            g.uuid = problems.cut(k, labels.get("UUID" if dcgm else "uuid") or "")
+            uuid = labels.get("UUID" if dcgm else "uuid") or ""
+            g.uuid = uuid if len(uuid) <= _SHORT else problems.cut(k, uuid)
         if v != v:  # NaN: not reported
             continue
         where = (k, g.index)
         if metric == _GPU_INFO:
-            g.name = problems.cut(k, labels.get("name") or "") or g.name
+            name = labels.get("name") or ""
+            g.name = (name if len(name) <= _SHORT else problems.cut(k, name)) or g.name
         elif metric == _GPU_UTILIZATION:
             if not bad(where, "utilization_gpu", v * 100):
                 g.util = round(v * 100)
@@ -386,11 +390,12 @@ def _processes(samples: Sequence[Sample], problems: Problems) -> dict[tuple[str,
                                        labels.get("image"))
         out.setdefault((k[0], k[1], index), []).append(FleetProcess(
             pid=pid,
-            user=cut(k, user) if user else None,
-            exe=cut(k, exe) if exe else None,
+            # fit() keeps text of a quarter of its limit as is: the common case without a call
+            user=(user if len(user) <= _SHORT else cut(k, user)) if user else None,
+            exe=(exe if len(exe) <= _SHORT else cut(k, exe)) if exe else None,
             gpu_memory=memory,
-            container=cut(k, container) if container else None,
-            image=cut(k, image) if image else None,
+            container=(container if len(container) <= _SHORT else cut(k, container)) if container else None,
+            image=(image if len(image) <= _SHORT else cut(k, image)) if image else None,
             runtime=cut(k, labels["runtime"]) if labels.get("runtime") else None,
             pod=cut(k, labels["pod"]) if labels.get("pod") else None,
             namespace=cut(k, labels["namespace"]) if labels.get("namespace") else None,
@@ -496,10 +501,10 @@ def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequenc
             alerts=tuple(sorted(st.alerts, key=lambda a: (a.gpu is not None, a.gpu or 0, a.kind))) if st else (),
             findings=tuple(st.findings) if st else (),
             grants=tuple(st.grants) if st else (),
-            slurm_jobs=tuple(sorted(set(st.jobs))) if st else (),
-            reservations=tuple(sorted(set(st.reservations))) if st else (),
-            rule_violations=tuple(sorted(set(st.violations))) if st else (),
-            note=note, summary=summary,
+            slurm_jobs=tuple(sorted(set(st.jobs))) if st and st.jobs else (),
+            reservations=tuple(sorted(set(st.reservations))) if st and st.reservations else (),
+            rule_violations=tuple(sorted(set(st.violations))) if st and st.violations else (),
+            note=note, summary=summary, label=draft.hostname or draft.instance,
         ))
         why = host_problem(built[-1].ssh_target)
         if why is not None:
@@ -528,7 +533,7 @@ def _label(hosts: list[FleetHost]) -> tuple[list[FleetHost], list[str]]:
                             f"each is shown with its instance.")
             out.extend(replace(h, label=f"{h.host} ({h.instance})") for h in group)
         else:
-            out.extend(replace(h, label=h.host) for h in group)
+            out.extend(group)  # built with label=host
     return out, warnings
 
 

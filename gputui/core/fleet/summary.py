@@ -25,7 +25,7 @@ import json
 from collections.abc import Iterable, Sequence
 
 from gputui.core import metric_names
-from gputui.core.fleet.model import BUSY_UTILIZATION, FleetSnapshot, HostSummary
+from gputui.core.fleet.model import BUSY_UTILIZATION, FleetHost, FleetSnapshot, HostSummary
 from gputui.core.fleet.prom import Sample
 from gputui.core.fleet.queries import (
     DCGM_GPU_METRICS,
@@ -40,8 +40,8 @@ from gputui.core.fleet.queries import (
     target_key,
 )
 from gputui.core.fleet.remote import NAME_MAX
-from gputui.core.fleet.rules import Problems, fit
-from gputui.core.plausible import LIMITS, PIB
+from gputui.core.fleet.rules import GPU_INDEX_MAX, Problems, fit, value_text
+from gputui.core.plausible import LIMITS
 from gputui.core.record import replace
 
 _HOST_INFO = metric_names.HOST_INFO.name
@@ -75,47 +75,39 @@ def _range(field: str, scale: float = 1.0) -> tuple[float, float]:
     return low / scale, high / scale
 
 
-def _within(selector: str, field: str, scale: float = 1.0) -> str:
-    low, high = _range(field, scale)
-    return f"({selector} >= {low:.17g} <= {high:.17g})"
-
-
-def _outside(selector: str, field: str, scale: float = 1.0) -> str:
-    """The series of ``selector`` whose value breaks the field's limits (one selection, not two)."""
-    low, high = _range(field, scale)
-    return f"abs({selector} - {(low + high) / 2:.17g}) > {(high - low) / 2:.17g}"
+def _at_most(field: str, scale: float = 1.0) -> str:
+    return f"<= {_range(field, scale)[1]:.17g}"
 
 
 #: Busy as FleetGpu.busy says: utilization (rounded to a percent) at BUSY_UTILIZATION or more, or a
-#: process on it; a lost GPU is never busy.
-_BUSY = (f"count by ({_BY}) ((group by ({_BY}, gpu) ({_sel(_UTIL)} >= {(BUSY_UTILIZATION - 0.5) / 100:g} "
-         f"<= 1) or group by ({_BY}, gpu) ({_sel(_PROC)})) unless on ({_BY}, gpu) ({_sel(_LOST)} == 1))")
+#: process on it (lost GPUs are taken off in :func:`summaries`).
+_BUSY = (f"count by ({_BY}) (group by ({_BY}, gpu) ({_sel(_UTIL)} >= {(BUSY_UTILIZATION - 0.5) / 100:g} "
+         f"{_at_most('utilization_gpu', 100)}) or group by ({_BY}, gpu) ({_sel(_PROC)}))")
 _DCGM_SLIM = (f"max by (__name__, {_BY}, gpu, modelName) ({names(DCGM_GPU_METRICS)} "
               f"unless on ({_BY}) {_HOST_INFO})")
 
 #: Every refresh: the figures that change, one series per gputui host and figure, and the GPU
-#: series of dcgm-exporter hosts.
+#: series of dcgm-exporter hosts. Each metric is selected once (Prometheus spends ~8 µs a series
+#: it selects, whatever is done with it): sums and maxima are range-checked here, not there.
 Q_SUMMARY = " or ".join((
-    _field("used", f"sum by ({_BY}) {_within(_sel(_USED), 'memory_used')}"),
-    _field("hottest", f"max by ({_BY}) {_within(_sel(_TEMP), 'temperature')}"),
+    _field("used", f"sum by ({_BY}) ({_sel(_USED)})"),
+    _field("hottest", f"max by ({_BY}) ({_sel(_TEMP)})"),
     _field("busy", _BUSY),
     _field("lost", f"count by ({_BY}) ({_sel(_LOST)} == 1)"),
-    _field("bad", f"count by ({_BY}) ({_outside(_sel(_UTIL), 'utilization_gpu', 100)} or "
-                  f"{_outside(_sel(_USED), 'memory_used')} or {_outside(_sel(_TEMP), 'temperature')})"),
     _DCGM_SLIM,
 ))
-#: What does not change while an exporter runs: GPUs, memory sizes, GPU models.
+#: What does not change while an exporter runs: GPU models (and so how many GPUs), memory sizes.
 Q_SUMMARY_STATIC = " or ".join((
-    _field("gpus", f"count by ({_BY}) (group by ({_BY}, gpu) ({_sel(_GPU_INFO)} or {_sel(_TOTAL)}))"),
-    _field("total", f"sum by ({_BY}) {_within(_sel(_TOTAL), 'memory_total')}"),
-    _field("bad", f"count by ({_BY}) ({_outside(_sel(_TOTAL), 'memory_total')})"),
+    _field("total", f"sum by ({_BY}) ({_sel(_TOTAL)})"),
     _field("name", f"count by ({_BY}, name) ({_sel(_GPU_INFO)})"),
 ))
 SUMMARY_QUERIES = (Q_UP, Q_HOSTS, Q_SUMMARY, Q_STATE)
 
-#: Bounds of each figure per GPU (counts: 1 a GPU).
-_PER_GPU = {"busy": 1, "lost": 1, "used": PIB, "total": PIB}
-_INT_FIELDS = frozenset(("gpus", "busy", "lost", "used", "total", "bad"))
+#: figure -> (lowest, highest) per GPU, by the driver's limits (a count: 0 or 1 a GPU)
+_BOUNDS = {"busy": (0, 1), "lost": (0, 1), "used": LIMITS["memory_used"][:2],
+           "total": LIMITS["memory_total"][:2]}
+_WHAT = {"busy": "busy GPU count", "lost": "lost GPU count", "used": "GPU memory used", "total": "GPU memory",
+         "hottest": "temperature"}
 
 
 def _quote(text: str) -> str:
@@ -140,65 +132,85 @@ def detail_query(key: tuple[str, str]) -> str | None:
             f'max by (__name__, {_BY}, gpu, UUID, modelName) ({{__name__=~"{"|".join(DCGM_GPU_METRICS)}",{where}}})')
 
 
-def summaries(live: Sequence[Sample], static: Sequence[Sample], problems: Problems
-              ) -> tuple[dict[tuple[str, str], HostSummary], list[Sample]]:
-    """The summary queries' answers as HostSummary per gputui host, and the dcgm GPU series."""
+#: Per host: figure -> value, and GPU models.
+Figures = tuple[dict[tuple[str, str], dict[str, float]], dict[tuple[str, str], list[str]]]
+
+
+def parse_figures(samples: Sequence[Sample], dcgm: list[Sample] | None = None) -> Figures:
+    """Summary series as per-host figures (a GPU model's series adds its count to ``gpus``);
+    dcgm-exporter GPU series go to ``dcgm``."""
     figures: dict[tuple[str, str], dict[str, float]] = {}
     models: dict[tuple[str, str], list[str]] = {}
-    dcgm: list[Sample] = []
-    for s in (*static, *live):
+    for s in samples:  # a few series per host
         labels = s.labels
         field = labels.get(FIELD)
         if field is None:
-            if labels.get("__name__", "").startswith("DCGM_"):
+            if dcgm is not None and labels.get("__name__", "").startswith("DCGM_"):
                 dcgm.append(s)
             continue
         k = target_key(labels)
-        if k is None:
+        v = s.value
+        if k is None or v != v:
             continue
-        if field == "name":
+        per = figures.get(k)
+        if per is None:
+            per = figures[k] = {}
+        if field == "name":  # one series per GPU model: how many GPUs of it
+            per["gpus"] = per.get("gpus", 0.0) + v
             name = labels.get("name")
             if name and len(models.setdefault(k, [])) < NAMES_MAX:
-                models[k].append(problems.cut(k, name))
-            continue
-        v = s.value
-        if v != v:
-            continue
-        per = figures.setdefault(k, {})
-        per[field] = per.get(field, 0.0) + v if field == "bad" else v
+                models[k].append(fit(name))  # words the filter matches, never drawn
+        else:
+            per[field] = v
+    return figures, models
+
+
+def summaries(live: Sequence[Sample], static: Figures, problems: Problems
+              ) -> tuple[dict[tuple[str, str], HostSummary], list[Sample]]:
+    """The summary queries' answers (``static`` parsed by :func:`parse_figures`) as HostSummary per
+    gputui host, and the dcgm GPU series. A sum or maximum no GPUs can add up to (one GPU sent an
+    impossible value) is N/A, and its host flagged: its screen reads every GPU and names which."""
+    dcgm: list[Sample] = []
+    figures, _ = parse_figures(live, dcgm)
+    fixed, models = static
+    for k, per in fixed.items():
+        mine = figures.get(k)
+        if mine is None:
+            figures[k] = dict(per)
+        else:
+            mine.update(per)
     out: dict[tuple[str, str], HostSummary] = {}
     for k, per in figures.items():
         gpus = per.get("gpus", 0.0)
-        if not 0 <= gpus <= 1024 or gpus != int(gpus):
+        if not 0 <= gpus <= GPU_INDEX_MAX + 1 or gpus != int(gpus):
             problems.flag(k, f"Prometheus counted an impossible number of GPUs ({gpus:g}): shown as none.")
             gpus = 0.0
+        n = int(gpus)
         checked: dict[str, int | None] = {}
-        for field in ("busy", "lost", "used", "total", "hottest", "bad"):
+        for field in ("busy", "lost", "used", "total", "hottest"):
             if field not in per:
                 checked[field] = None
                 continue
             v = per[field]
             if field == "hottest":
                 low, high, _ = LIMITS["temperature"]
-                ok = low <= v <= high
             else:
-                ok = 0 <= v <= max(gpus, 1) * _PER_GPU.get(field, 1)
-            if field in _INT_FIELDS and v != int(v):
-                ok = ok and field in ("used", "total")
-            checked[field] = (round(v) if ok else None)
-            if not ok:
-                problems.flag(k, f"Prometheus summed an impossible {field} figure ({v:g}): shown as N/A.")
+                low, high = _BOUNDS[field]
+                low, high = low * n, high * n
+            if low <= v <= high:
+                checked[field] = round(v)
+            else:
+                checked[field] = None
+                problems.flag(k, f"Its GPUs sent impossible values: the {_WHAT[field]} ({value_text(v)}) is "
+                                 f"shown as N/A.")
         used, total = checked["used"], checked["total"]
         if used is not None and total is not None and used > total:
             problems.flag(k, f"Its GPUs report more memory used than they have ({used} of {total} bytes): "
                              f"shown as N/A.")
             used = None
-        if checked["bad"]:
-            problems.flag(k, f"{checked['bad']} of its GPU values are impossible (left out of the figures): "
-                             f"open the host to see which.")
-        out[k] = HostSummary(gpus=int(gpus), busy=min(checked["busy"] or 0, int(gpus)),
-                             lost=min(checked["lost"] or 0, int(gpus)), memory_used=used, memory_total=total,
-                             hottest=checked["hottest"], words=tuple(models.get(k, ())))
+        lost = min(checked["lost"] or 0, n)
+        out[k] = HostSummary(gpus=n, busy=min(checked["busy"] or 0, n - lost), lost=lost, memory_used=used,
+                             memory_total=total, hottest=checked["hottest"], words=tuple(models.get(k, ())))
     return out, dcgm
 
 
@@ -243,19 +255,32 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
         sent += 1
     if static is not None:
         reader._static = static
+        reader._static_figures = parse_figures(static)  # type: ignore[attr-defined]
         reader._static_at = time.monotonic()
         reader._static_targets = {target_key(s.labels) for s in (*static, *up)} - {None}  # type: ignore[assignment]
     problems = Problems()
-    per_host, dcgm = summaries(live, reader._static, problems)
+    per_host, dcgm = summaries(live, getattr(reader, "_static_figures", ({}, {})), problems)
     if processes is not None:
         for k, words in _words(processes, problems).items():
             if k in per_host:
                 per_host[k] = replace(per_host[k], words=per_host[k].words + words)
     snap = build_fleet(reader.client.url, now, up, seen, dcgm, (), state, queries=sent, summaries=per_host,
                        problems=problems)
-    if detailed is None or reader.detail is None:
-        return snap
-    return _with_detail(snap, reader.detail, up, seen, detailed, state, now)
+    if detailed is not None and reader.detail is not None:
+        snap = _with_detail(snap, reader.detail, up, seen, detailed, state, now)
+    return _reuse(reader, snap)
+
+
+def _reuse(reader: FleetReader, snap: FleetSnapshot) -> FleetSnapshot:
+    """``snap`` with every host equal to the previous refresh's being that same object: the screen
+    redraws a row only when its host is another object (most are the same between two refreshes)."""
+    previous: dict[tuple[str, str], FleetHost] = getattr(reader, "_previous_hosts", {})
+    hosts = []
+    for h in snap.hosts:
+        old = previous.get(h.key)
+        hosts.append(old if old is not None and old == h else h)
+    reader._previous_hosts = {h.key: h for h in hosts}  # type: ignore[attr-defined]
+    return replace(snap, hosts=tuple(hosts))
 
 
 def _with_detail(snap: FleetSnapshot, key: tuple[str, str], up: Iterable[Sample], seen: Iterable[Sample],

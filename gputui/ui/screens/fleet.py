@@ -7,6 +7,7 @@ changed, keeping the highlighted host. `Enter` opens the host screen.
 
 from __future__ import annotations
 
+from datetime import date, datetime
 from typing import Any, ClassVar
 
 from rich.segment import Segment
@@ -71,6 +72,25 @@ class HostTable(DataTable[Text]):
                 self.cursor_coordinate.row == row, self._show_hover_cursor and self.hover_coordinate.row == row,
                 self._update_count, self._pseudo_class_state)
 
+    def _scroll_cursor_into_view(self, animate: bool = False) -> None:
+        """When the cursor leaves the visible rows, scroll so it lands half a page in (vim's
+        ``scrolljump``): a scroll redraws every row on screen and the terminal's every line, so
+        holding Down at the edge of the 2,000-host list redraws the screen once every half page
+        instead of at every key (in between, a key redraws the two rows the cursor leaves and
+        enters). Every row is one line high."""
+        if self.cursor_type != "row" or self._require_update_dimensions:
+            super()._scroll_cursor_into_view(animate=animate)
+            return
+        view = self.scrollable_content_region.height - self._get_fixed_offset().top
+        first, row = round(self.scroll_y), self.cursor_row
+        if view <= 0 or first <= row < first + view:
+            return
+        if row >= first + view:  # below: the cursor half a page above the bottom edge
+            target = row - view + 1 + view // 2
+        else:
+            target = row - view // 2
+        self.scroll_to(y=max(0, min(target, round(self.max_scroll_y))), animate=False, force=True)
+
     def _cut_mark(self, strip: Strip) -> Strip:
         """A row ends in "…" while columns are cut off at the right edge (→ scrolls to them)."""
         width = strip.cell_length
@@ -113,6 +133,9 @@ class FleetScreen(Screen[None]):
         self._order: list[str] = []
         self._cells: dict[str, tuple[Text, ...]] = {}
         self._hosts: dict[str, FleetHost] = {}
+        #: row key -> (the host drawn, its cells) at the last update
+        self._drawn: dict[str, tuple[FleetHost, tuple[Text, ...]]] = {}
+        self._drawn_day: date | None = None
         self._summary: Text | None = None
         #: `/` was pressed and the filter is being typed (keys may still reach the table first)
         self._typing = False
@@ -151,7 +174,17 @@ class FleetScreen(Screen[None]):
         hosts.sort(key=sort_key(self.sort_column), reverse=self.reverse)
         self._hosts = {row_key(h): h for h in snap.hosts}
         order = [row_key(h) for h in hosts]
-        cells = {row_key(h): host_cells(h, now) for h in hosts}
+        # a host that is the same object as at the last refresh (the reader keeps unchanged hosts)
+        # draws the same cells: no need to look them up again
+        day = datetime.fromtimestamp(now).date()  # a down host's "since" reads another way the next day
+        drawn = self._drawn if day == self._drawn_day else {}
+        cells: dict[str, tuple[Text, ...]] = {}
+        kept: dict[str, tuple[FleetHost, tuple[Text, ...]]] = {}
+        for k, h in zip(order, hosts, strict=True):
+            last = drawn.get(k)
+            row = cells[k] = last[1] if last is not None and last[0] is h else host_cells(h, now)
+            kept[k] = (h, row)
+        self._drawn, self._drawn_day = kept, day
         table = self.query_one("#fleet-hosts", DataTable)
         with self.app.batch_update():
             if resort or order != self._order:  # resort: new headings must be drawn even in the same order
