@@ -13,6 +13,10 @@ and names (:data:`Q_SUMMARY_STATIC`) every :data:`STATIC_TTL` seconds or when a 
 one query for the open host; one for the processes while the `/` filter is in use (it matches
 users, executables and containers); one for down hosts' last-seen time. Eight at most.
 
+An up host whose figures did not change stays the same object from one refresh to the next (the
+screen redraws a row only for another object), with the ``last_seen`` it had then: the list shows
+"up" for it, not when its newest sample came.
+
 Trust: values are range-checked in the query by the driver's limits
 (:data:`gputui.core.plausible.LIMITS`: an impossible value is not summed, and counted, so its
 host is flagged and its screen names it), and the aggregates again here; label matchers take a
@@ -278,7 +282,10 @@ def _reuse(reader: FleetReader, snap: FleetSnapshot) -> FleetSnapshot:
     hosts = []
     for h in snap.hosts:
         old = previous.get(h.key)
-        hosts.append(old if old is not None and old == h else h)
+        if old is not None and (old == h or (old.up and h.up and old.last_seen != h.last_seen
+                                             and replace(h, last_seen=old.last_seen) == old)):
+            h = old  # an up host's newest sample time is not drawn: a new one alone changes nothing
+        hosts.append(h)
     reader._previous_hosts = {h.key: h for h in hosts}  # type: ignore[attr-defined]
     return replace(snap, hosts=tuple(hosts))
 

@@ -69,7 +69,8 @@ _CELLS: dict[tuple, tuple[Text, ...]] = {}
 
 def host_cells(host: FleetHost, now: float) -> tuple[Text, ...]:
     """The row of one host (cached on what it shows: most rows are unchanged between refreshes)."""
-    key = (host.shown, bool(host.problems), host.source, host.up, host.last_seen, host.gpu_count, host.busy_gpus,
+    key = (host.shown, bool(host.problems), host.source, host.up, None if host.up else host.last_seen,
+           host.gpu_count, host.busy_gpus,
            host.lost_gpus, host.memory_used, host.memory_total, host.hottest, host.imbalance_flagged,
            host.stale_gpu_memory, host.stale_processes, host.alerts, host.containers_with_findings,
            datetime.fromtimestamp(now).date())
