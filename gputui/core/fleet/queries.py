@@ -31,13 +31,19 @@ answer makes a refresh fail.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 from gputui.core import metric_names
+
+# the host screen's range queries, re-exported where they were defined before
+from gputui.core.fleet.history_host import HOST_RANGE_QUERIES as HOST_RANGE_QUERIES
+from gputui.core.fleet.history_host import HostHistory as HostHistory
+from gputui.core.fleet.history_host import host_range_queries as host_range_queries
+from gputui.core.fleet.history_host import host_selector as host_selector
+from gputui.core.fleet.history_host import per_gpu
 from gputui.core.fleet.model import (
     ContainerFinding,
     FleetAlert,
@@ -48,10 +54,10 @@ from gputui.core.fleet.model import (
     HostSummary,
     Source,
 )
-from gputui.core.fleet.prom import PromClient, PrometheusError, PrometheusUnreachable, RangeSeries, Sample
+from gputui.core.fleet.prom import PromClient, PrometheusError, PrometheusUnreachable, Sample
 from gputui.core.fleet.remote import HOST_MAX, NAME_MAX, host_problem
 from gputui.core.fleet.rules import FIELD_LABEL, PID_MAX, Problems, fit, label_int, value_text
-from gputui.core.plausible import JSON_SAFE_INT, PIB, implausible
+from gputui.core.plausible import JSON_SAFE_INT, LIMITS, PIB, implausible
 from gputui.core.record import field, record, replace
 
 MIB = 1024**2
@@ -79,6 +85,10 @@ _STALE_PROCESSES = metric_names.STALE_PROCESSES.name
 _SLURM_JOB_INFO = metric_names.SLURM_JOB_INFO.name
 _RULE_VIOLATION = metric_names.RULE_VIOLATION.name
 _RESERVATION = metric_names.RESERVATION.name
+_UTIL_LOW, _UTIL_HIGH, _ = LIMITS["utilization_gpu"]
+_USED_LOW, _USED_HIGH, _ = LIMITS["memory_used"]
+_TOTAL_LOW, _TOTAL_HIGH, _ = LIMITS["memory_total"]
+_TEMP_LOW, _TEMP_HIGH, _ = LIMITS["temperature"]
 #: Text this short is never cut (rules.fit): checked inline in the loops over thousands of series.
 _SHORT = NAME_MAX // 4
 #: How far back a host that stopped answering is still listed (as down).
@@ -153,7 +163,9 @@ def _slim(metrics: Iterable[str], by: str) -> str:
 Q_UP = "up"
 #: Every host seen in the last hour; the time of its newest sample, for those answering now.
 Q_HOSTS = " or ".join(_hosts(metric, by, source) for source, by, metric in _HOST_METRICS)
-Q_PROCESSES = _PROCESS_GPU_MEMORY
+#: the labels _processes reads (the UUID, compose and MIG UUID labels were a third of the answer)
+Q_PROCESSES = (f"max by (job, instance, gpu, pid, user, exe, container, image, runtime, pod, namespace, mig_device) "
+               f"({_PROCESS_GPU_MEMORY})")
 Q_STATE = names(STATE_METRICS)
 
 #: The live screen splits Q_GPUS: what never changes while an exporter runs (GPU names, UUIDs and
@@ -189,10 +201,6 @@ def _mig_device(text: str | None) -> int | None:
         return None
     value = label_int(text)
     return value if value is not None and 0 <= value < 64 else None
-
-
-def _finite(value: float) -> bool:
-    return math.isfinite(value)
 
 
 @record(frozen=False)
@@ -317,20 +325,22 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
         if v != v:  # NaN: not reported
             continue
         where = (k, g.index)
+        # the driver's limits inline (the common case: thousands of values, each in range); out of
+        # range, bad() says why
         if metric == _GPU_INFO:
             name = labels.get("name") or ""
             g.name = (name if len(name) <= _SHORT else problems.cut(k, name)) or g.name
         elif metric == _GPU_UTILIZATION:
-            if not bad(where, "utilization_gpu", v * 100):
+            if _UTIL_LOW <= v * 100 <= _UTIL_HIGH or not bad(where, "utilization_gpu", v * 100):
                 g.util = round(v * 100)
         elif metric == _GPU_MEMORY_USED:
-            if not bad(where, "memory_used", v):
+            if _USED_LOW <= v <= _USED_HIGH or not bad(where, "memory_used", v):
                 g.used = int(v)
         elif metric == _GPU_MEMORY_TOTAL:
-            if not bad(where, "memory_total", v):
+            if _TOTAL_LOW <= v <= _TOTAL_HIGH or not bad(where, "memory_total", v):
                 g.total = int(v)
         elif metric == _GPU_TEMPERATURE:
-            if not bad(where, "temperature", v):
+            if _TEMP_LOW <= v <= _TEMP_HIGH or not bad(where, "temperature", v):
                 g.temperature = round(v)
         elif metric == _GPU_LOST:
             g.lost = v >= 1
@@ -537,53 +547,8 @@ def _label(hosts: list[FleetHost]) -> tuple[list[FleetHost], list[str]]:
     return out, warnings
 
 
-# -- the host screen's range queries -----------------------------------------------------
-
-
 def _quote(text: str) -> str:
     return json.dumps(text)  # a PromQL double-quoted string accepts JSON's escapes
-
-
-def host_selector(host: FleetHost, metrics: Iterable[str]) -> str:
-    return ('{__name__=~"' + "|".join(metrics) + f'",job={_quote(host.job)},instance={_quote(host.instance)}}}')
-
-
-def host_range_queries(host: FleetHost) -> tuple[str, str]:
-    """(utilization, memory used) of every GPU of ``host``, in the host's own metric names."""
-    if host.source == "gputui":
-        return (host_selector(host, (_GPU_UTILIZATION,)),
-                host_selector(host, (_GPU_MEMORY_USED,)))
-    return (host_selector(host, (_DCGM_GPU_UTIL,)), host_selector(host, (_DCGM_FB_USED,)))
-
-
-HOST_RANGE_QUERIES = 2
-
-
-@record
-class HostHistory:
-    """Load and memory (percent) per GPU index of one host, oldest first."""
-
-    key: tuple[str, str]
-    start: float
-    end: float
-    util: dict[int, tuple[tuple[float, float], ...]]
-    memory: dict[int, tuple[tuple[float, float], ...]]
-
-
-def _per_gpu(series: Sequence[RangeSeries], scale: Callable[[int, float], float | None]
-             ) -> dict[int, tuple[tuple[float, float], ...]]:
-    out: dict[int, tuple[tuple[float, float], ...]] = {}
-    for s in series:
-        index = label_int(s.labels.get("gpu"))
-        if index is None:
-            continue
-        points = []
-        for t, v in s.points:
-            scaled = scale(index, v) if _finite(v) else None
-            if scaled is not None and 0.0 <= scaled <= 100.0:  # a percent: anything else is no reading
-                points.append((t, scaled))
-        out[index] = tuple(points)
-    return out
 
 
 # -- the reader ---------------------------------------------------------------------------
@@ -686,8 +651,8 @@ class FleetReader:
 
         return HostHistory(
             key=host.key, start=start, end=end,
-            util=_per_gpu(util, lambda _i, v: min(100.0, v * 100 if ratio else v)),
-            memory=_per_gpu(memory, mem_percent),
+            util=per_gpu(util, lambda _i, v: min(100.0, v * 100 if ratio else v)),
+            memory=per_gpu(memory, mem_percent),
         )
 
     def close(self) -> None:
