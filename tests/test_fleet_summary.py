@@ -4,6 +4,8 @@ the processes' names only while the `/` filter is in use, and never more than ei
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gputui.core import metric_names
@@ -102,3 +104,63 @@ def test_a_host_whose_labels_cannot_be_put_in_a_matcher_gets_no_detail_query():
     assert detail_query(("gputui", "a\x1b:1")) is None
     assert detail_query(("gputui", "a" * 300)) is None
     assert detail_query(("gputui", "")) is None
+
+
+@pytest.mark.unit
+def test_fleet_json_is_one_document_with_one_host_a_line():
+    from gputui.commands.fleet import document
+    from gputui.core.fleet.queries import build_fleet
+    from tests.test_fleet_model import NOW, gputui_host, up
+
+    samples = gputui_host("a:1", "node-a") + gputui_host("b:1", "node-b")
+    doc = build_fleet("http://p", NOW, [up("a:1"), up("b:1")], [], samples, [], []).to_json()
+    text = document(doc)
+    assert json.loads(text) == doc
+    lines = text.splitlines()
+    for host in doc["hosts"]:  # a host's whole record on one line: grep finds it
+        line = next(x for x in lines if f'"host": "{host["host"]}"' in x)
+        assert json.loads(line.rstrip(",")) == host
+    assert document({**doc, "hosts": []}).count("\n") == 4 and json.loads(document({**doc, "hosts": []}))["hosts"] == []
+
+
+async def test_the_host_list_scrolls_half_a_page_when_the_cursor_leaves_it():
+    from textual.widgets import DataTable
+
+    from gputui.core.config import Settings
+    from gputui.core.fleet.queries import build_fleet
+    from gputui.ui.fleet_app import make_fleet_app
+    from tests.test_fleet_model import NOW, gputui_host, up
+
+    names = [f"node-{i:03d}" for i in range(120)]
+    samples = [x for i, n in enumerate(names) for x in gputui_host(f"h{i}:1", n)]
+    snap = build_fleet("http://p", NOW, [up(f"h{i}:1") for i in range(len(names))], [], samples, [], [])
+
+    class Fixed(FleetReader):
+        def read(self):
+            return snap
+
+    app = make_fleet_app(Fixed(PromClient("http://127.0.0.1:9")), Settings(interval=60.0))
+    async with app.run_test(size=(120, 30)) as pilot:
+        table = app.screen.query_one("#fleet-hosts", DataTable)
+        for _ in range(200):
+            if table.row_count == len(names):
+                break
+            await pilot.pause(0.05)
+        view = table.scrollable_content_region.height - 1  # the heading stays
+        for _ in range(view - 1):
+            await pilot.press("down")
+        await pilot.pause()
+        assert table.scroll_y == 0 and table.cursor_row == view - 1  # the last visible row
+        await pilot.press("down")  # off the bottom: half a page on, not one row
+        await pilot.pause()
+        assert table.cursor_row == view and table.scroll_y == view // 2 + 1
+        for _ in range(view // 2 - 1):  # the next keys only move the cursor
+            await pilot.press("down")
+        await pilot.pause()
+        assert table.scroll_y == view // 2 + 1
+        await pilot.press("end")
+        await pilot.pause()
+        assert table.cursor_row == len(names) - 1 and table.scroll_y == table.max_scroll_y
+        await pilot.press("home")
+        await pilot.pause()
+        assert table.cursor_row == 0 and table.scroll_y == 0
