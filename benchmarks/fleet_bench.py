@@ -46,6 +46,7 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
 HOSTS, GPUS, STEP, SPAN = 200, 8, 15, 3600
+STAGGER = True
 DOWN = 10
 TARGETS = {"json_wall_s": 1.0, "queries": 8, "idle_cpu": 3.0,  # json_wall_s: 2.0 over 1,000 hosts and more
            "scroll_cpu": 15.0}
@@ -71,6 +72,9 @@ def write_openmetrics(path: Path, end: float, ahead: float = 300) -> int:
     number = {h: i for i, h in enumerate(hosts)}
     down = set(hosts[:: HOSTS // DOWN][:DOWN])
     base = {(h, g): rng.random() for h in hosts for g in range(GPUS)}
+    # a scraping Prometheus spreads its targets' scrapes over the interval: host i is scraped i/HOSTS
+    # of a step after host 0, so some hosts have a new sample at every refresh, as in a real fleet
+    offset = {h: (STEP * i / HOSTS) if STAGGER else 0.0 for i, h in enumerate(hosts)}
     n = 0
     with open(path, "w") as out:
         def family(name: str, series: list[tuple[str, str, object]]) -> None:
@@ -81,7 +85,8 @@ def write_openmetrics(path: Path, end: float, ahead: float = 300) -> int:
                 for t in times:
                     if host in down and t > down_after and name != "up":
                         break
-                    out.write(f'{name}{{job="gputui",instance="{inst[host]}"{labels}}} {fn(t)} {t:.0f}\n')
+                    out.write(f'{name}{{job="gputui",instance="{inst[host]}"{labels}}} {fn(t)} '
+                              f'{t + offset[host]:.3f}\n')
                     n += 1
 
         family("up", [(h, "", (lambda t, h=h: 0 if h in down and t > down_after else 1)) for h in hosts])
@@ -121,7 +126,7 @@ def prometheus_on(tsdb_parent: Path):
 
 
 def main(argv: list[str] | None = None) -> int:
-    global HOSTS
+    global HOSTS, STAGGER
     # SIGTERM unwinds like Ctrl-C, so the Prometheus this started is stopped and its TSDB removed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -133,10 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", help="measure against this Prometheus (one --hold serves) instead of backfilling")
     ap.add_argument("--hold", type=float, default=0.0,
                     help="only serve the backfilled fleet this long (to look at it), measure nothing")
+    ap.add_argument("--aligned", action="store_true",
+                    help="every host scraped at the same instants (before issue 29's last round: the default was "
+                         "so; a scraping Prometheus spreads its targets over the interval)")
     ap.add_argument("--baseline", metavar="REF",
                     help="measure this commit's gputui too, side by side (e.g. main)")
     args = ap.parse_args(argv)
     HOSTS = args.hosts
+    STAGGER = not args.aligned
     if HOSTS > 1000:
         TARGETS["json_wall_s"] = 2.0
     for tool in ("prometheus", "promtool", "tmux"):
@@ -145,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     ui = _ui_bench()
     results: dict[str, object] = {"hosts": HOSTS, "gpus_per_host": GPUS, "step_s": STEP, "span_s": SPAN,
-                                  "down_hosts": DOWN, "time": datetime.now(timezone.utc).isoformat()}
+                                  "down_hosts": DOWN, "scrapes_staggered": STAGGER,
+                                  "time": datetime.now(timezone.utc).isoformat()}
     if args.url:
         tmux = ui.Tmux()
         try:

@@ -164,3 +164,77 @@ async def test_the_host_list_scrolls_half_a_page_when_the_cursor_leaves_it():
         await pilot.press("home")
         await pilot.pause()
         assert table.cursor_row == 0 and table.scroll_y == 0
+
+
+class CannedClient:
+    """Answers each query from ``answers`` (by which query it is); records the queries sent."""
+
+    url = "http://p"
+
+    def __init__(self, answers) -> None:
+        self.answers = answers
+        self.sent: list[str] = []
+
+    @property
+    def queries(self) -> int:
+        return len(self.sent)
+
+    def query(self, promql, at=None):
+        self.sent.append(promql)
+        return self.answers(promql)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.unit
+def test_a_refresh_asks_again_only_for_the_hosts_scraped_since_the_last():
+    from gputui.core.fleet import summary
+    from gputui.core.fleet.prom import Sample
+    from gputui.core.fleet.queries import Q_HOSTS, Q_STATE, Q_UP
+
+    names = [f"node-{i}" for i in range(8)]
+    scraped = {n: 100.0 for n in names}
+    used = {n: GIB for n in names}
+
+    def k(n):
+        return {"job": "gputui", "instance": f"{n}:9835"}
+
+    def answers(promql):
+        plain = promql.replace("\\\\", "")  # the instances as a regex, escaped, in a PromQL string
+        only = [n for n in names if f"{n}:9835" in plain] if " and on (job, instance) " in promql else names
+        if promql == Q_UP:
+            return [Sample({"__name__": "up", **k(n)}, 1.0) for n in names]
+        if promql == Q_HOSTS:
+            return [Sample({**k(n), "hostname": n, "gputui_source": "gputui"}, scraped[n]) for n in names]
+        if promql.startswith(summary.Q_SUMMARY_STATIC):
+            return [Sample({**k(n), "gputui_field": "name", "name": "H100"}, 2.0) for n in names] + \
+                   [Sample({**k(n), "gputui_field": "total", "name": "H100"}, 160.0 * GIB) for n in names]
+        if summary.Q_SUMMARY in promql:
+            return [Sample({**k(n), "gputui_field": "used"}, used[n]) for n in only]
+        if Q_STATE in promql:
+            return [Sample({"__name__": "gputui_imbalance_flagged", **k(n)}, 0.0) for n in only]
+        raise AssertionError(promql)
+
+    client = CannedClient(answers)
+    reader = FleetReader(client)  # type: ignore[arg-type]
+    reader.summary, reader.parallel = summary.read_summary, False
+    first = reader.read()
+    assert [h.memory_used for h in first.hosts] == [GIB] * 8 and client.queries == first.queries == 5
+    # nothing scraped since: two queries, the same hosts
+    second = reader.read()
+    assert second.queries == 2 and all(a is b for a, b in zip(first.hosts, second.hosts, strict=True))
+    # node-3 scraped again, with more memory used: asked for it alone; the others stay as they were
+    scraped["node-3"], used["node-3"] = 115.0, 3 * GIB
+    client.sent.clear()
+    third = reader.read()
+    assert third.queries == 4
+    assert all("node-3:9835" in q.replace("\\\\", "") and "node-4" not in q for q in client.sent[2:])
+    assert [h.memory_used for h in third.hosts] == [GIB] * 3 + [3 * GIB] + [GIB] * 4
+    assert all(a is b for a, b in zip(first.hosts, third.hosts, strict=True) if a.host != "node-3")
+    # most hosts scraped again: one query for all, as the first
+    for n in names[:6]:
+        scraped[n] = 130.0
+    client.sent.clear()
+    reader.read()
+    assert client.sent[2:] == [summary.Q_SUMMARY, Q_STATE]

@@ -8,7 +8,8 @@ host whose screen is open are read with a ``job``/``instance`` matcher (:func:`d
 dcgm-exporter hosts (their memory total is used + free + reserved, their busy rule reads the
 memory percent) keep sending their GPU series, slimmed, to :func:`build_fleet`.
 
-One refresh: ``up``, the hosts query, :data:`Q_SUMMARY` and the state query; GPU counts, totals
+One refresh: ``up``, the hosts query, :data:`Q_SUMMARY` and the state query (the last two for the
+targets scraped since the last refresh only: :func:`read_summary`); GPU counts, totals
 and names (:data:`Q_SUMMARY_STATIC`) every :data:`STATIC_TTL` seconds or when a target appears;
 one query for the open host; one for the processes while the `/` filter is in use (it matches
 users, executables and containers); one for down hosts' last-seen time. Eight at most.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
 
 from gputui.core import metric_names
 from gputui.core.fleet.model import BUSY_UTILIZATION, FleetHost, FleetSnapshot, HostSummary
@@ -39,6 +41,7 @@ from gputui.core.fleet.queries import (
     Q_UP,
     STATIC_TTL,
     FleetReader,
+    _regex_literal,
     build_fleet,
     names,
     target_key,
@@ -56,6 +59,7 @@ _TOTAL = metric_names.GPU_MEMORY_TOTAL.name
 _TEMP = metric_names.GPU_TEMPERATURE.name
 _LOST = metric_names.GPU_LOST.name
 _PROC = metric_names.PROCESS_GPU_MEMORY.name
+_DCGM_FB_USED = metric_names.DCGM_FB_USED.name
 
 #: The label that says which figure a summary series is.
 FIELD = "gputui_field"
@@ -233,27 +237,98 @@ def _words(processes: Sequence[Sample], problems: Problems) -> dict[tuple[str, s
     return {k: tuple(dict.fromkeys(v)) for k, v in out.items()}
 
 
+def _changed_only(expr: str, instances: Iterable[str]) -> str:
+    """``expr`` for the targets of these instances only (their other series are as last read)."""
+    pattern = "|".join(_regex_literal(i) for i in sorted(instances))
+    return f'({expr}) and on ({_BY}) {{__name__=~"{_HOST_INFO}|{_DCGM_FB_USED}",instance=~{_quote(pattern)}}}'
+
+
+Groups = dict[tuple[str, str] | None, list[Sample]]
+
+
+def _by_host(samples: Iterable[Sample]) -> Groups:
+    out: Groups = {}
+    for s in samples:
+        k = target_key(s.labels)
+        group = out.get(k)
+        if group is None:
+            out[k] = [s]
+        else:
+            group.append(s)
+    return out
+
+
+def _stamps(up: Sequence[Sample], seen: Sequence[Sample]) -> dict[object, object]:
+    """What says a target was scraped again or changed state: its newest sample's time (the hosts
+    query), its name and whether it is gone, its ``up``."""
+    out: dict[object, object] = {}
+    for s in seen:
+        out[target_key(s.labels)] = (s.value, s.labels.get("gputui_source"), s.labels.get("hostname"),
+                                     s.labels.get("Hostname"))
+    for s in up:
+        out[("up", target_key(s.labels))] = s.value
+    return out
+
+
+def _instance(stamp_key: object) -> str | None:
+    """The instance a key of :func:`_stamps` is about (None: a series without one)."""
+    if isinstance(stamp_key, tuple) and stamp_key[:1] == ("up",) and not isinstance(stamp_key[1], str):
+        stamp_key = stamp_key[1]  # ("up", (job, instance))
+    return stamp_key[1] if isinstance(stamp_key, tuple) else None
+
+
 def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
-    """One refresh of the live screen (see the module's docstring). Raises PrometheusError."""
+    """One refresh of the live screen (see the module's docstring). Raises PrometheusError.
+
+    A target's series all carry the time of its newest scrape, which the hosts query returns: the
+    summary and state series are asked again only for the targets scraped (or gone, or come) since
+    the last refresh — for all when more than a quarter were — and when none was and nothing else
+    is asked for, the last snapshot stands."""
     import time
 
+    up, seen = reader.run_queries((Q_UP, Q_HOSTS), now)
+    stamps = _stamps(up, seen)
+    before: dict[object, object] = getattr(reader, "_stamps", {})
+    changed = {k for k in stamps.keys() | before.keys() if stamps.get(k) != before.get(k)}
+    instances = {_instance(c) for c in changed}
+    groups: tuple[Groups, Groups] | None = getattr(reader, "_groups", None)
     stale = time.monotonic() - reader._static_at >= STATIC_TTL
     detail = detail_query(reader.detail) if reader.detail is not None else None
-    queries: list[str] = list(SUMMARY_QUERIES)
+    last: FleetSnapshot | None = getattr(reader, "_last_snapshot", None)
+    if (groups is not None and last is not None and not changed and not stale and detail is None
+            and not reader.words):
+        return replace(last, time=datetime.fromtimestamp(now, timezone.utc), queries=2)
+    full = groups is None or len(instances) * 4 > len(stamps) or None in instances
+    queries: list[str] = []
+    if full:
+        queries += [Q_SUMMARY, Q_STATE]
+    elif instances:
+        named = {i for i in instances if i is not None}  # a None makes it full
+        queries += [_changed_only(Q_SUMMARY, named), _changed_only(Q_STATE, named)]
     if stale:
         queries.append(Q_SUMMARY_STATIC)
     if detail is not None:
         queries.append(detail)
     if reader.words:
         queries.append(Q_PROCESSES)
-    results = reader.run_queries(queries, now)
-    up, seen, live, state = results[:4]
-    rest = results[4:]
+    rest = reader.run_queries(queries, now) if queries else []
+    if full:
+        groups = (_by_host(rest.pop(0)), _by_host(rest.pop(0)))
+    elif instances:
+        assert groups is not None
+        new_live, new_state = _by_host(rest.pop(0)), _by_host(rest.pop(0))
+        for mine, new in zip(groups, (new_live, new_state), strict=True):
+            for k in [k for k in mine if k is not None and k[1] in instances]:
+                del mine[k]  # scraped again: what it sends now replaces all it sent
+            mine.update(new)
+    assert groups is not None
+    reader._groups = groups  # type: ignore[attr-defined]
+    reader._stamps = stamps  # type: ignore[attr-defined]
     static = rest.pop(0) if stale else None
     detailed = rest.pop(0) if detail is not None else None
     processes = rest.pop(0) if reader.words else None
     seen, extra = reader.last_seen(seen, now)
-    sent = len(queries) + extra
+    sent = 2 + len(queries) + extra
     if static is None and any(target_key(s.labels) not in reader._static_targets for s in up if s.value >= 1):
         static = reader.client.query(Q_SUMMARY_STATIC, now)  # a new target: its GPUs now
         sent += 1
@@ -262,6 +337,8 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
         reader._static_figures = parse_figures(static)  # type: ignore[attr-defined]
         reader._static_at = time.monotonic()
         reader._static_targets = {target_key(s.labels) for s in (*static, *up)} - {None}  # type: ignore[assignment]
+    live = [s for group in groups[0].values() for s in group]
+    state = [s for group in groups[1].values() for s in group]
     problems = Problems()
     per_host, dcgm = summaries(live, getattr(reader, "_static_figures", ({}, {})), problems)
     if processes is not None:
@@ -272,7 +349,9 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
                        problems=problems)
     if detailed is not None and reader.detail is not None:
         snap = _with_detail(snap, reader.detail, up, seen, detailed, state, now)
-    return _reuse(reader, snap)
+    snap = _reuse(reader, snap)
+    reader._last_snapshot = snap  # type: ignore[attr-defined]
+    return snap
 
 
 def _reuse(reader: FleetReader, snap: FleetSnapshot) -> FleetSnapshot:

@@ -29,6 +29,7 @@ from gputui.core.fleet.model import FleetGpu, FleetHost, FleetProcess, FleetSnap
 from gputui.core.fleet.pick import best_other_gpu
 from gputui.core.fleet.queries import HostHistory
 from gputui.core.fleet.remote import container_problem, ssh_command, ssh_host
+from gputui.core.fleet.summary import detail_query
 from gputui.core.mig import mig_label
 from gputui.core.safe_text import clean
 from gputui.ui import format as fmt
@@ -288,8 +289,12 @@ class HostScreen(Screen[None]):
         gpus = [g for g in host.gpus if self.gpu_filter is None or g.index == self.gpu_filter]
         cards = Text("\n").join(card_text(g, self.history, g.index == self.gpu_filter, host.slurm_jobs,
                                           host.reservations) for g in gpus)
-        empty = Text("Reading its GPUs from Prometheus…" if host.summary is not None else "No GPUs to show.",
-                     style="dim")
+        if host.summary is None:
+            empty = Text("No GPUs to show.", style="dim")
+        elif detail_query(host.key) is None:
+            empty = Text("Its job or instance label cannot be put in a query: its GPUs are not read.", style="yellow")
+        else:
+            empty = Text("Reading its GPUs from Prometheus…", style="dim")
         self.query_one("#host-cards-text", Static).update(cards if gpus else empty)
         self._fill_table(gpus)
 
