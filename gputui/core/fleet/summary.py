@@ -339,19 +339,51 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
         reader._static_targets = {target_key(s.labels) for s in (*static, *up)} - {None}  # type: ignore[assignment]
     live = [s for group in groups[0].values() for s in group]
     state = [s for group in groups[1].values() for s in group]
-    problems = Problems()
-    per_host, dcgm = summaries(live, getattr(reader, "_static_figures", ({}, {})), problems)
-    if processes is not None:
-        for k, words in _words(processes, problems).items():
-            if k in per_host:
-                per_host[k] = replace(per_host[k], words=per_host[k].words + words)
-    snap = build_fleet(reader.client.url, now, up, seen, dcgm, (), state, queries=sent, summaries=per_host,
-                       problems=problems)
+    snap = None
+    if not full and static is None and processes is None and last is not None:
+        snap = _rebuild_some(reader.client.url, now, last, instances, up, seen, groups, sent,
+                             getattr(reader, "_static_figures", ({}, {})))
+    if snap is None:
+        problems = Problems()
+        per_host, dcgm = summaries(live, getattr(reader, "_static_figures", ({}, {})), problems)
+        if processes is not None:
+            for k, words in _words(processes, problems).items():
+                if k in per_host:
+                    per_host[k] = replace(per_host[k], words=per_host[k].words + words)
+        snap = build_fleet(reader.client.url, now, up, seen, dcgm, (), state, queries=sent, summaries=per_host,
+                           problems=problems)
     if detailed is not None and reader.detail is not None:
         snap = _with_detail(snap, reader.detail, up, seen, detailed, state, now)
     snap = _reuse(reader, snap)
     reader._last_snapshot = snap  # type: ignore[attr-defined]
     return snap
+
+
+def _rebuild_some(url: str, now: float, last: FleetSnapshot, instances: set[str | None], up: Sequence[Sample],
+                  seen: Sequence[Sample], groups: tuple[Groups, Groups], sent: int, static: Figures
+                  ) -> FleetSnapshot | None:
+    """``last`` with the hosts of ``instances`` built again from their new series and the others kept
+    as they were; None when that cannot be told apart from a whole build (a series without an
+    instance, two targets sharing a hostname: their labels depend on each other)."""
+    if None in instances or any(h.label != h.host for h in last.hosts):
+        return None
+
+    def mine(samples: Iterable[Sample]) -> list[Sample]:
+        return [s for s in samples if s.labels.get("instance") in instances]
+
+    def grouped(by: Groups) -> list[Sample]:
+        return [s for k, group in by.items() if k is not None and k[1] in instances for s in group]
+
+    problems = Problems()
+    per_host, dcgm = summaries(grouped(groups[0]), static, problems)
+    some = build_fleet(url, now, mine(up), mine(seen), dcgm, (), grouped(groups[1]), summaries=per_host,
+                       problems=problems)
+    kept = [h for h in last.hosts if h.instance not in instances]
+    names = {h.host for h in kept}
+    if any(h.host in names for h in some.hosts) or some.warnings:
+        return None
+    hosts = sorted((*kept, *some.hosts), key=lambda h: (h.host.lower(), h.instance, h.job))
+    return replace(last, time=some.time, hosts=tuple(hosts), queries=sent)
 
 
 def _reuse(reader: FleetReader, snap: FleetSnapshot) -> FleetSnapshot:
@@ -361,7 +393,7 @@ def _reuse(reader: FleetReader, snap: FleetSnapshot) -> FleetSnapshot:
     hosts = []
     for h in snap.hosts:
         old = previous.get(h.key)
-        if old is not None and (old == h or (old.up and h.up and old.last_seen != h.last_seen
+        if old is not None and (old is h or old == h or (old.up and h.up and old.last_seen != h.last_seen
                                              and replace(h, last_seen=old.last_seen) == old)):
             h = old  # an up host's newest sample time is not drawn: a new one alone changes nothing
         hosts.append(h)
