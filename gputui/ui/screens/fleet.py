@@ -19,7 +19,7 @@ from textual.cache import LRUCache
 from textual.screen import Screen
 from textual.strip import Strip
 from textual.widgets import DataTable, Input, Static
-from textual.widgets.data_table import CellDoesNotExist
+from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowKey
 
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.safe_text import clean
@@ -47,6 +47,16 @@ class HostTable(DataTable[Text]):
         #: and the screen line, so a cursor move or a scroll of the 2,000-host list rendered every
         #: visible row again; here only the rows the cursor leaves and enters are.
         self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(1024)
+        #: row key -> how many times a cell of it changed: a row's cached line is keyed on its own
+        #: changes, not on DataTable's count of every change (a refresh that changed a few hosts of
+        #: 2,000 made every visible row render again)
+        self._versions: dict[str, int] = {}
+
+    def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str, value: Text, *,
+                    update_width: bool = False) -> None:
+        key = row_key if isinstance(row_key, str) else str(row_key.value)
+        self._versions[key] = self._versions.get(key, 0) + 1
+        super().update_cell(row_key, column_key, value, update_width=update_width)
 
     def _render_line(self, y: int, x1: int, x2: int, base_style: Any) -> Strip:
         key = self._row_line_key(y, x1, x2, base_style)
@@ -68,9 +78,10 @@ class HostTable(DataTable[Text]):
         row = self._row_locations.get(row_key)
         if row is None or row < 0:
             return None
-        return (row_key, row, line_no, x1, x2, self.size.width, self.max_scroll_x, base_style, self.show_cursor,
-                self.cursor_coordinate.row == row, self._show_hover_cursor and self.hover_coordinate.row == row,
-                self._update_count, self._pseudo_class_state)
+        widths = tuple(column.get_render_width(self) for column in self.columns.values())
+        return (row_key, self._versions.get(str(row_key.value), 0), row, line_no, x1, x2, self.size.width,
+                self.max_scroll_x, widths, base_style, self.show_cursor, self.cursor_coordinate.row == row,
+                self._show_hover_cursor and self.hover_coordinate.row == row, self._pseudo_class_state)
 
     def _scroll_cursor_into_view(self, animate: bool = False) -> None:
         """When the cursor leaves the visible rows, scroll so it lands half a page in (vim's
