@@ -8,6 +8,9 @@ on that TSDB (loopback, no scrape targets), and measures:
 - ``gputui fleet --json`` wall time (median of ``--runs``; goal <= 1 s);
 - PromQL queries per refresh (goal <= 8) and one in-process refresh's time;
 - the fleet screen's idle CPU at a 2 s refresh in a 200x50 tmux terminal (goal <= 3 % of a core);
+- the fleet screen scrolling the host list with Down every 100 ms while that refresh runs (issue 29:
+  <= 15 % of a core over 2,000 hosts), and the PromQL queries of one of its refreshes (list only,
+  a host's screen open, the `/` filter in use: <= 8);
 - keypress-to-frame on the host list: ``s`` (sort by the next column) until the
   heading's sort mark has moved on screen, read with ``tmux capture-pane`` (median of 15).
 
@@ -16,6 +19,9 @@ The backfilled hour ends five minutes in the future, so the picture keeps changi
 tool to run side by side: Grafana dashboards and ssh loops over nvidia-smi do not
 answer the same question from a terminal. Results go to
 ``benchmarks/results/fleet-<time>.json`` and ``results/fleet-latest.json``.
+
+``--baseline REF`` measures the same figures for the commit REF too (its tree unpacked to a
+temporary folder and put first on ``PYTHONPATH``), side by side against the same Prometheus.
 """
 
 from __future__ import annotations
@@ -40,8 +46,10 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
 HOSTS, GPUS, STEP, SPAN = 200, 8, 15, 3600
+STAGGER = True
 DOWN = 10
-TARGETS = {"json_wall_s": 1.0, "queries": 8, "idle_cpu": 3.0}  # json_wall_s: 2.0 over 1,000 hosts and more
+TARGETS = {"json_wall_s": 1.0, "queries": 8, "idle_cpu": 3.0,  # json_wall_s: 2.0 over 1,000 hosts and more
+           "scroll_cpu": 15.0}
 GIB = 1024**3
 
 
@@ -64,6 +72,9 @@ def write_openmetrics(path: Path, end: float, ahead: float = 300) -> int:
     number = {h: i for i, h in enumerate(hosts)}
     down = set(hosts[:: HOSTS // DOWN][:DOWN])
     base = {(h, g): rng.random() for h in hosts for g in range(GPUS)}
+    # a scraping Prometheus spreads its targets' scrapes over the interval: host i is scraped i/HOSTS
+    # of a step after host 0, so some hosts have a new sample at every refresh, as in a real fleet
+    offset = {h: (STEP * i / HOSTS) if STAGGER else 0.0 for i, h in enumerate(hosts)}
     n = 0
     with open(path, "w") as out:
         def family(name: str, series: list[tuple[str, str, object]]) -> None:
@@ -74,7 +85,8 @@ def write_openmetrics(path: Path, end: float, ahead: float = 300) -> int:
                 for t in times:
                     if host in down and t > down_after and name != "up":
                         break
-                    out.write(f'{name}{{job="gputui",instance="{inst[host]}"{labels}}} {fn(t)} {t:.0f}\n')
+                    out.write(f'{name}{{job="gputui",instance="{inst[host]}"{labels}}} {fn(t)} '
+                              f'{t + offset[host]:.3f}\n')
                     n += 1
 
         family("up", [(h, "", (lambda t, h=h: 0 if h in down and t > down_after else 1)) for h in hosts])
@@ -114,7 +126,7 @@ def prometheus_on(tsdb_parent: Path):
 
 
 def main(argv: list[str] | None = None) -> int:
-    global HOSTS
+    global HOSTS, STAGGER
     # SIGTERM unwinds like Ctrl-C, so the Prometheus this started is stopped and its TSDB removed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -126,8 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", help="measure against this Prometheus (one --hold serves) instead of backfilling")
     ap.add_argument("--hold", type=float, default=0.0,
                     help="only serve the backfilled fleet this long (to look at it), measure nothing")
+    ap.add_argument("--aligned", action="store_true",
+                    help="every host scraped at the same instants (before issue 29's last round: the default was "
+                         "so; a scraping Prometheus spreads its targets over the interval)")
+    ap.add_argument("--baseline", metavar="REF",
+                    help="measure this commit's gputui too, side by side (e.g. main)")
     args = ap.parse_args(argv)
     HOSTS = args.hosts
+    STAGGER = not args.aligned
     if HOSTS > 1000:
         TARGETS["json_wall_s"] = 2.0
     for tool in ("prometheus", "promtool", "tmux"):
@@ -136,11 +154,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     ui = _ui_bench()
     results: dict[str, object] = {"hosts": HOSTS, "gpus_per_host": GPUS, "step_s": STEP, "span_s": SPAN,
-                                  "down_hosts": DOWN, "time": datetime.now(timezone.utc).isoformat()}
+                                  "down_hosts": DOWN, "scrapes_staggered": STAGGER,
+                                  "time": datetime.now(timezone.utc).isoformat()}
     if args.url:
         tmux = ui.Tmux()
         try:
             results.update(measure(args.url, args, ui, tmux))
+            if args.baseline:
+                results["baseline"] = measure_baseline(args.url, args, ui, tmux)
         finally:
             tmux.close()
         results["hosts"] = results["hosts_seen"]  # whatever that Prometheus serves
@@ -166,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(args.hold)
                 return 0
             results.update(measure(prom.url, args, ui, tmux))
+            if args.baseline:
+                results["baseline"] = measure_baseline(prom.url, args, ui, tmux)
         finally:
             tmux.close()
             prom.stop()
@@ -173,12 +196,20 @@ def main(argv: list[str] | None = None) -> int:
         f"fleet --json wall {results['json_wall_s']:.3f} s (goal <= {TARGETS['json_wall_s']})",
         f"queries per refresh {results['queries_per_refresh']} (goal <= {TARGETS['queries']})",
         f"fleet screen idle CPU at 2 s {results['idle_cpu_percent']:.2f} % of a core (goal <= {TARGETS['idle_cpu']})",
-        f"fleet screen scrolling, a key every 100 ms: {results['scroll_cpu_percent']:.2f} % of a core (goal <= 15)",
+        f"fleet screen scrolling, a key every 100 ms while refreshing every 2 s: "
+        f"{results['scroll_cpu_percent']:.2f} % of a core (goal <= {TARGETS['scroll_cpu']:g})",
+        f"fleet screen queries per refresh: {results['screen_queries']} (goal <= {TARGETS['queries']})",
         f"keypress-to-frame median {results['key_to_frame_ms_median']:.0f} ms "
         f"(p90 {results['key_to_frame_ms_p90']:.0f})",
     ]
+    base = results.get("baseline")
+    if isinstance(base, dict):
+        verdict.append(f"baseline {args.baseline}: fleet --json wall {base['json_wall_s']:.3f} s, idle CPU "
+                       f"{base['idle_cpu_percent']:.2f} %, scrolling {base['scroll_cpu_percent']:.2f} % of a core")
     ok = (results["json_wall_s"] <= TARGETS["json_wall_s"] and results["queries_per_refresh"] <= TARGETS["queries"]
-          and results["idle_cpu_percent"] <= TARGETS["idle_cpu"])
+          and results["idle_cpu_percent"] <= TARGETS["idle_cpu"]
+          and results["scroll_cpu_percent"] <= TARGETS["scroll_cpu"]
+          and max(results["screen_queries"].values()) <= TARGETS["queries"])
     results["ok"] = ok
     out_dir = BENCH / "results"
     out_dir.mkdir(exist_ok=True)
@@ -236,29 +267,63 @@ def query_costs(url: str) -> dict[str, dict[str, float]]:
     return out
 
 
-def measure(url: str, args, ui, tmux) -> dict[str, object]:
+def screen_queries(url: str) -> dict[str, int]:
+    """PromQL queries of one live-screen refresh (after the first, which also reads what does not
+    change): the list alone, a host's screen open, the `/` filter in use."""
+    from gputui.core.fleet.prom import PromClient
+    from gputui.core.fleet.queries import FleetReader
+    from gputui.core.fleet.summary import read_summary
+
+    reader = FleetReader(PromClient(url, timeout=60), parallel=False)
+    reader.summary = read_summary
+    out = {}
+    first = reader.read()
+    out["first"] = first.queries
+    out["list"] = reader.read().queries
+    reader.detail = first.hosts[len(first.hosts) // 2].key
+    out["host_open"] = reader.read().queries
+    reader.words = True
+    out["host_open_and_filter"] = reader.read().queries
+    reader.close()
+    return out
+
+
+def measure_baseline(url: str, args, ui, tmux) -> dict[str, object]:
+    """fleet --json wall and the screen's CPU for the commit ``args.baseline`` (PYTHONPATH first)."""
+    with tempfile.TemporaryDirectory(prefix="gputui-fleet-baseline-") as tree:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+        return measure(url, args, ui, tmux, pythonpath=tree)
+
+
+def measure(url: str, args, ui, tmux, pythonpath: str | None = None) -> dict[str, object]:
     from gputui.core.fleet.prom import PromClient
     from gputui.core.fleet.queries import FleetReader
 
     out: dict[str, object] = {}
-    reader = FleetReader(PromClient(url, timeout=30))
-    snap = reader.read()
-    out["queries_per_refresh"] = reader.client.queries
-    out["hosts_seen"] = len(snap.hosts)
-    out["hosts_up"] = sum(1 for h in snap.hosts if h.up)
-    out["gpus_seen"] = sum(len(h.gpus) for h in snap.hosts)
-    times = []
-    for _ in range(args.runs):
-        t = time.perf_counter()
-        reader.read()
-        times.append(time.perf_counter() - t)
-    out["refresh_in_process_s"] = round(statistics.median(times), 4)
-    reader.close()
-    out["query_costs"] = query_costs(url)
+    if pythonpath is None:
+        out["screen_queries"] = screen_queries(url)
+    if pythonpath is None:
+        reader = FleetReader(PromClient(url, timeout=30))
+        snap = reader.read()
+        out["queries_per_refresh"] = reader.client.queries
+        out["hosts_seen"] = len(snap.hosts)
+        out["hosts_up"] = sum(1 for h in snap.hosts if h.up)
+        out["gpus_seen"] = sum(len(h.gpus) for h in snap.hosts)
+        times = []
+        for _ in range(args.runs):
+            t = time.perf_counter()
+            reader.read()
+            times.append(time.perf_counter() - t)
+        out["refresh_in_process_s"] = round(statistics.median(times), 4)
+        reader.close()
+        out["query_costs"] = query_costs(url)
 
     exe = str(Path(sys.executable).parent / "gputui")
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
     subprocess.run([exe, "fleet", "--prometheus", url, "--json"], capture_output=True, env=env, check=True)
     walls = []
     for _ in range(args.runs):
@@ -269,7 +334,7 @@ def measure(url: str, args, ui, tmux) -> dict[str, object]:
     out["json_wall_s"] = round(statistics.median(walls), 3)
     out["json_wall_all_s"] = [round(w, 3) for w in walls]
 
-    keep = {k: env[k] for k in ("HOME", "PATH", "XDG_CONFIG_HOME", "XDG_STATE_HOME") if k in env}
+    keep = {k: env[k] for k in ("HOME", "PATH", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "PYTHONPATH") if k in env}
     tmux.start("fleet", [exe, "fleet", "--prometheus", url, "--interval", "2"], keep)
     pid = tmux.pid("fleet")
     ui.wait_for(tmux, "fleet", lambda s: "gpu-node-0" in s, 60)

@@ -34,6 +34,7 @@ from gputui.core.config import Settings
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.fleet.prom import PrometheusError
 from gputui.core.fleet.queries import FleetReader, HostHistory
+from gputui.core.fleet.summary import read_summary
 from gputui.core.record import replace
 from gputui.ui.fleet_status import FleetAppState, FleetStatus
 
@@ -88,6 +89,8 @@ class FleetApp(App[int]):
         self._timer: asyncio.TimerHandle | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self._closing = False
+        #: a refresh was asked for while one ran: the next starts as soon as it ends
+        self._again = False
 
     def get_driver_class(self):
         """The dashboard's quiet Linux driver (no input-thread wake-ups while no key comes)."""
@@ -178,7 +181,8 @@ class FleetApp(App[int]):
             self._watchdog = None
         if self._closing or not self.live:
             return
-        delay = max(0.05, self.settings.interval - duration)
+        delay = 0.05 if self._again else max(0.05, self.settings.interval - duration)
+        self._again = False
         self._timer = asyncio.get_running_loop().call_later(delay, self._start_refresh)
 
     def _check_slow(self) -> None:
@@ -193,10 +197,25 @@ class FleetApp(App[int]):
     def refresh_now(self) -> None:
         """Refresh as soon as possible (the `R` key)."""
         if self._refreshing:
+            self._again = True
             return
         if self._timer is not None:
             self._timer.cancel()
         self._start_refresh()
+
+    def follow_host(self, key: tuple[str, str] | None) -> None:
+        """Read every series of this host from now on (its screen is open), or of none."""
+        if self.reader.detail != key:
+            self.reader.detail = key
+            if key is not None:
+                self.refresh_now()
+
+    def want_words(self, wanted: bool) -> None:
+        """Read the processes' names while the `/` filter is in use (it matches users, containers…)."""
+        if self.reader.words != wanted:
+            self.reader.words = wanted
+            if wanted:
+                self.refresh_now()
 
     def _set_status(self, **changes) -> None:
         status = replace(self.status, **changes)
@@ -231,9 +250,11 @@ class FleetApp(App[int]):
 
 def make_fleet_app(reader: FleetReader, settings: Settings, *, live: bool = True) -> FleetApp:
     """The one way to build the fleet app (CLI, tests, benchmarks). A live screen reads its
-    queries one after the other: latency matters less than CPU when it repeats every interval."""
+    queries one after the other (latency matters less than CPU when it repeats every interval),
+    and per-host aggregates for the list (:mod:`gputui.core.fleet.summary`)."""
     reader.parallel = False
     reader.cache_static = True
+    reader.summary = read_summary
     return FleetApp(reader, settings, live=live)
 
 

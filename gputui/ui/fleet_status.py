@@ -38,6 +38,12 @@ class FleetAppState(Protocol):
     def refresh_now(self) -> None:
         """Refresh as soon as possible."""
 
+    def follow_host(self, key: tuple[str, str] | None) -> None:
+        """Read every series of this host (its screen is open), or of none."""
+
+    def want_words(self, wanted: bool) -> None:
+        """Read what the `/` filter matches (processes' users, containers…) while it is in use."""
+
     def request_history(self, host: FleetHost) -> object:
         """Read one host's history off the event loop (a thread worker)."""
 

@@ -115,6 +115,22 @@ class ContainerFinding:
 
 
 @record
+class HostSummary:
+    """One host's GPUs as the host list shows them, aggregated by Prometheus (the live fleet screen
+    reads these instead of every GPU's series: :mod:`gputui.core.fleet.summary`)."""
+
+    gpus: int = 0
+    busy: int = 0
+    lost: int = 0
+    memory_used: int | None = None
+    memory_total: int | None = None
+    hottest: int | None = None
+    #: What the `/` filter matches besides the host's own names: GPU models, and while a filter is
+    #: typed, its processes' users, executables, containers, images and PIDs.
+    words: tuple[str, ...] = ()
+
+
+@record
 class FleetHost:
     """One host: an exporter target told apart by its hostname label, else its instance."""
 
@@ -147,6 +163,9 @@ class FleetHost:
     #: One sentence per problem with what this host's exporter sent (an impossible value shown as
     #: N/A, a series left out, a label cut, a name no command can carry); empty when none.
     problems: tuple[str, ...] = ()
+    #: The host list's figures from per-host aggregates, when ``gpus`` is not read (the live screen's
+    #: list); None when ``gpus`` holds every GPU.
+    summary: HostSummary | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -172,26 +191,40 @@ class FleetHost:
         return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
     @cached_property
+    def gpu_count(self) -> int:
+        return self.summary.gpus if self.summary is not None else len(self.gpus)
+
+    @cached_property
     def busy_gpus(self) -> int:
+        if self.summary is not None:
+            return self.summary.busy
         return sum(1 for g in self.gpus if g.busy(self.has_process_data))
 
     @cached_property
     def lost_gpus(self) -> int:
         """GPUs NVML no longer answers for: counted apart, never as idle."""
+        if self.summary is not None:
+            return self.summary.lost
         return sum(1 for g in self.gpus if g.lost)
 
     @cached_property
     def memory_used(self) -> int | None:
+        if self.summary is not None:
+            return self.summary.memory_used
         known = [g.memory_used for g in self.gpus if g.memory_used is not None]
         return sum(known) if known else None
 
     @cached_property
     def memory_total(self) -> int | None:
+        if self.summary is not None:
+            return self.summary.memory_total
         known = [g.memory_total for g in self.gpus if g.memory_total is not None]
         return sum(known) if known else None
 
     @cached_property
     def hottest(self) -> int | None:
+        if self.summary is not None:
+            return self.summary.hottest
         known = [g.temperature for g in self.gpus if g.temperature is not None]
         return max(known) if known else None
 

@@ -159,8 +159,10 @@ class PromClient:
         for item in result:
             try:
                 labels = item["metric"]
-                if type(labels) is not dict or not all(type(v) is str for v in labels.values()):  # noqa: E721
-                    continue  # JSON objects are exactly dict; every label value is a string
+                if type(labels) is not dict:  # noqa: E721 - JSON objects are exactly dict
+                    continue
+                "".join(labels.values())  # TypeError unless every label value is a string: one C call
+
                 append(Sample(labels, float(item["value"][1])))
             except (KeyError, IndexError, TypeError, ValueError):
                 continue  # one malformed series is left out, not the whole answer

@@ -31,13 +31,19 @@ answer makes a refresh fail.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 from gputui.core import metric_names
+
+# the host screen's range queries, re-exported where they were defined before
+from gputui.core.fleet.history_host import HOST_RANGE_QUERIES as HOST_RANGE_QUERIES
+from gputui.core.fleet.history_host import HostHistory as HostHistory
+from gputui.core.fleet.history_host import host_range_queries as host_range_queries
+from gputui.core.fleet.history_host import host_selector as host_selector
+from gputui.core.fleet.history_host import per_gpu
 from gputui.core.fleet.model import (
     ContainerFinding,
     FleetAlert,
@@ -45,12 +51,13 @@ from gputui.core.fleet.model import (
     FleetHost,
     FleetProcess,
     FleetSnapshot,
+    HostSummary,
     Source,
 )
-from gputui.core.fleet.prom import PromClient, PrometheusError, PrometheusUnreachable, RangeSeries, Sample
-from gputui.core.fleet.remote import HOST_MAX, host_problem
+from gputui.core.fleet.prom import PromClient, PrometheusError, PrometheusUnreachable, Sample
+from gputui.core.fleet.remote import HOST_MAX, NAME_MAX, host_problem
 from gputui.core.fleet.rules import FIELD_LABEL, PID_MAX, Problems, fit, label_int, value_text
-from gputui.core.plausible import JSON_SAFE_INT, PIB, implausible
+from gputui.core.plausible import JSON_SAFE_INT, LIMITS, PIB, implausible
 from gputui.core.record import field, record, replace
 
 MIB = 1024**2
@@ -78,6 +85,12 @@ _STALE_PROCESSES = metric_names.STALE_PROCESSES.name
 _SLURM_JOB_INFO = metric_names.SLURM_JOB_INFO.name
 _RULE_VIOLATION = metric_names.RULE_VIOLATION.name
 _RESERVATION = metric_names.RESERVATION.name
+_UTIL_LOW, _UTIL_HIGH, _ = LIMITS["utilization_gpu"]
+_USED_LOW, _USED_HIGH, _ = LIMITS["memory_used"]
+_TOTAL_LOW, _TOTAL_HIGH, _ = LIMITS["memory_total"]
+_TEMP_LOW, _TEMP_HIGH, _ = LIMITS["temperature"]
+#: Text this short is never cut (rules.fit): checked inline in the loops over thousands of series.
+_SHORT = NAME_MAX // 4
 #: How far back a host that stopped answering is still listed (as down).
 LOOKBACK = "1h"
 #: Resolution of the last-seen time of a host down for longer than RECENT (to the second before).
@@ -150,7 +163,9 @@ def _slim(metrics: Iterable[str], by: str) -> str:
 Q_UP = "up"
 #: Every host seen in the last hour; the time of its newest sample, for those answering now.
 Q_HOSTS = " or ".join(_hosts(metric, by, source) for source, by, metric in _HOST_METRICS)
-Q_PROCESSES = _PROCESS_GPU_MEMORY
+#: the labels _processes reads (the UUID, compose and MIG UUID labels were a third of the answer)
+Q_PROCESSES = (f"max by (job, instance, gpu, pid, user, exe, container, image, runtime, pod, namespace, mig_device) "
+               f"({_PROCESS_GPU_MEMORY})")
 Q_STATE = names(STATE_METRICS)
 
 #: The live screen splits Q_GPUS: what never changes while an exporter runs (GPU names, UUIDs and
@@ -186,10 +201,6 @@ def _mig_device(text: str | None) -> int | None:
         return None
     value = label_int(text)
     return value if value is not None and 0 <= value < 64 else None
-
-
-def _finite(value: float) -> bool:
-    return math.isfinite(value)
 
 
 @record(frozen=False)
@@ -309,23 +320,27 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
                 continue
             g = per_host[gpu] = _GpuDraft(index)
         if not g.uuid:
-            g.uuid = problems.cut(k, labels.get("UUID" if dcgm else "uuid") or "")
+            uuid = labels.get("UUID" if dcgm else "uuid") or ""
+            g.uuid = uuid if len(uuid) <= _SHORT else problems.cut(k, uuid)
         if v != v:  # NaN: not reported
             continue
         where = (k, g.index)
+        # the driver's limits inline (the common case: thousands of values, each in range); out of
+        # range, bad() says why
         if metric == _GPU_INFO:
-            g.name = problems.cut(k, labels.get("name") or "") or g.name
+            name = labels.get("name") or ""
+            g.name = (name if len(name) <= _SHORT else problems.cut(k, name)) or g.name
         elif metric == _GPU_UTILIZATION:
-            if not bad(where, "utilization_gpu", v * 100):
+            if _UTIL_LOW <= v * 100 <= _UTIL_HIGH or not bad(where, "utilization_gpu", v * 100):
                 g.util = round(v * 100)
         elif metric == _GPU_MEMORY_USED:
-            if not bad(where, "memory_used", v):
+            if _USED_LOW <= v <= _USED_HIGH or not bad(where, "memory_used", v):
                 g.used = int(v)
         elif metric == _GPU_MEMORY_TOTAL:
-            if not bad(where, "memory_total", v):
+            if _TOTAL_LOW <= v <= _TOTAL_HIGH or not bad(where, "memory_total", v):
                 g.total = int(v)
         elif metric == _GPU_TEMPERATURE:
-            if not bad(where, "temperature", v):
+            if _TEMP_LOW <= v <= _TEMP_HIGH or not bad(where, "temperature", v):
                 g.temperature = round(v)
         elif metric == _GPU_LOST:
             g.lost = v >= 1
@@ -385,11 +400,12 @@ def _processes(samples: Sequence[Sample], problems: Problems) -> dict[tuple[str,
                                        labels.get("image"))
         out.setdefault((k[0], k[1], index), []).append(FleetProcess(
             pid=pid,
-            user=cut(k, user) if user else None,
-            exe=cut(k, exe) if exe else None,
+            # fit() keeps text of a quarter of its limit as is: the common case without a call
+            user=(user if len(user) <= _SHORT else cut(k, user)) if user else None,
+            exe=(exe if len(exe) <= _SHORT else cut(k, exe)) if exe else None,
             gpu_memory=memory,
-            container=cut(k, container) if container else None,
-            image=cut(k, image) if image else None,
+            container=(container if len(container) <= _SHORT else cut(k, container)) if container else None,
+            image=(image if len(image) <= _SHORT else cut(k, image)) if image else None,
             runtime=cut(k, labels["runtime"]) if labels.get("runtime") else None,
             pod=cut(k, labels["pod"]) if labels.get("pod") else None,
             namespace=cut(k, labels["namespace"]) if labels.get("namespace") else None,
@@ -453,10 +469,13 @@ def _states(samples: Sequence[Sample], problems: Problems) -> dict[tuple[str, st
 
 def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequence[Sample],
                 gpus: Sequence[Sample], processes: Sequence[Sample], state: Sequence[Sample],
-                queries: int = len(FLEET_QUERIES)) -> FleetSnapshot:
+                queries: int = len(FLEET_QUERIES),
+                summaries: dict[tuple[str, str], HostSummary] | None = None,
+                problems: Problems | None = None) -> FleetSnapshot:
     """The answers of :data:`FLEET_QUERIES` (in that order, the two GPU queries' as one list) as one
-    snapshot; ``seen`` with :func:`gone_query`'s answer, if it was sent."""
-    problems = Problems()
+    snapshot; ``seen`` with :func:`gone_query`'s answer, if it was sent. ``summaries``: the gputui
+    hosts' list figures from aggregates (:mod:`gputui.core.fleet.summary`), their GPUs not read."""
+    problems = Problems() if problems is None else problems
     hosts, targets = _inventory(up, seen, gpus, now, problems)
     gpu_drafts = _gpu_drafts(gpus, hosts, problems)
     procs = _processes(processes, problems)
@@ -466,6 +485,7 @@ def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequenc
         drafts = gpu_drafts.get(k, {})
         is_up = targets[k] if k in targets else bool(drafts)
         gputui = draft.source == "gputui"
+        summary = summaries.get(k) if summaries is not None and gputui and is_up else None
         gpu_list = tuple(
             FleetGpu(index=g.index, uuid=g.uuid, name=g.name, utilization_gpu=g.util, memory_used=g.used,
                      memory_total=g.total, temperature=g.temperature, lost=g.lost,
@@ -478,7 +498,7 @@ def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequenc
         note = None
         if is_up and not gputui:
             note = DCGM_NOTE
-        elif is_up and not gpu_list:
+        elif is_up and not gpu_list and not (summary is not None and summary.gpus):
             note = NO_GPU_NOTE
         seen_at = draft.last_seen if draft.last_seen is not None else (now if is_up else None)
         built.append(FleetHost(
@@ -491,10 +511,10 @@ def build_fleet(prometheus: str, now: float, up: Sequence[Sample], seen: Sequenc
             alerts=tuple(sorted(st.alerts, key=lambda a: (a.gpu is not None, a.gpu or 0, a.kind))) if st else (),
             findings=tuple(st.findings) if st else (),
             grants=tuple(st.grants) if st else (),
-            slurm_jobs=tuple(sorted(set(st.jobs))) if st else (),
-            reservations=tuple(sorted(set(st.reservations))) if st else (),
-            rule_violations=tuple(sorted(set(st.violations))) if st else (),
-            note=note,
+            slurm_jobs=tuple(sorted(set(st.jobs))) if st and st.jobs else (),
+            reservations=tuple(sorted(set(st.reservations))) if st and st.reservations else (),
+            rule_violations=tuple(sorted(set(st.violations))) if st and st.violations else (),
+            note=note, summary=summary, label=draft.hostname or draft.instance,
         ))
         why = host_problem(built[-1].ssh_target)
         if why is not None:
@@ -523,57 +543,12 @@ def _label(hosts: list[FleetHost]) -> tuple[list[FleetHost], list[str]]:
                             f"each is shown with its instance.")
             out.extend(replace(h, label=f"{h.host} ({h.instance})") for h in group)
         else:
-            out.extend(replace(h, label=h.host) for h in group)
+            out.extend(group)  # built with label=host
     return out, warnings
-
-
-# -- the host screen's range queries -----------------------------------------------------
 
 
 def _quote(text: str) -> str:
     return json.dumps(text)  # a PromQL double-quoted string accepts JSON's escapes
-
-
-def host_selector(host: FleetHost, metrics: Iterable[str]) -> str:
-    return ('{__name__=~"' + "|".join(metrics) + f'",job={_quote(host.job)},instance={_quote(host.instance)}}}')
-
-
-def host_range_queries(host: FleetHost) -> tuple[str, str]:
-    """(utilization, memory used) of every GPU of ``host``, in the host's own metric names."""
-    if host.source == "gputui":
-        return (host_selector(host, (_GPU_UTILIZATION,)),
-                host_selector(host, (_GPU_MEMORY_USED,)))
-    return (host_selector(host, (_DCGM_GPU_UTIL,)), host_selector(host, (_DCGM_FB_USED,)))
-
-
-HOST_RANGE_QUERIES = 2
-
-
-@record
-class HostHistory:
-    """Load and memory (percent) per GPU index of one host, oldest first."""
-
-    key: tuple[str, str]
-    start: float
-    end: float
-    util: dict[int, tuple[tuple[float, float], ...]]
-    memory: dict[int, tuple[tuple[float, float], ...]]
-
-
-def _per_gpu(series: Sequence[RangeSeries], scale: Callable[[int, float], float | None]
-             ) -> dict[int, tuple[tuple[float, float], ...]]:
-    out: dict[int, tuple[tuple[float, float], ...]] = {}
-    for s in series:
-        index = label_int(s.labels.get("gpu"))
-        if index is None:
-            continue
-        points = []
-        for t, v in s.points:
-            scaled = scale(index, v) if _finite(v) else None
-            if scaled is not None and 0.0 <= scaled <= 100.0:  # a percent: anything else is no reading
-                points.append((t, scaled))
-        out[index] = tuple(points)
-    return out
 
 
 # -- the reader ---------------------------------------------------------------------------
@@ -595,12 +570,18 @@ class FleetReader:
         self._static_at = -STATIC_TTL
         self._static_targets: set[tuple[str, str]] = set()
         self._pool: ThreadPoolExecutor | None = None
+        #: The live screen's refresh (:func:`gputui.core.fleet.summary.read_summary`, set by the app):
+        #: per-host aggregates for the list, every series of the ``detail`` host (the one whose
+        #: screen is open), the processes only while ``words`` (the `/` filter is in use).
+        self.summary: Callable[[FleetReader, float], FleetSnapshot] | None = None
+        self.detail: tuple[str, str] | None = None
+        self.words = False
 
     def run_queries(self, queries: Sequence[str], at: float) -> list[list[Sample]]:
         if not self.parallel:
             return [self.client.query(q, at) for q in queries]
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=len(FLEET_QUERIES), thread_name_prefix="gputui-prom")
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="gputui-prom")
         futures = [self._pool.submit(self.client.query, q, at) for q in queries]
         results: list[list[Sample]] = []
         errors: list[PrometheusError] = []
@@ -619,6 +600,8 @@ class FleetReader:
         Q_GPU_STATIC when its answer is older than STATIC_TTL or a new target appeared). Raises
         PrometheusError."""
         now = self.clock()
+        if self.summary is not None:
+            return self.summary(self, now)
         if not self.cache_static:
             up, seen, static, live, procs, state = self.run_queries(FLEET_QUERIES, now)
             seen, extra = self.last_seen(seen, now)
@@ -668,8 +651,8 @@ class FleetReader:
 
         return HostHistory(
             key=host.key, start=start, end=end,
-            util=_per_gpu(util, lambda _i, v: min(100.0, v * 100 if ratio else v)),
-            memory=_per_gpu(memory, mem_percent),
+            util=per_gpu(util, lambda _i, v: min(100.0, v * 100 if ratio else v)),
+            memory=per_gpu(memory, mem_percent),
         )
 
     def close(self) -> None:

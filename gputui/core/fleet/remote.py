@@ -19,6 +19,7 @@ where one level of local quoting is gone. So:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import shlex
@@ -37,6 +38,7 @@ _CONTAINER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,255}")
 _GPU_UUID = re.compile(r"GPU-[0-9A-Za-z-]{1,80}")
 
 
+@functools.lru_cache(maxsize=4096)  # pure; asked for every host at every refresh of the fleet screen
 def host_problem(host: str) -> str | None:
     """Why ``host`` cannot be handed to ssh as a host name, or None when it can."""
     if not host:

@@ -7,6 +7,7 @@ changed, keeping the highlighted host. `Enter` opens the host screen.
 
 from __future__ import annotations
 
+from datetime import date, datetime
 from typing import Any, ClassVar
 
 from rich.segment import Segment
@@ -18,7 +19,7 @@ from textual.cache import LRUCache
 from textual.screen import Screen
 from textual.strip import Strip
 from textual.widgets import DataTable, Input, Static
-from textual.widgets.data_table import CellDoesNotExist
+from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowKey
 
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.safe_text import clean
@@ -46,6 +47,16 @@ class HostTable(DataTable[Text]):
         #: and the screen line, so a cursor move or a scroll of the 2,000-host list rendered every
         #: visible row again; here only the rows the cursor leaves and enters are.
         self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(1024)
+        #: row key -> how many times a cell of it changed: a row's cached line is keyed on its own
+        #: changes, not on DataTable's count of every change (a refresh that changed a few hosts of
+        #: 2,000 made every visible row render again)
+        self._versions: dict[str, int] = {}
+
+    def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str, value: Text, *,
+                    update_width: bool = False) -> None:
+        key = row_key if isinstance(row_key, str) else str(row_key.value)
+        self._versions[key] = self._versions.get(key, 0) + 1
+        super().update_cell(row_key, column_key, value, update_width=update_width)
 
     def _render_line(self, y: int, x1: int, x2: int, base_style: Any) -> Strip:
         key = self._row_line_key(y, x1, x2, base_style)
@@ -67,9 +78,29 @@ class HostTable(DataTable[Text]):
         row = self._row_locations.get(row_key)
         if row is None or row < 0:
             return None
-        return (row_key, row, line_no, x1, x2, self.size.width, self.max_scroll_x, base_style, self.show_cursor,
-                self.cursor_coordinate.row == row, self._show_hover_cursor and self.hover_coordinate.row == row,
-                self._update_count, self._pseudo_class_state)
+        widths = tuple(column.get_render_width(self) for column in self.columns.values())
+        return (row_key, self._versions.get(str(row_key.value), 0), row, line_no, x1, x2, self.size.width,
+                self.max_scroll_x, widths, base_style, self.show_cursor, self.cursor_coordinate.row == row,
+                self._show_hover_cursor and self.hover_coordinate.row == row, self._pseudo_class_state)
+
+    def _scroll_cursor_into_view(self, animate: bool = False) -> None:
+        """When the cursor leaves the visible rows, scroll so it lands half a page in (vim's
+        ``scrolljump``): a scroll redraws every row on screen and the terminal's every line, so
+        holding Down at the edge of the 2,000-host list redraws the screen once every half page
+        instead of at every key (in between, a key redraws the two rows the cursor leaves and
+        enters). Every row is one line high."""
+        if self.cursor_type != "row" or self._require_update_dimensions:
+            super()._scroll_cursor_into_view(animate=animate)
+            return
+        view = self.scrollable_content_region.height - self._get_fixed_offset().top
+        first, row = round(self.scroll_y), self.cursor_row
+        if view <= 0 or first <= row < first + view:
+            return
+        if row >= first + view:  # below: the cursor half a page above the bottom edge
+            target = row - view + 1 + view // 2
+        else:
+            target = row - view // 2
+        self.scroll_to(y=max(0, min(target, round(self.max_scroll_y))), animate=False, force=True)
 
     def _cut_mark(self, strip: Strip) -> Strip:
         """A row ends in "…" while columns are cut off at the right edge (→ scrolls to them)."""
@@ -113,6 +144,9 @@ class FleetScreen(Screen[None]):
         self._order: list[str] = []
         self._cells: dict[str, tuple[Text, ...]] = {}
         self._hosts: dict[str, FleetHost] = {}
+        #: row key -> (the host drawn, its cells) at the last update
+        self._drawn: dict[str, tuple[FleetHost, tuple[Text, ...]]] = {}
+        self._drawn_day: date | None = None
         self._summary: Text | None = None
         #: `/` was pressed and the filter is being typed (keys may still reach the table first)
         self._typing = False
@@ -151,7 +185,17 @@ class FleetScreen(Screen[None]):
         hosts.sort(key=sort_key(self.sort_column), reverse=self.reverse)
         self._hosts = {row_key(h): h for h in snap.hosts}
         order = [row_key(h) for h in hosts]
-        cells = {row_key(h): host_cells(h, now) for h in hosts}
+        # a host that is the same object as at the last refresh (the reader keeps unchanged hosts)
+        # draws the same cells: no need to look them up again
+        day = datetime.fromtimestamp(now).date()  # a down host's "since" reads another way the next day
+        drawn = self._drawn if day == self._drawn_day else {}
+        cells: dict[str, tuple[Text, ...]] = {}
+        kept: dict[str, tuple[FleetHost, tuple[Text, ...]]] = {}
+        for k, h in zip(order, hosts, strict=True):
+            last = drawn.get(k)
+            row = cells[k] = last[1] if last is not None and last[0] is h else host_cells(h, now)
+            kept[k] = (h, row)
+        self._drawn, self._drawn_day = kept, day
         table = self.query_one("#fleet-hosts", DataTable)
         with self.app.batch_update():
             if resort or order != self._order:  # resort: new headings must be drawn even in the same order
@@ -271,6 +315,7 @@ class FleetScreen(Screen[None]):
         self._typing = False
         if not self.needle:
             self.query_one("#fleet-filter", Input).remove_class("-shown")
+            fleet_app(self).want_words(False)
         self.query_one("#fleet-hosts", DataTable).focus()
 
     def action_open_host(self) -> None:
@@ -288,6 +333,7 @@ class FleetScreen(Screen[None]):
         box.add_class("-shown")
         box.value = self.needle
         self._typing = True
+        fleet_app(self).want_words(True)
         # Widget.focus takes effect later: keys typed right after `/` (a fast typist, a paste, tmux
         # send-keys) still reach the table, and on_key hands them to the box.
         box.focus()
@@ -305,6 +351,7 @@ class FleetScreen(Screen[None]):
         self._typing = False
         box = self.query_one("#fleet-filter", Input)
         box.remove_class("-shown")
+        fleet_app(self).want_words(False)
         if self.needle:
             self.needle = ""
             box.value = ""

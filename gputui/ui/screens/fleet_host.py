@@ -29,6 +29,7 @@ from gputui.core.fleet.model import FleetGpu, FleetHost, FleetProcess, FleetSnap
 from gputui.core.fleet.pick import best_other_gpu
 from gputui.core.fleet.queries import HostHistory
 from gputui.core.fleet.remote import container_problem, ssh_command, ssh_host
+from gputui.core.fleet.summary import detail_query
 from gputui.core.mig import mig_label
 from gputui.core.safe_text import clean
 from gputui.ui import format as fmt
@@ -210,6 +211,10 @@ class HostScreen(Screen[None]):
         if app.snapshot is not None:
             self.update_fleet(app.snapshot)
         self.update_fleet_status(app.status)
+        app.follow_host(self.key)
+
+    def on_unmount(self) -> None:
+        fleet_app(self).follow_host(None)
 
     # -- data ---------------------------------------------------------------------------
     def update_fleet(self, snap: FleetSnapshot) -> None:
@@ -221,6 +226,8 @@ class HostScreen(Screen[None]):
                 Text(f"{clean(self.key[1])} is no longer in Prometheus's data (no series in the last hour).",
                      style="bold red"))
             return
+        if host.summary is not None and self.host is not None and self.host.summary is None:
+            return  # the list's figures only (this host's series come with the next refresh): keep its last
         self.host = host
         if host.up and host.gpus:
             fleet_app(self).request_history(host)
@@ -282,7 +289,13 @@ class HostScreen(Screen[None]):
         gpus = [g for g in host.gpus if self.gpu_filter is None or g.index == self.gpu_filter]
         cards = Text("\n").join(card_text(g, self.history, g.index == self.gpu_filter, host.slurm_jobs,
                                           host.reservations) for g in gpus)
-        self.query_one("#host-cards-text", Static).update(cards if gpus else Text("No GPUs to show.", style="dim"))
+        if host.summary is None:
+            empty = Text("No GPUs to show.", style="dim")
+        elif detail_query(host.key) is None:
+            empty = Text("Its job or instance label cannot be put in a query: its GPUs are not read.", style="yellow")
+        else:
+            empty = Text("Reading its GPUs from Prometheus…", style="dim")
+        self.query_one("#host-cards-text", Static).update(cards if gpus else empty)
         self._fill_table(gpus)
 
     def _fill_table(self, gpus: list[FleetGpu]) -> None:

@@ -69,7 +69,8 @@ _CELLS: dict[tuple, tuple[Text, ...]] = {}
 
 def host_cells(host: FleetHost, now: float) -> tuple[Text, ...]:
     """The row of one host (cached on what it shows: most rows are unchanged between refreshes)."""
-    key = (host.shown, bool(host.problems), host.source, host.up, host.last_seen, len(host.gpus), host.busy_gpus,
+    key = (host.shown, bool(host.problems), host.source, host.up, None if host.up else host.last_seen,
+           host.gpu_count, host.busy_gpus,
            host.lost_gpus, host.memory_used, host.memory_total, host.hottest, host.imbalance_flagged,
            host.stale_gpu_memory, host.stale_processes, host.alerts, host.containers_with_findings,
            datetime.fromtimestamp(now).date())
@@ -91,7 +92,7 @@ def _host_cells(host: FleetHost, now: float) -> tuple[Text, ...]:
     if not host.up:
         na = Text("")
         return (name, state_cell(host, now), na, na, na, na, na, na, na)
-    total = len(host.gpus)
+    total = host.gpu_count
     busy, lost = host.busy_gpus, host.lost_gpus
     gpus = Text(f"{busy}/{total - busy - lost}" if total else "no GPUs", style="yellow" if not total else "")
     if lost:  # neither busy nor idle
@@ -129,7 +130,7 @@ SORT_KEYS: dict[str, Callable[[FleetHost], object]] = {
     # down hosts first, the longest down first; up hosts in name order (their last scrape moves every
     # refresh: sorting on it reshuffled the list under the cursor)
     "state": lambda h: (h.up, 0.0 if h.up or not h.last_seen else h.last_seen.timestamp()),
-    "gpus": lambda h: (not h.up, -h.busy_gpus, -len(h.gpus)),
+    "gpus": lambda h: (not h.up, -h.busy_gpus, -h.gpu_count),
     "memory": lambda h: _num(h.memory_used / h.memory_total if h.memory_used is not None and h.memory_total else None),
     "hottest": lambda h: _num(h.hottest),
     "imbalance": lambda h: (h.imbalance_flagged is not True, h.imbalance_flagged is None),
@@ -159,6 +160,8 @@ def matches(host: FleetHost, needle: str) -> bool:
         words.append(g.name or "")
         for p in g.processes:
             words.extend((p.user or "", p.exe or "", p.container or "", p.image or "", str(p.pid)))
+    if host.summary is not None:
+        words.extend(host.summary.words)
     words.extend(a.kind for a in host.alerts)
     words.extend(f"{f.container} {f.kind}" for f in host.findings)
     haystack = "\n".join(words).lower()
@@ -169,7 +172,7 @@ def summary(snap: FleetSnapshot | None, shown: int, needle: str) -> Text:
     if snap is None:
         return Text("Reading the fleet from Prometheus…", style="dim")
     up = sum(1 for h in snap.hosts if h.up)
-    gpus = sum(len(h.gpus) for h in snap.hosts)
+    gpus = sum(h.gpu_count for h in snap.hosts)
     busy = sum(h.busy_gpus for h in snap.hosts)
     lost = sum(h.lost_gpus for h in snap.hosts)
     text = Text()
