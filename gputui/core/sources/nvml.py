@@ -332,20 +332,20 @@ class NvmlSource:
                 return replace(self._lost_gpu(dev), lost=False), ()
         elif not dev.static_done:  # a static query that failed before: ask again until it answers
             self._read_static(dev)
-        h, ask = dev.handle, self._ask
-        get, cached = ask.get, ask.cached
+        ask = self._ask
+        get, cached, scalar = ask.get, ask.cached, ask.scalar
         fields = self._field_values(dev)
-        util = get(dev, "utilization", nv.nvmlDeviceGetUtilizationRates, h)
+        util = ask.utilization(dev)
         mem = ask.memory(dev)
-        temperature = get(dev, "temperature", nv.nvmlDeviceGetTemperature, h, _TEMPERATURE_GPU)
+        temperature = scalar(dev, "temperature", "nvmlDeviceGetTemperature", _TEMPERATURE_GPU)
         power = self._field(dev, fields, "power_draw", lambda d: get(
             d, "power_draw", nv.nvmlDeviceGetPowerUsage, d.handle))
-        fan = get(dev, "fan_speed", nv.nvmlDeviceGetFanSpeed, h)
-        clock_sm = get(dev, "clock_sm", nv.nvmlDeviceGetClockInfo, h, _CLOCK_SM)
+        fan = scalar(dev, "fan_speed", "nvmlDeviceGetFanSpeed")
+        clock_sm = scalar(dev, "clock_sm", "nvmlDeviceGetClockInfo", _CLOCK_SM)
         unread = self._unread
-        clock_mem = None if "clock_memory" in unread else get(dev, "clock_memory", nv.nvmlDeviceGetClockInfo, h,
-                                                              _CLOCK_MEM)
-        pstate = None if "pstate" in unread else get(dev, "pstate", nv.nvmlDeviceGetPerformanceState, h)
+        clock_mem = None if "clock_memory" in unread else scalar(dev, "clock_memory", "nvmlDeviceGetClockInfo",
+                                                                 _CLOCK_MEM)
+        pstate = None if "pstate" in unread else scalar(dev, "pstate", "nvmlDeviceGetPerformanceState")
         reasons = self._throttle(dev)
         power_limit = self._field(dev, fields, "power_limit", lambda d: cached(
             d, "power_limit", now, self._power_limit))
@@ -358,7 +358,7 @@ class NvmlSource:
         mig_mode, mig_devices, procs = self._mig.read(dev, now, procs)
         # Every input of the Gpu below: when none changed since the last poll, the last Gpu is it.
         key = (dev.uuid, dev.name, dev.pci_bus_id, dev.minor_number, dev.clock_sm_max, dev.clock_memory_max,
-               None if util is None else (util.gpu, util.memory), mem, temperature, power, power_limit, fan,
+               util, mem, temperature, power, power_limit, fan,
                clock_sm, clock_mem, pstate, reasons, ecc, persistence, mig_mode, mig_devices, extra,
                mem[2] if mem is not None else None)
         if dev.gpu is not None and dev.gpu[0] == key:
@@ -368,8 +368,8 @@ class NvmlSource:
             uuid=dev.uuid or "",
             name=dev.name or "Unknown GPU",
             pci_bus_id=dev.pci_bus_id,
-            utilization_gpu=int(util.gpu) if util is not None else None,
-            utilization_memory=int(util.memory) if util is not None else None,
+            utilization_gpu=util[0] if util is not None else None,
+            utilization_memory=util[1] if util is not None else None,
             memory_used=mem[0] if mem is not None else None,
             memory_total=mem[1] if mem is not None else None,
             temperature=int(temperature) if temperature is not None else None,
@@ -521,10 +521,10 @@ class NvmlSource:
         )
 
     def _throttle(self, dev: _Device) -> int | None:
-        h, ask = dev.handle, self._ask
+        ask = self._ask
         return ask.variant(dev, "throttle_reasons",
                            ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-                           lambda name: ask.u64(name, h))
+                           lambda name: ask.kept_u64(dev, name))
 
     def _power_limit(self, dev: _Device) -> int | None:
         h, ask = dev.handle, self._ask
