@@ -80,14 +80,18 @@ from typing import Any
 
 from gputui.core.model import ProcessFacts
 from gputui.core.sources.procfs import (
+    _CPUCLOCK_SCHED,
     INIT_PID_NS_INODE,
     ParentWatch,
+    _clock_ns,
     cpu_ns,
+    exe_base_name,
     fd_budget,
     hidepid,
     listdir,
     ns_inode,
     proc_shows_host_pids,
+    psutil_exe,
     read_all,
     read_small,
 )
@@ -105,6 +109,9 @@ MIN_CPU_INTERVAL = 0.1
 RSS_REFRESH = 5.0
 #: Cache entries of PIDs not asked about for this long are dropped.
 CACHE_TTL = 60.0
+
+#: ``HostProcessSource._fact``'s "read the CPU clock yourself"
+_UNREAD = object()
 
 _STATUS = {
     "R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped", "t": "tracing-stop", "Z": "zombie",
@@ -252,18 +259,50 @@ class HostProcessSource:
             self._pinned -= 1
         out: dict[int, ProcessFacts] = {}
         parents: dict[int, bool] = {}
+        static_get = self._static.get
+        # The steady state of _fact (an idle process: CPU clock unchanged, parent alive, nothing due),
+        # inlined here: it is most processes on most polls, and each function call it saves is a
+        # tenth of what the process costs. Every other case goes through _fact with the clock read.
+        clock_ns = _clock_ns
+        clocks = self._parents.usable and not self._refresh and clock_ns is not None
+        steady_ok = self._steady_ok
+        watched_parents, immortal = self._parents.fds, self._immortal
         for pid in pids:
-            out[pid] = self._fact(int(pid), now, parents)
+            pid = int(pid)
+            clock: int | None = None
+            if clocks and clock_ns is not None:
+                try:
+                    clock = clock_ns(((~pid) << 3) | _CPUCLOCK_SCHED)  # procfs.cpu_ns, without its call
+                except OSError:
+                    clock = None
+                st = static_get(pid)
+                if st is not None and clock is not None and clock == st.cpu_ns and st.stat_fd is not None \
+                        and st.last_raw == st.stat_raw \
+                        and (st.orphan_ppid in watched_parents or st.orphan_ppid in immortal) \
+                        and steady_ok and st.last is not None and now - st.orphan_at < ORPHAN_RECHECK \
+                        and now - st.rss_at < RSS_REFRESH and st.stat_fields is not None \
+                        and st.cpu_ticks == st.stat_fields[5] \
+                        and (st.cpu_percent == 0.0 or now - st.cpu_at < MIN_CPU_INTERVAL):
+                    # _steady_due said nothing is due: _steady, inlined
+                    if now - st.cpu_at >= MIN_CPU_INTERVAL:
+                        st.cpu_at = now  # no tick since the baseline: 0 % again, the baseline moves on
+                    st.seen = st.stat_at = now
+                    out[pid] = st.last[1]
+                    continue
+            out[pid] = self._fact(pid, now, parents, clock if clocks else _UNREAD)
         if now - self._last_purge > CACHE_TTL / 4:
             self._purge(now)
         return out
 
     # -- Linux --------------------------------------------------------------------------
 
-    def _fact(self, pid: int, now: float, parents: dict[int, bool]) -> ProcessFacts:
+    def _fact(self, pid: int, now: float, parents: dict[int, bool], read_clock: int | None | object = _UNREAD
+              ) -> ProcessFacts:
         """One process's facts, read in the order the hot path needs (pinned stat fd, then /proc files,
         then the cached static facts). Long on purpose: it runs for every GPU process on every poll and
-        is measured by benchmarks/; split into calls it would cost a function call per field."""
+        is measured by benchmarks/; split into calls it would cost a function call per field.
+        ``read_clock``: the process's CPU clock as the caller just read it (``facts`` does, for its
+        inlined steady state), or ``_UNREAD``."""
         pinned = self._static.get(pid)
         if pinned is not None and pinned.pidfd is not None and now - pinned.stat_at < self._refresh \
                 and pinned.last is not None:
@@ -271,7 +310,10 @@ class HostProcessSource:
             return pinned.last[1]
         raw = None
         # Read before the stat line, so that a process running in between shows as changed next time.
-        clock = cpu_ns(pid) if self._parents.usable and not self._refresh else None
+        if read_clock is _UNREAD:
+            clock = cpu_ns(pid) if self._parents.usable and not self._refresh else None
+        else:
+            clock = read_clock  # type: ignore[assignment]  # an int or None, read by facts()
         if pinned is not None and pinned.stat_fd is not None:
             kept = pinned
             # Steady state: (1) the process has not run since the stat line its facts were built from
@@ -640,7 +682,7 @@ class HostProcessSource:
                     uids = p.uids()
                     out[pid] = ProcessFacts(
                         pid=pid, visible=True, user=p.username(), uid=uids.real,
-                        command=" ".join(p.cmdline()) or f"[{p.name()}]", exe=_psutil_exe(p),
+                        command=" ".join(p.cmdline()) or f"[{p.name()}]", exe=psutil_exe(p),
                         cpu_percent=None, host_memory=p.memory_info().rss, create_time=p.create_time(),
                         ppid=p.ppid(), status=p.status(),
                     )
@@ -649,23 +691,3 @@ class HostProcessSource:
             except psutil.AccessDenied:
                 out[pid] = ProcessFacts(pid=pid, visible=True)
         return out
-
-
-def exe_base_name(base: str, comm: bytes) -> str:
-    """The executable's base name: the target of ``{base}/exe`` (`` (deleted)`` dropped when the file
-    was replaced), or ``comm`` when that link cannot be read (another user's process to an unprivileged
-    reader, a kernel thread). Never argv[0]: a process writes its own command line."""
-    try:
-        target = os.readlink(f"{base}/exe")
-    except OSError:
-        return comm.decode(errors="replace")
-    if target.endswith(" (deleted)"):
-        target = target[: -len(" (deleted)")]
-    return os.path.basename(target) or comm.decode(errors="replace")
-
-
-def _psutil_exe(p: Any) -> str:
-    try:
-        return os.path.basename(p.exe()) or str(p.name())
-    except Exception:  # noqa: BLE001 (psutil's AccessDenied and the like: fall back to the name)
-        return str(p.name())
