@@ -244,7 +244,7 @@ class Poller:
             procs = tuple(built_rows)
             # The source's same Gpu with the same rows (an unchanged GPU): the GPU built last time.
             if last is not None and last.gpu is g and len(last.procs) == len(procs) \
-                    and all(a is b for a, b in zip(last.procs, procs)):
+                    and all(a is b for a, b in zip(last.procs, procs, strict=True)):
                 procs = last.procs
                 with_procs = last.with_procs
             else:
