@@ -104,7 +104,7 @@ class History:
         for c in snap.containers:
             usage.setdefault(c.id, {})
         indices = []
-        steady: list[frozenset[ProcessKey]] = []
+        steady: list[frozenset[ProcessKey]] = []  # the keys of the GPUs that handed in their kept rows
         for g in snap.gpus:
             index = g.index
             indices.append(index)
@@ -116,8 +116,8 @@ class History:
                                   g.power_draw, g.lost, len(rows)))
             kept = kept_rows.get(index)
             if kept is not None and kept[0] is rows:
-                for samples, memory, sm, cpu in kept[1]:
-                    samples.append(ProcessSample(t, memory, sm, cpu))
+                for ring_of, memory, sm, cpu in kept[1]:
+                    ring_of.append(ProcessSample(t, memory, sm, cpu))
                 for cid, memory in kept[3].items():
                     per_gpu = usage.setdefault(cid, {})
                     per_gpu[index] = per_gpu.get(index, 0) + memory
@@ -146,9 +146,10 @@ class History:
             kept_rows[index] = (rows, entries, frozenset(keys), memory_by_container)
         order = tuple(indices)
         if seen is not None or order != self._last_indices:  # else: the last add()'s rows, rings and sweep
-            for keys in steady:
-                seen = keys if seen is None else seen | keys
-            seen = seen or set()
+            every: set[ProcessKey] = set() if seen is None else seen
+            for same in steady:
+                every |= same
+            seen = every
             if len(seen) != len(procs):  # every key seen is in procs: equal sizes mean nobody left
                 for key in [k for k in procs if k not in seen]:
                     del procs[key]
