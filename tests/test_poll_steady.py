@@ -56,6 +56,17 @@ def test_a_process_whose_facts_change_under_an_unchanged_nvml_list_shows_them_at
     assert {p.pid: p.user for p in poller.poll().gpus[0].processes} == {101: "bob", 102: "alice"}
 
 
+def test_new_nvml_figures_with_the_same_facts_show_at_the_next_poll():
+    src = _Still()
+    poller = _poller(src)
+    poller.poll()
+    poller.poll()
+    src.raws = (replace(src.raws[0], sm_utilization=90, gpu_memory=GIB), src.raws[1])
+    row = {p.pid: p for p in poller.poll().gpus[0].processes}
+    assert (row[101].sm_utilization, row[101].gpu_memory) == (90, GIB)
+    assert row[102].sm_utilization == 0
+
+
 def test_a_process_that_turns_zombie_under_an_unchanged_nvml_list_is_judged_stale_at_once():
     src = _Still()
     poller = _poller(src)
