@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from struct import Struct
 from typing import Any, TypeVar
 
 __all__ = ["Device", "Lost", "NvmlQueries", "PERMANENT"]
@@ -129,6 +130,10 @@ class UtilizationSample(ctypes.Structure):
 
     _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong), ("smUtil", ctypes.c_uint),
                 ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
+
+
+#: nvmlProcessUtilizationSample_t's pid, timeStamp and smUtil in native layout (memUtil, encUtil, decUtil skipped)
+_SAMPLE = Struct(f"@I{UtilizationSample.timeStamp.offset - 4}xQI12x")
 
 
 #: compute (False) and graphics (True) process lists: the family, and each function's struct, newest first
@@ -436,11 +441,13 @@ class NvmlQueries:
             return cached
         newest: dict[int, tuple[int, int]] = {}
         seen = dev.util_seen
-        for s in buf[:n]:  # integer fields read as Python ints; each read once
-            pid, ts = s.pid, s.timeStamp
+        # the samples' (pid, timeStamp, smUtil) unpacked from the bytes in one pass (a ctypes struct per
+        # sample costs several times more); the layout is checked against the struct at import
+        for pid, ts, sm in _SAMPLE.iter_unpack(raw) if _SAMPLE.size == ctypes.sizeof(struct) else (
+                (e.pid, e.timeStamp, e.smUtil) for e in buf[:n]):
             prev = newest.get(pid)
             if prev is None or ts >= prev[0]:
-                newest[pid] = (ts, s.smUtil)
+                newest[pid] = (ts, sm)
             if ts > seen:
                 seen = ts
         dev.util_seen = seen
