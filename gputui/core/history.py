@@ -99,6 +99,7 @@ class History:
         # a process seen for the first time, and the sweep for departed ones only when some left.
         seen: set[ProcessKey] | None = None  # built only when some GPU's processes changed
         kept_rows = self._rows
+        new_tuple = tuple.__new__
         procs, capacity = self._procs, self.capacity
         usage: dict[str, dict[int, int]] = {cid: {} for cid in container_ids}
         for c in snap.containers:
@@ -116,8 +117,8 @@ class History:
                                   g.power_draw, g.lost, len(rows)))
             kept = kept_rows.get(index)
             if kept is not None and kept[0] is rows:
-                for ring_of, memory, sm, cpu in kept[1]:
-                    ring_of.append(ProcessSample(t, memory, sm, cpu))
+                for ring_of, memory, sm, cpu in kept[1]:  # ProcessSample(...) without its Python __new__
+                    ring_of.append(new_tuple(ProcessSample, (t, memory, sm, cpu)))
                 for cid, memory in kept[3].items():
                     per_gpu = usage.setdefault(cid, {})
                     per_gpu[index] = per_gpu.get(index, 0) + memory

@@ -184,11 +184,11 @@ class Poller:
         now = self.clock()
         reading = self.gpu_source.read()
         gpus = reading.gpus
-        uuids = tuple(g.uuid for g in gpus)
-        minors = {g.minor_number: g.uuid for g in gpus if g.minor_number is not None}
 
         inventory = _CONTAINERS_OFF
         if self.watcher is not None:
+            uuids = tuple(g.uuid for g in gpus)
+            minors = {g.minor_number: g.uuid for g in gpus if g.minor_number is not None}
             self.watcher.set_gpus(uuids, minors)
             inventory = self.watcher.latest(wait=self.container_wait if self.polls == 0 else 0.0)
         same_inventory = inventory is self._inventory

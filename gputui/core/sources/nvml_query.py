@@ -138,7 +138,8 @@ _SAMPLE = Struct(f"@I{UtilizationSample.timeStamp.offset - 4}xQI12x")
 
 #: compute (False) and graphics (True) process lists: the family, and each function's struct, newest first
 RUNNING = {
-    graphics: (f"{kind}_processes", {f"{base}_v3": ProcessInfoV2, f"{base}_v2": ProcessInfoV2, base: ProcessInfoV1})
+    graphics: (f"{kind}_processes", {f"{base}_v3": ProcessInfoV2, f"{base}_v2": ProcessInfoV2, base: ProcessInfoV1},
+               (f"{base}_v3", f"{base}_v2", base))
     for graphics, kind, base in ((False, "compute", "nvmlDeviceGetComputeRunningProcesses"),
                                  (True, "graphics", "nvmlDeviceGetGraphicsRunningProcesses"))
 }
@@ -355,8 +356,8 @@ class NvmlQueries:
 
     def running(self, dev: Device, graphics: bool) -> tuple[tuple[int, int | None], ...] | None:
         """The compute (or graphics) processes as (pid, memory or None), through ``_v3`` → ``_v2`` → v1."""
-        family, structs = RUNNING[graphics]
-        return self.variant(dev, family, tuple(structs), lambda name: self._list(dev, name, structs[name]))
+        family, structs, names = RUNNING[graphics]
+        return self.variant(dev, family, names, lambda name: self._list(dev, name, structs[name]))
 
     def _list(self, dev: Device, name: str, struct: Any) -> tuple[tuple[int, int | None], ...]:
         """One running-process list through a buffer kept per device (one C call when it fits). The
