@@ -19,7 +19,8 @@ through psutil objects:
   cannot have changed — CPU ticks, state, name and process group change only by
   running, the parent only by the parent's exit. Its RSS can (the kernel reclaims
   pages of a sleeping process): it is re-read from statm every ``RSS_REFRESH``
-  seconds, as for every process whose stat figure stands still;
+  seconds, as for every process whose stat figure stands still (stat and statm are
+  read with pread on descriptors pinned per process identity);
 - once per process identity ``(pid, start time)`` — re-read only if the
   process exec()s something else (its ``comm`` changes) — ``/proc/PID/status``
   (real uid, innermost namespace PID), ``/proc/PID/cmdline``, the executable
@@ -84,10 +85,12 @@ from gputui.core.sources.procfs import (
     INIT_PID_NS_INODE,
     ParentWatch,
     _clock_ns,
+    boot_time,
     cpu_ns,
     exe_base_name,
     fd_budget,
     hidepid,
+    holds_gpu,
     listdir,
     ns_inode,
     proc_shows_host_pids,
@@ -128,7 +131,7 @@ class _Static:
     __slots__ = ("starttime", "comm", "create_time", "uid", "user", "command", "exe", "cgroup", "ns_init", "gpu_fd",
                  "orphan_ppid", "orphaned", "orphan_at", "cpu_ticks", "cpu_at", "cpu_percent", "seen", "rss",
                  "rss_approx", "rss_at", "last", "last_raw", "stat_fd", "stat_raw", "stat_fields", "stat_at", "pidfd",
-                 "exited", "cpu_ns")
+                 "exited", "cpu_ns", "statm_fd")
 
     def __init__(self, starttime: int, comm: bytes, create_time: float | None, uid: int | None, user: str | None,
                  command: str | None, exe: str, cgroup: str | None, ns_init: bool) -> None:
@@ -155,6 +158,8 @@ class _Static:
         #: an open descriptor on /proc/PID/stat, re-read with pread: it stays bound to this very
         #: process (a reused PID reads as ESRCH through it) and saves an open/close per poll
         self.stat_fd: int | None = None
+        #: an open descriptor on /proc/PID/statm, pinned like ``stat_fd`` (see HostProcessSource._rss)
+        self.statm_fd: int | None = None
         self.rss_at = 0.0
         self.last: tuple[tuple[object, ...], ProcessFacts] | None = None
         #: the /proc/PID/stat line ``last`` was built from (see HostProcessSource._fact's steady path)
@@ -194,7 +199,7 @@ class HostProcessSource:
         self._linux = os.path.isfile(f"{proc}/self/stat")
         self._ticks = os.sysconf("SC_CLK_TCK") if self._linux else 100
         self._page = os.sysconf("SC_PAGE_SIZE") if self._linux else 4096
-        self._btime = self._boot_time() if self._linux else None
+        self._btime = boot_time(proc) if self._linux else None
         self.host_pids = proc_shows_host_pids(proc) if self._linux else True
         self._hidden = hidepid(proc) if self._linux else False
         #: only where this (foreign) namespace can see NVIDIA device files does the fd check mean anything
@@ -404,7 +409,7 @@ class HostProcessSource:
         if st.rss is None or approx_rss != st.rss_approx or (
                 not self._refresh and now - st.rss_at >= RSS_REFRESH):
             try:
-                st.rss = int(read_small(f"{base}/statm").split()[1]) * self._page
+                st.rss = self._rss(base, st)
             except (OSError, ValueError, IndexError):
                 st.rss = approx_rss * self._page
             st.rss_approx, st.rss_at = approx_rss, now
@@ -412,7 +417,7 @@ class HostProcessSource:
 
         if not self.host_pids and self._check_fds:
             if st.gpu_fd is None:
-                st.gpu_fd = self._holds_gpu(base)
+                st.gpu_fd = holds_gpu(base)
             if st.gpu_fd is False:
                 # Same number, different process: NVML's PID lives in the host's namespace.
                 return ProcessFacts(pid=pid, visible=False, invisible_reason="other-namespace")
@@ -457,6 +462,23 @@ class HostProcessSource:
         st.last = (key, fact)
         return fact
 
+    def _rss(self, base: str, st: _Static) -> int:
+        """The exact RSS from /proc/PID/statm, through a descriptor pinned with the process's stat one (a
+        pread instead of open, read, close: every idle process re-reads it every RSS_REFRESH seconds)."""
+        fd = st.statm_fd
+        if fd is None:
+            if st.stat_fd is None or self._pinned >= self._fd_budget:
+                return int(read_small(f"{base}/statm").split()[1]) * self._page
+            fd = os.open(f"{base}/statm", os.O_RDONLY)
+            try:  # the pinned stat descriptor still reads: the PID named this very process when opened
+                os.pread(st.stat_fd, 1, 0)
+            except OSError:
+                os.close(fd)
+                raise
+            st.statm_fd = fd
+            self._pinned += 1
+        return int(os.pread(fd, 4096, 0).split()[1]) * self._page
+
     def _steady_due(self, kept: _Static, now: float) -> bool:
         """Whether a steady process (see _fact) still needs the full path: a CPU figure to move off 0,
         an orphan re-check or a statm re-read due, or no last facts to hand back."""
@@ -481,13 +503,15 @@ class HostProcessSource:
         st = self._static.pop(pid, None)
         if st is not None:
             self._unwatch(st)
-        if st is not None and st.stat_fd is not None:
-            try:
-                os.close(st.stat_fd)
-            except OSError:
-                pass
-            st.stat_fd = None
-            self._pinned -= 1
+        if st is not None:
+            for fd in (st.stat_fd, st.statm_fd):
+                if fd is not None:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+                    self._pinned -= 1
+            st.stat_fd = st.statm_fd = None
 
     def _watch_pid(self, pid: int, st: _Static) -> None:
         """Take a pidfd of the process ``st`` describes, so that its figures can be reused."""
@@ -632,30 +656,6 @@ class HostProcessSource:
                     reaper = True
         parents[ppid] = reaper
         return reaper
-
-    def _holds_gpu(self, base: str) -> bool | None:
-        """Whether the process has an NVIDIA device file open; None when we may not look."""
-        try:
-            fds = os.listdir(f"{base}/fd")
-        except OSError:
-            return None
-        for fd in fds:
-            try:
-                if os.readlink(f"{base}/fd/{fd}").startswith("/dev/nvidia"):
-                    return True
-            except OSError:
-                continue
-        return False
-
-    def _boot_time(self) -> float | None:
-        try:
-            with open(f"{self._proc}/stat", "rb") as f:
-                for line in f:
-                    if line.startswith(b"btime"):
-                        return float(line.split()[1])
-        except (OSError, ValueError, IndexError):
-            pass
-        return None
 
     def _purge(self, now: float) -> None:
         self._last_purge = now
