@@ -467,7 +467,8 @@ class HostProcessSource:
         pread instead of open, read, close: every idle process re-reads it every RSS_REFRESH seconds)."""
         fd = st.statm_fd
         if fd is None:
-            if st.stat_fd is None or self._pinned >= self._fd_budget:
+            # only while the budget keeps room for a stat descriptor of every known process: those matter more
+            if st.stat_fd is None or self._pinned + len(self._static) >= self._fd_budget:
                 return int(read_small(f"{base}/statm").split()[1]) * self._page
             fd = os.open(f"{base}/statm", os.O_RDONLY)
             try:  # the pinned stat descriptor still reads: the PID named this very process when opened
