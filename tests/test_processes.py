@@ -463,3 +463,18 @@ def test_reused_figures_keep_no_descriptor_past_their_process(child) -> None:
 def test_figures_are_reused_only_where_a_pidfd_can_vouch_for_them(fake_proc: FakeProc) -> None:
     source = HostProcessSource(proc=str(fake_proc.root))
     assert source.refresh_every(5.0) is False and source.refresh == 0.0
+
+
+@pytest.mark.functional
+def test_a_low_descriptor_budget_keeps_every_stat_line_pinned_before_any_statm(child) -> None:
+    """Pinned stat lines are what an idle process's steady state needs; statm descriptors (re-read every few
+    seconds) may take only what the budget leaves once every known process can have its stat line."""
+    source = HostProcessSource()
+    source._fd_budget = 4  # a host whose descriptor limit is low
+    procs = [child("sleep", "60") for _ in range(3)]
+    try:
+        pids = [p.pid for p in procs]
+        assert all(f.visible for f in source.facts(pids).values())
+        assert all(source._static[pid].stat_fd is not None for pid in pids)
+    finally:
+        source.close()
