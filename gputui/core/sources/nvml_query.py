@@ -364,13 +364,18 @@ class NvmlQueries:
         same bytes as the last call's give the same tuple back, without reading the entries again."""
         fn = self.function(name)
         size = ctypes.sizeof(struct)
-        key = f"{name}:{size}"
+        key = name  # one struct per function (RUNNING)
         buf = dev.buffers.get(key)
+        kept = dev.outs.get(key)  # the count in/out parameter, kept like the buffer
+        if kept is None:
+            value = ctypes.c_uint()
+            kept = dev.outs[key] = (value, ctypes.byref(value))
+        count = kept[0]
         for _ in range(4):
             if buf is None:
                 buf = (struct * 32)()
-            count = ctypes.c_uint(len(buf))
-            ret = fn(dev.handle, ctypes.byref(count), buf)
+            count.value = len(buf)
+            ret = fn(dev.handle, kept[1], buf)
             if ret == INSUFFICIENT_SIZE:
                 buf = (struct * (count.value * 2 + 16))()
                 continue
@@ -412,11 +417,16 @@ class NvmlQueries:
             fn = self.function("nvmlDeviceGetProcessUtilization")
             struct = UtilizationSample
             buf: Any = dev.buffers.get(name)  # a ctypes array of samples
+            kept = dev.outs.get(name)  # the count in/out parameter, kept like the buffer
+            if kept is None:
+                value = ctypes.c_uint()
+                kept = dev.outs[name] = (value, ctypes.byref(value))
+            count = kept[0]
             for _ in range(4):
                 if buf is None:
                     buf = (struct * 64)()
-                count = ctypes.c_uint(len(buf))
-                ret = fn(dev.handle, buf, ctypes.byref(count), ctypes.c_ulonglong(max(0, since)))
+                count.value = len(buf)
+                ret = fn(dev.handle, buf, kept[1], ctypes.c_ulonglong(max(0, since)))
                 if ret == INSUFFICIENT_SIZE:
                     buf = (struct * (count.value * 2 + 16))()
                     continue
