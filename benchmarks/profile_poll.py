@@ -129,7 +129,7 @@ def worker(args: argparse.Namespace) -> int:
     from gputui.exporter.server import SnapshotCollector, make_registry
 
     machine = open_machine(docker=False)
-    if hasattr(server_module, "tune_sources"):  # older trees (a --baseline run) read /proc every poll
+    if args.face == "exporter" and hasattr(server_module, "tune_sources"):  # older trees read /proc every poll
         server_module.tune_sources(machine)
     # The poller's clock advances one interval per poll, as in the exporter (1 s): the history then
     # holds what a long-running exporter's holds (a full 60 s imbalance window after 60 polls), however
@@ -225,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=1.0, help="simulated seconds between polls (the history's)")
     ap.add_argument("--warmup", type=int, default=120,
                     help="polls before measuring (720 fills the whole history ring)")
+    ap.add_argument("--face", choices=("exporter", "dashboard"), default="exporter",
+                    help="the exporter's sources (/proc stat every 5 s, no P-state) or the dashboard's "
+                         "(every figure every poll, as run.py's poll tick measures)")
     ap.add_argument("--profile", action="store_true", help="also print a cProfile of the polls")
     ap.add_argument("--top", type=int, default=30, help="functions shown per cProfile table")
     ap.add_argument("--json", action="store_true", help="also print the raw timings as JSON")
@@ -248,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--ticks", str(args.ticks),
                "--pause", str(args.pause), "--top", str(args.top), "--interval", str(args.interval),
-               "--warmup", str(args.warmup)]
+               "--warmup", str(args.warmup), "--face", args.face]
         cmd += ["--profile"] if args.profile else []
         cmd += ["--json"] if args.json else []
         return subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL).returncode

@@ -328,7 +328,7 @@ def test_pinned_stat_descriptors_follow_the_process_and_never_leak():
         pids = [c.pid for c in children]
         first = src.facts(pids)
         assert all(first[p].visible for p in pids)
-        assert open_fds() == before + 5  # one pinned descriptor each
+        assert open_fds() == before + 10  # two pinned descriptors each (stat, statm)
         again = src.facts(pids)
         assert [again[p].create_time for p in pids] == [first[p].create_time for p in pids]
         children[0].kill()
@@ -336,7 +336,7 @@ def test_pinned_stat_descriptors_follow_the_process_and_never_leak():
         gone = src.facts(pids)
         assert not gone[pids[0]].visible and gone[pids[0]].invisible_reason == "vanished"
         assert all(gone[p].visible for p in pids[1:])
-        assert open_fds() == before + 4
+        assert open_fds() == before + 8
     finally:
         for c in children:
             c.kill()
@@ -449,12 +449,12 @@ def test_reused_figures_keep_no_descriptor_past_their_process(child) -> None:
     try:
         pids = [p.pid for p in procs]
         assert all(f.visible for f in source.facts(pids).values())
-        assert open_fds() == before + 6  # a stat descriptor and a pidfd each
+        assert open_fds() == before + 9  # a stat and a statm descriptor and a pidfd each
         procs[0].kill()
         procs[0].wait()
         clock.t += 1
         assert not source.facts(pids)[pids[0]].visible
-        assert open_fds() == before + 4
+        assert open_fds() == before + 6
     finally:
         source.close()
     assert open_fds() == before
@@ -463,3 +463,18 @@ def test_reused_figures_keep_no_descriptor_past_their_process(child) -> None:
 def test_figures_are_reused_only_where_a_pidfd_can_vouch_for_them(fake_proc: FakeProc) -> None:
     source = HostProcessSource(proc=str(fake_proc.root))
     assert source.refresh_every(5.0) is False and source.refresh == 0.0
+
+
+@pytest.mark.functional
+def test_a_low_descriptor_budget_keeps_every_stat_line_pinned_before_any_statm(child) -> None:
+    """Pinned stat lines are what an idle process's steady state needs; statm descriptors (re-read every few
+    seconds) may take only what the budget leaves once every known process can have its stat line."""
+    source = HostProcessSource()
+    source._fd_budget = 4  # a host whose descriptor limit is low
+    procs = [child("sleep", "60") for _ in range(3)]
+    try:
+        pids = [p.pid for p in procs]
+        assert all(f.visible for f in source.facts(pids).values())
+        assert all(source._static[pid].stat_fd is not None for pid in pids)
+    finally:
+        source.close()

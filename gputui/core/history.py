@@ -11,7 +11,7 @@ from collections import deque, namedtuple
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
-from gputui.core.model import Snapshot
+from gputui.core.model import Process, Snapshot
 from gputui.core.record import record
 
 #: Kept by default: at 1 s polls, a little over 10 minutes of history.
@@ -71,6 +71,17 @@ class History:
         self._kept: dict[Hashable, object] = {}
         #: the same per process identity, forgotten with the process (see ``process_kept``)
         self._proc_kept: dict[ProcessKey, dict[str, object]] = {}
+        #: GPU index -> the processes tuple the last add() took from that GPU, and what it found for it:
+        #: per process its ring and its figures, the identities, and the GPU memory per container. While a
+        #: GPU hands in the very same tuple (the poller's steady state), its processes are the same rows
+        #: with the same rings, and a poll appends one sample per row without a lookup. Emptied whenever
+        #: a ring is dropped, so no entry can name a ring the history no longer holds.
+        self._rows: dict[int, tuple[tuple[Process, ...],
+                                    list[tuple[deque[ProcessSample], int | None, int | None, float | None]],
+                                    frozenset[ProcessKey], dict[str, int]]] = {}
+        #: the GPU indices of the last add(), in order: when they and every GPU's rows are the same again,
+        #: the rings held are exactly those the last add() left (nobody came or left)
+        self._last_indices: tuple[int, ...] = ()
 
     # -- writing -----------------------------------------------------------
     def add(self, snap: Snapshot, container_ids: Iterable[str] = ()) -> None:
@@ -86,33 +97,69 @@ class History:
         # One pass over the processes, with the per-process work kept to a ring lookup and an append
         # (this runs for every GPU process on every poll): a new ring and a first-seen time only for
         # a process seen for the first time, and the sweep for departed ones only when some left.
-        seen: set[ProcessKey] = set()
+        seen: set[ProcessKey] | None = None  # built only when some GPU's processes changed
+        kept_rows = self._rows
+        new_tuple = tuple.__new__
         procs, capacity = self._procs, self.capacity
         usage: dict[str, dict[int, int]] = {cid: {} for cid in container_ids}
         for c in snap.containers:
             usage.setdefault(c.id, {})
+        indices = []
+        steady: list[frozenset[ProcessKey]] = []  # the keys of the GPUs that handed in their kept rows
         for g in snap.gpus:
-            ring = self._gpus.get(g.index)
+            index = g.index
+            indices.append(index)
+            ring = self._gpus.get(index)
             if ring is None:
-                ring = self._gpus[g.index] = deque(maxlen=capacity)
+                ring = self._gpus[index] = deque(maxlen=capacity)
+            rows = g.processes
             ring.append(GpuSample(t, g.utilization_gpu, g.memory_used, g.memory_total, g.temperature,
-                                  g.power_draw, g.lost, len(g.processes)))
-            for p in g.processes:
+                                  g.power_draw, g.lost, len(rows)))
+            kept = kept_rows.get(index)
+            if kept is not None and kept[0] is rows:
+                for ring_of, memory, sm, cpu in kept[1]:  # ProcessSample(...) without its Python __new__
+                    ring_of.append(new_tuple(ProcessSample, (t, memory, sm, cpu)))
+                for cid, memory in kept[3].items():
+                    per_gpu = usage.setdefault(cid, {})
+                    per_gpu[index] = per_gpu.get(index, 0) + memory
+                steady.append(kept[2])
+                continue
+            if seen is None:
+                seen = set()
+            entries: list[tuple[deque[ProcessSample], int | None, int | None, float | None]] = []
+            keys: set[ProcessKey] = set()
+            memory_by_container: dict[str, int] = {}
+            for p in rows:
                 key = (p.gpu_index, p.pid, p.create_time)
-                seen.add(key)
+                keys.add(key)
                 samples = procs.get(key)
                 if samples is None:
                     samples = procs[key] = deque(maxlen=capacity)
                     self._first_seen.setdefault(key, t)
                 samples.append(ProcessSample(t, p.gpu_memory, p.sm_utilization, p.cpu_percent))
+                entries.append((samples, p.gpu_memory, p.sm_utilization, p.cpu_percent))
                 if p.container is not None:
-                    per_gpu = usage.setdefault(p.container.id, {})
-                    per_gpu[g.index] = per_gpu.get(g.index, 0) + (p.gpu_memory or 0)
-        if len(seen) != len(procs):  # every key seen is in procs: equal sizes mean nobody left
-            for key in [k for k in procs if k not in seen]:
-                del procs[key]
-                self._first_seen.pop(key, None)
-                self._proc_kept.pop(key, None)
+                    cid = p.container.id
+                    per_gpu = usage.setdefault(cid, {})
+                    per_gpu[index] = per_gpu.get(index, 0) + (p.gpu_memory or 0)
+                    memory_by_container[cid] = memory_by_container.get(cid, 0) + (p.gpu_memory or 0)
+            seen |= keys
+            kept_rows[index] = (rows, entries, frozenset(keys), memory_by_container)
+        order = tuple(indices)
+        if seen is not None or order != self._last_indices:  # else: the last add()'s rows, rings and sweep
+            every: set[ProcessKey] = set() if seen is None else seen
+            for same in steady:
+                every |= same
+            seen = every
+            if len(seen) != len(procs):  # every key seen is in procs: equal sizes mean nobody left
+                for key in [k for k in procs if k not in seen]:
+                    del procs[key]
+                    self._first_seen.pop(key, None)
+                    self._proc_kept.pop(key, None)
+            # Every ring a kept entry of this add names was seen; a GPU absent from it keeps none.
+            for index in [i for i in kept_rows if i not in order]:
+                del kept_rows[index]
+        self._last_indices = order
         live = set(usage)
         for cid, per_gpu in usage.items():
             self._containers.setdefault(cid, deque(maxlen=self.capacity)).append((t, per_gpu))

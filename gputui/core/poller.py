@@ -139,11 +139,11 @@ class Poller:
         self.polls = 0
         #: start time -> aware datetime; a process's start never changes, so convert it once
         self._started_cache: dict[float, datetime] = {}
-        #: (gpu, pid) -> what the last poll built its row from, and the row: an unchanged process
-        #: (same NVML figures, same facts object, same container) keeps its frozen row
-        self._rows: dict[tuple[int, int], tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]] = {}
-        #: index -> the source's Gpu, the rows and the Gpu built from them last poll
-        self._gpus: dict[int, tuple[Gpu, tuple[Process, ...], Gpu]] = {}
+        #: GPU index -> what the last poll built that GPU's rows from and what it built (see _GpuRows)
+        self._gpus: dict[int, _GpuRows] = {}
+        #: GPU index -> the judged GPU's processes tuple, the idle threshold, and the positions of the
+        #: processes a stale finding could apply to (see _judge_stale)
+        self._stale_candidates: dict[int, tuple[tuple[Process, ...], int, tuple[int, ...]]] = {}
         #: the container inventory of the last poll and its records by id: while the watcher hands out
         #: the same inventory, a process's container (``attribute``) cannot have changed
         self._inventory: ContainerInventory | None = None
@@ -163,11 +163,11 @@ class Poller:
         now = self.clock()
         reading = self.gpu_source.read()
         gpus = reading.gpus
-        uuids = tuple(g.uuid for g in gpus)
-        minors = {g.minor_number: g.uuid for g in gpus if g.minor_number is not None}
 
         inventory = _CONTAINERS_OFF
         if self.watcher is not None:
+            uuids = tuple(g.uuid for g in gpus)
+            minors = {g.minor_number: g.uuid for g in gpus if g.minor_number is not None}
             self.watcher.set_gpus(uuids, minors)
             inventory = self.watcher.latest(wait=self.container_wait if self.polls == 0 else 0.0)
         same_inventory = inventory is self._inventory
@@ -189,39 +189,47 @@ class Poller:
             )
 
         built: list[Gpu] = []
-        rows: dict[tuple[int, int], tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]] = {}
-        gpus_built: dict[int, tuple[Gpu, tuple[Process, ...], Gpu]] = {}
-        last_rows = self._rows
+        gpus_built: dict[int, _GpuRows] = {}
+        facts_get = facts.get
         for g in gpus:
             index = g.index
             last = self._gpus.get(index)
-            last_procs = last[1] if last is not None else ()
             raws = reading.processes.get(index, ())
-            same = last is not None and last[0] is g and len(last_procs) == len(raws)
+            if last is not None and same_inventory and last.raws is raws:
+                # The source's same process tuple: when every PID's facts are the ones (or equal to the
+                # ones) its rows were built from, so are the rows (the steady state of most GPUs: one
+                # list comparison in C instead of a lookup per process).
+                fact_list = list(map(facts_get, last.pids))
+                if fact_list == last.facts:
+                    with_procs = last.with_procs if last.gpu is g else replace(g, processes=last.procs)
+                    gpus_built[index] = _GpuRows(g, raws, last.pids, last.facts, last.rows, last.procs, with_procs)
+                    built.append(with_procs)
+                    continue
+            last_rows = last.rows if last is not None else {}
+            rows: dict[int, tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]] = {}
             built_rows: list[Process] = []
-            for i, raw in enumerate(raws):
-                fact = facts.get(raw.pid)
-                key = (index, raw.pid)
-                prev = last_rows.get(key)
+            fact_list = []
+            for raw in raws:
+                fact = facts_get(raw.pid)
+                fact_list.append(fact)
+                prev = last_rows.get(raw.pid)
                 # The same NVML entry, the same facts object and the same inventory: the same row (the
                 # steady state of most processes, kept to a few lookups; _row decides every other case).
                 if same_inventory and prev is not None and prev[0] is raw and prev[1] is fact:
-                    rows[key] = prev
-                    row = prev[3]
+                    rows[raw.pid] = prev
+                    built_rows.append(prev[3])
                 else:
-                    row = self._row(index, raw, fact, records, inventory.available, rows)
-                if same and row is not last_procs[i]:
-                    same = False
-                built_rows.append(row)
+                    built_rows.append(self._row(index, raw, fact, records, inventory.available, prev, rows))
             procs = tuple(built_rows)
             # The source's same Gpu with the same rows (an unchanged GPU): the GPU built last time.
-            if same and last is not None:
-                with_procs = last[2]
+            if last is not None and last.gpu is g and len(last.procs) == len(procs) \
+                    and all(a is b for a, b in zip(last.procs, procs, strict=True)):
+                procs = last.procs
+                with_procs = last.with_procs
             else:
                 with_procs = replace(g, processes=procs)
-            gpus_built[index] = (g, procs, with_procs)
+            gpus_built[index] = _GpuRows(g, raws, tuple(r.pid for r in raws), fact_list, rows, procs, with_procs)
             built.append(with_procs)
-        self._rows = rows
         self._gpus = gpus_built
         all_gpus = tuple(built)
         slurm_status: SlurmStatus | None = None
@@ -284,16 +292,26 @@ class Poller:
 
     def _judge_stale(self, g: Gpu, by_id: dict[str, Container], records: dict[str, ContainerRecord]) -> Gpu:
         """The GPU with its processes' stale findings; most processes have none, so
-        only those with findings are rebuilt."""
-        changed = False
-        procs = []
-        for p in g.processes:
+        only those with findings are rebuilt, and only those a finding could apply to are judged."""
+        procs = g.processes
+        threshold = self.settings.idle_holder_memory
+        kept = self._stale_candidates.get(g.index)
+        if kept is not None and kept[0] is procs and kept[1] == threshold:
+            candidates = kept[2]
+        else:
+            candidates = tuple(i for i, p in enumerate(procs) if _stale_candidate(p, threshold))
+            self._stale_candidates[g.index] = (procs, threshold, candidates)
+        if not candidates:
+            return g
+        out: list[Process] | None = None
+        for i in candidates:
+            p = procs[i]
             stale = judge_stale(p, self.history, self.settings, by_id, records, self._idle)
             if stale:
-                p = replace(p, stale=stale)
-                changed = True
-            procs.append(p)
-        return replace(g, processes=tuple(procs)) if changed else g
+                if out is None:
+                    out = list(procs)
+                out[i] = replace(p, stale=stale)
+        return replace(g, processes=tuple(out)) if out is not None else g
 
     def _started(self, create_time: float | None) -> datetime | None:
         if create_time is None:
@@ -308,17 +326,17 @@ class Poller:
 
     def _row(self, gpu_index: int, raw: RawProcess, fact: ProcessFacts | None, records: dict[str, ContainerRecord],
              docker_available: bool,
-             rows: dict[tuple[int, int], tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]],
+             last: tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process] | None,
+             rows: dict[int, tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]],
              ) -> Process:
-        """The process's row: the last poll's when nothing it is built from changed."""
+        """The process's row: the last poll's (``last``, what it was built from) when nothing it is built
+        from changed."""
         ref = attribute(fact, records, docker_available) if fact is not None else None
-        key = (gpu_index, raw.pid)
-        last = self._rows.get(key)
         if last is not None and last[1] is fact and (last[0] is raw or last[0] == raw) and last[2] == ref:
             row = last[3]
         else:
             row = self._process(gpu_index, raw, fact, ref)
-        rows[key] = (raw, fact, ref, row)
+        rows[raw.pid] = (raw, fact, ref, row)
         return row
 
     def _process(
@@ -352,6 +370,34 @@ class Poller:
             container=ref,
             mig_device=raw.mig_device,
         )
+
+
+class _GpuRows:
+    """What one poll built one GPU's rows from, and what it built: the source's Gpu and process tuple,
+    their PIDs, each PID's facts (in order), per PID the row's inputs and the row, the rows, and the
+    Gpu carrying them. A plain slotted class: one per GPU per poll."""
+
+    __slots__ = ("gpu", "raws", "pids", "facts", "rows", "procs", "with_procs")
+
+    def __init__(self, gpu: Gpu, raws: tuple[RawProcess, ...], pids: tuple[int, ...],
+                 facts: list[ProcessFacts | None],
+                 rows: dict[int, tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]],
+                 procs: tuple[Process, ...], with_procs: Gpu) -> None:
+        self.gpu = gpu
+        self.raws = raws
+        self.pids = pids
+        self.facts = facts
+        self.rows = rows
+        self.procs = procs
+        self.with_procs = with_procs
+
+
+def _stale_candidate(p: Process, idle_holder_memory: int) -> bool:
+    """Whether any stale finding could apply to ``p`` (``judge_stale`` answers () for every other row,
+    whatever the history says): not a visible, parented, container-less, live process holding less GPU
+    memory than an idle holder must."""
+    return not (p.visible and not p.orphaned and p.container is None and p.status != "zombie"
+                and p.status != "disk-sleep" and (p.gpu_memory is None or p.gpu_memory < idle_holder_memory))
 
 
 #: the inventory of a poller without a container source (one object: see Poller._inventory)

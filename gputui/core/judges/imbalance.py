@@ -47,8 +47,8 @@ checks of ``doctor``).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
-from itertools import islice
+from collections.abc import Iterator, Sequence
+from itertools import chain, islice
 
 from gputui.core.config import Settings
 from gputui.core.history import History, ProcessKey, ProcessSample
@@ -349,12 +349,23 @@ def _process_peak(history: History, p: Process) -> int:
 
 def movers(cond: Condition, snapshot: Snapshot, history: History, window: float) -> list[_Mover]:
     """Who could leave the hot GPU, best first (containers before bare processes)."""
+    containers, bare = _movers(cond, snapshot, history, window)
+    return containers + list(bare)
+
+
+def _movers(cond: Condition, snapshot: Snapshot, history: History,
+            window: float) -> tuple[list[_Mover], Iterator[_Mover]]:
+    """:func:`movers`: the containers, and the bare processes as they are asked for. A bare process's
+    place in the order (its start) is known without its history; whether it computes and its peak are
+    read only when it is reached, so a suggestion that the first one fits reads one process's windows,
+    not those of every process on the hot GPU."""
     hot = snapshot.gpu(cond.hot)
     if hot is None or len(hot.processes) < 2:
-        return []
-    all_procs = snapshot.processes
+        return [], iter(())
     containers: list[_Mover] = []
-    for cid, procs in _containers_on(snapshot, cond.hot).items():
+    on_hot = _containers_on(snapshot, cond.hot)
+    all_procs = snapshot.processes if on_hot else ()
+    for cid, procs in on_hot.items():
         c = _container(snapshot, cid)
         if c is None or c.runtime != "docker" or c.state != "running":
             continue
@@ -368,31 +379,31 @@ def movers(cond: Condition, snapshot: Snapshot, history: History, window: float)
         peak = history.container_peak_memory(cid) or sum(p.gpu_memory or 0 for p in procs)
         containers.append(_Mover(c.name, c.name, None, peak, _unpinned(c), min(starts) if starts else None))
     containers.sort(key=lambda m: (not m.unpinned, -(m.started or 0.0)))
-    bare: list[_Mover] = []
-    for p in hot.processes:
-        if p.container is not None or not p.visible or p.stale:
-            continue
-        if cond.kind == "utilization" and not _computes(history, [p], window):
-            continue
-        bare.append(_Mover(f"PID {p.pid}", None, p.pid, _process_peak(history, p), False, p.create_time))
-    bare.sort(key=lambda m: -(m.started or 0.0))
-    return containers + bare
+    # sorted before the filter below: a stable sort keeps the order a filter-then-sort gives
+    order = sorted((p for p in hot.processes if p.container is None and p.visible and not p.stale),
+                   key=lambda p: -(p.create_time or 0.0))
+
+    def bare() -> Iterator[_Mover]:
+        for p in order:
+            if cond.kind == "utilization" and not _computes(history, [p], window):
+                continue
+            yield _Mover(f"PID {p.pid}", None, p.pid, _process_peak(history, p), False, p.create_time)
+
+    return containers, bare()
 
 
 def suggest(cond: Condition, loads: dict[int, GpuLoad], snapshot: Snapshot, history: History,
             settings: Settings, observed: float) -> Suggestion | None:
     """One concrete move off ``cond.hot``, or None when no move would help or fit."""
-    candidates = movers(cond, snapshot, history, settings.imbalance_window)
-    if not candidates:
-        return None
+    containers, bare = _movers(cond, snapshot, history, settings.imbalance_window)
     reserved = reservations(snapshot)
     allocated = allocations(snapshot.gpus)  # Slurm's: nothing may be moved onto a job's GPU
     others = sorted((g for g in loads.values() if g.index != cond.hot and not g.lost), key=rank_key)
     if not others:
         return None
-    n_containers = sum(1 for m in candidates if m.container)
+    n_containers = sum(1 for m in containers if m.container)
     now = history.now if history.now is not None else snapshot.time.timestamp()
-    for mover in candidates:
+    for mover in chain(containers, bare):
         fits = [g for g in others
                 if g.free is not None and g.free >= mover.peak
                 and not set(reserved.get(g.index, ())) - {mover.container} and g.index not in allocated]

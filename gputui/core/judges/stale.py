@@ -78,7 +78,10 @@ def idle_finding(p: Process, history: History, settings: Settings,
     if not samples:
         return None
     now = samples[-1].t
-    first = bisect_left(samples, now - settings.idle_window, key=_time)
+    cutoff = now - settings.idle_window
+    # a ring that starts inside the window (every process watched for less than idle_window): the
+    # window starts at its first sample, which is what the search would find
+    first = 0 if samples[0].t >= cutoff else bisect_left(samples, cutoff, key=_time)
     observed = now - samples[first].t
     # One sampling step of slack: the window's edge falls between two polls.
     if first > 0:

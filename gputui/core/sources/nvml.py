@@ -83,6 +83,19 @@ _TEMPERATURE_GPU = 0
 _ECC_UNCORRECTED = 1
 _ECC_VOLATILE = 0
 
+#: The readings dcgm-exporter's default counters add: (Gpu field, batched, cache name of its getter, the
+#: getter, which part of the getter's answer). One getter answers all three remapped-row fields.
+_DCGM: tuple[tuple[str, bool, str | None, str | None, int | None], ...] = (
+    ("remapped_rows_failure", True, "remapped_rows", "nvmlDeviceGetRemappedRows", 3),
+    ("memory_temperature", True, None, None, None),
+    ("total_energy_consumption", True, "total_energy_consumption", "nvmlDeviceGetTotalEnergyConsumption", None),
+    ("pcie_replay_counter", True, "pcie_replay_counter", "nvmlDeviceGetPcieReplayCounter", None),
+    ("remapped_rows_correctable", True, "remapped_rows", "nvmlDeviceGetRemappedRows", 0),
+    ("remapped_rows_uncorrectable", True, "remapped_rows", "nvmlDeviceGetRemappedRows", 1),
+    ("encoder_utilization", False, "encoder_utilization", "nvmlDeviceGetEncoderUtilization", 0),
+    ("decoder_utilization", False, "decoder_utilization", "nvmlDeviceGetDecoderUtilization", 0),
+)
+
 #: Human names of fields for error sentences.
 _LABELS = {
     "utilization": "utilization", "memory": "memory", "temperature": "temperature", "power_draw": "power draw",
@@ -119,10 +132,6 @@ def format_cuda_version(value: int | None) -> str | None:
         return None
     major, minor = value // 1000, (value % 1000) // 10
     return f"{major}.{minor}"
-
-
-def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
 
 
 def _text(value: Any) -> str:
@@ -332,20 +341,20 @@ class NvmlSource:
                 return replace(self._lost_gpu(dev), lost=False), ()
         elif not dev.static_done:  # a static query that failed before: ask again until it answers
             self._read_static(dev)
-        h, ask = dev.handle, self._ask
-        get, cached = ask.get, ask.cached
+        ask = self._ask
+        get, cached, scalar = ask.get, ask.cached, ask.scalar
         fields = self._field_values(dev)
-        util = get(dev, "utilization", nv.nvmlDeviceGetUtilizationRates, h)
+        util = ask.utilization(dev)
         mem = ask.memory(dev)
-        temperature = get(dev, "temperature", nv.nvmlDeviceGetTemperature, h, _TEMPERATURE_GPU)
+        temperature = scalar(dev, "temperature", "nvmlDeviceGetTemperature", _TEMPERATURE_GPU)
         power = self._field(dev, fields, "power_draw", lambda d: get(
             d, "power_draw", nv.nvmlDeviceGetPowerUsage, d.handle))
-        fan = get(dev, "fan_speed", nv.nvmlDeviceGetFanSpeed, h)
-        clock_sm = get(dev, "clock_sm", nv.nvmlDeviceGetClockInfo, h, _CLOCK_SM)
+        fan = scalar(dev, "fan_speed", "nvmlDeviceGetFanSpeed")
+        clock_sm = scalar(dev, "clock_sm", "nvmlDeviceGetClockInfo", _CLOCK_SM)
         unread = self._unread
-        clock_mem = None if "clock_memory" in unread else get(dev, "clock_memory", nv.nvmlDeviceGetClockInfo, h,
-                                                              _CLOCK_MEM)
-        pstate = None if "pstate" in unread else get(dev, "pstate", nv.nvmlDeviceGetPerformanceState, h)
+        clock_mem = None if "clock_memory" in unread else scalar(dev, "clock_memory", "nvmlDeviceGetClockInfo",
+                                                                 _CLOCK_MEM)
+        pstate = None if "pstate" in unread else scalar(dev, "pstate", "nvmlDeviceGetPerformanceState")
         reasons = self._throttle(dev)
         power_limit = self._field(dev, fields, "power_limit", lambda d: cached(
             d, "power_limit", now, self._power_limit))
@@ -358,7 +367,7 @@ class NvmlSource:
         mig_mode, mig_devices, procs = self._mig.read(dev, now, procs)
         # Every input of the Gpu below: when none changed since the last poll, the last Gpu is it.
         key = (dev.uuid, dev.name, dev.pci_bus_id, dev.minor_number, dev.clock_sm_max, dev.clock_memory_max,
-               None if util is None else (util.gpu, util.memory), mem, temperature, power, power_limit, fan,
+               util, mem, temperature, power, power_limit, fan,
                clock_sm, clock_mem, pstate, reasons, ecc, persistence, mig_mode, mig_devices, extra,
                mem[2] if mem is not None else None)
         if dev.gpu is not None and dev.gpu[0] == key:
@@ -368,8 +377,8 @@ class NvmlSource:
             uuid=dev.uuid or "",
             name=dev.name or "Unknown GPU",
             pci_bus_id=dev.pci_bus_id,
-            utilization_gpu=int(util.gpu) if util is not None else None,
-            utilization_memory=int(util.memory) if util is not None else None,
+            utilization_gpu=util[0] if util is not None else None,
+            utilization_memory=util[1] if util is not None else None,
             memory_used=mem[0] if mem is not None else None,
             memory_total=mem[1] if mem is not None else None,
             temperature=int(temperature) if temperature is not None else None,
@@ -422,35 +431,31 @@ class NvmlSource:
             return None
         return single(dev) if single is not None else None
 
+    def _slow(self, dev: _Device, name: str, getter: str, part: int | None, now: float) -> Any:
+        """A getter's answer (``part`` of it), asked once per ``slow_ttl`` (cached under ``name``)."""
+        fn = getattr(self._nv, getter)
+        value = self._ask.cached(dev, name, now, lambda d: self._ask.get(d, name, fn, d.handle))
+        return value if part is None or value is None else value[part]
+
     def _dcgm_fields(self, dev: _Device, fields: dict[str, float | int], now: float) -> dict[str, Any]:
         """The readings dcgm-exporter's default counters add: batched where NVML has a field id,
-        else through their getters every ``slow_ttl`` seconds."""
-        nv = self._nv
-
-        def slow(name: str, fn: Callable[..., Any], part: int | None = None) -> Callable[[_Device], Any]:
-            def read(d: _Device) -> Any:
-                value = self._ask.cached(d, name, now, lambda d: self._ask.get(d, name, fn, d.handle))
-                return value if part is None or value is None else value[part]
-            return read
-
-        # one getter answers all three remapped-row fields (cached: asked once per slow_ttl)
-        rows = nv.nvmlDeviceGetRemappedRows
-        failure = self._field(dev, fields, "remapped_rows_failure", slow("remapped_rows", rows, 3))
-        return dict(
-            memory_temperature=_int(self._field(dev, fields, "memory_temperature", None)),
-            total_energy_consumption=_int(self._field(dev, fields, "total_energy_consumption", slow(
-                "total_energy_consumption", nv.nvmlDeviceGetTotalEnergyConsumption))),
-            pcie_replay_counter=_int(self._field(dev, fields, "pcie_replay_counter", slow(
-                "pcie_replay_counter", nv.nvmlDeviceGetPcieReplayCounter))),
-            remapped_rows_correctable=_int(self._field(dev, fields, "remapped_rows_correctable",
-                                                       slow("remapped_rows", rows, 0))),
-            remapped_rows_uncorrectable=_int(self._field(dev, fields, "remapped_rows_uncorrectable",
-                                                         slow("remapped_rows", rows, 1))),
-            remapped_rows_failure=None if failure is None else bool(failure),
-            encoder_utilization=_int(slow("encoder_utilization", nv.nvmlDeviceGetEncoderUtilization, 0)(dev)),
-            decoder_utilization=_int(slow("decoder_utilization", nv.nvmlDeviceGetDecoderUtilization, 0)(dev)),
-            xid_last=self._xids.last.get(dev.index),
-        )
+        else through their getters every ``slow_ttl`` seconds (:data:`_DCGM`)."""
+        out: dict[str, Any] = {}
+        for field, batched, name, getter, part in _DCGM:
+            if not batched:
+                value = self._slow(dev, name, getter, part, now)  # type: ignore[arg-type]  # set for these
+            else:
+                value = fields.get(field)
+                if value is not None:  # the batch answered (what _field does first, inline)
+                    if dev.failures:
+                        dev.failures.pop(field, None)
+                else:
+                    single = None if getter is None else (
+                        lambda d, n=name, g=getter, p=part: self._slow(d, n, g, p, now))
+                    value = self._field(dev, fields, field, single)
+            out[field] = None if value is None else bool(value) if field == "remapped_rows_failure" else int(value)
+        out["xid_last"] = self._xids.last.get(dev.index)
+        return out
 
     def _lost_gpu(self, dev: _Device) -> Gpu:
         return Gpu(index=dev.index, uuid=dev.uuid or "", name=dev.name or "Unknown GPU", pci_bus_id=dev.pci_bus_id,
@@ -521,10 +526,10 @@ class NvmlSource:
         )
 
     def _throttle(self, dev: _Device) -> int | None:
-        h, ask = dev.handle, self._ask
+        ask = self._ask
         return ask.variant(dev, "throttle_reasons",
                            ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-                           lambda name: ask.u64(name, h))
+                           lambda name: ask.kept_u64(dev, name))
 
     def _power_limit(self, dev: _Device) -> int | None:
         h, ask = dev.handle, self._ask

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from struct import Struct
 from typing import Any
 
 from gputui.core.sources.nvml_query import FUNCTION_NOT_FOUND, GPU_IS_LOST, PERMANENT, SUCCESS, Lost
@@ -69,23 +70,22 @@ class _EventData(ctypes.Structure):
                 ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
 
 
-def _number(v: _FieldValue) -> float | int | None:
-    t, u = v.valueType, v.value
-    if t == _DOUBLE:
-        return float(u.dVal)
-    if t == _UINT:
-        return int(u.uiVal)
-    if t == _ULONG:
-        return int(u.ulVal)
-    if t == _ULL:
-        return int(u.ullVal)
-    if t == _SLL:
-        return int(u.sllVal)
-    if t == _SINT:
-        return int(u.siVal)
-    if t == _USHORT:
-        return int(u.usVal)
-    return None
+#: nvmlFieldValue_t's valueType, nvmlReturn and the value union's bytes (fieldId, scopeId, timestamp and
+#: latencyUsec skipped), in native layout; and each nvmlValueType_t's reading of the union's bytes
+_ENTRY = Struct(f"@{_FieldValue.valueType.offset}xII{_FieldValue.value.offset - _FieldValue.nvmlReturn.offset - 4}x"
+                f"{ctypes.sizeof(_Value)}s")
+_VALUES = {_DOUBLE: Struct("@d"), _UINT: Struct("@I"), _ULONG: Struct("@L"), _ULL: Struct("@Q"), _SLL: Struct("@q"),
+           _SINT: Struct("@i"), _USHORT: Struct("@H")}
+assert _ENTRY.size == ctypes.sizeof(_FieldValue)
+
+
+def _number(kind: int, raw: bytes) -> float | int | None:
+    """The value of one entry: its union's bytes read as ``kind`` says (None for a type not known)."""
+    reader = _VALUES.get(kind)
+    if reader is None:
+        return None
+    value: float | int = reader.unpack_from(raw)[0]
+    return value
 
 
 class FieldBatch:
@@ -132,11 +132,11 @@ class FieldBatch:
             return {}
         out: dict[str, float | int] = {}
         refused: list[str] = []
-        for i, name in enumerate(names):
-            entry = buf[i]
-            code = entry.nvmlReturn
+        # each entry's (valueType, nvmlReturn, value bytes) unpacked in one pass over the answer's bytes
+        entries = _ENTRY.iter_unpack(ctypes.string_at(buf, ctypes.sizeof(buf)))
+        for name, (kind, code, raw) in zip(names, entries, strict=True):
             if code == SUCCESS:
-                value = _number(entry)
+                value = _number(kind, raw)
                 if value is not None:
                     out[name] = value
             elif code == GPU_IS_LOST:

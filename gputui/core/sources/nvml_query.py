@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from struct import Struct
 from typing import Any, TypeVar
 
 __all__ = ["Device", "Lost", "NvmlQueries", "PERMANENT"]
@@ -64,7 +65,7 @@ class Device:
     """What the query rules keep about one device (a GPU or a MIG device) between polls."""
 
     __slots__ = ("index", "handle", "unsupported", "failures", "last_error", "slow", "util_seen", "buffers",
-                 "lists")
+                 "lists", "outs")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -83,6 +84,9 @@ class Device:
         #: per list (process lists, utilization samples): the bytes the driver filled last and what
         #: they were read as; the same bytes are the same answer, so it is not read again
         self.lists: dict[str, tuple[bytes, Any]] = {}
+        #: per-poll getters' out-parameters (a ctypes value or struct, and a pointer to it), made once
+        #: per device and field and filled by every call (see ``NvmlQueries.uint``)
+        self.outs: dict[str, tuple[Any, Any]] = {}
 
 
 class ProcessInfoV1(ctypes.Structure):
@@ -98,6 +102,29 @@ class ProcessInfoV2(ctypes.Structure):
                 ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
 
 
+class Utilization(ctypes.Structure):
+    """nvmlUtilization_t."""
+
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+class MemoryV1(ctypes.Structure):
+    """nvmlMemory_t."""
+
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class MemoryV2(ctypes.Structure):
+    """nvmlMemory_v2_t; ``version`` must be set to :data:`MEMORY_V2` before the call."""
+
+    _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong), ("reserved", ctypes.c_ulonglong),
+                ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+#: nvml.h's nvmlMemory_v2: NVML_STRUCT_VERSION(Memory, 2), the struct's size and version 2
+MEMORY_V2 = ctypes.sizeof(MemoryV2) | (2 << 24)
+
+
 class UtilizationSample(ctypes.Structure):
     """nvmlProcessUtilizationSample_t."""
 
@@ -105,9 +132,14 @@ class UtilizationSample(ctypes.Structure):
                 ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
 
 
+#: nvmlProcessUtilizationSample_t's pid, timeStamp and smUtil in native layout (memUtil, encUtil, decUtil skipped)
+_SAMPLE = Struct(f"@I{UtilizationSample.timeStamp.offset - 4}xQI12x")
+
+
 #: compute (False) and graphics (True) process lists: the family, and each function's struct, newest first
 RUNNING = {
-    graphics: (f"{kind}_processes", {f"{base}_v3": ProcessInfoV2, f"{base}_v2": ProcessInfoV2, base: ProcessInfoV1})
+    graphics: (f"{kind}_processes", {f"{base}_v3": ProcessInfoV2, f"{base}_v2": ProcessInfoV2, base: ProcessInfoV1},
+               (f"{base}_v3", f"{base}_v2", base))
     for graphics, kind, base in ((False, "compute", "nvmlDeviceGetComputeRunningProcesses"),
                                  (True, "graphics", "nvmlDeviceGetGraphicsRunningProcesses"))
 }
@@ -242,6 +274,17 @@ class NvmlQueries:
             raise self.nv.NVMLError(ret)
         return int(out.value)
 
+    def kept_u64(self, dev: Device, name: str) -> int:
+        """:meth:`u64` into an out-parameter kept per device (a per-poll getter); raises NVMLError."""
+        kept = dev.outs.get(name)
+        if kept is None:
+            value = ctypes.c_ulonglong()
+            kept = dev.outs[name] = (value, ctypes.byref(value))
+        ret = self.function(name)(dev.handle, kept[1])
+        if ret != SUCCESS:
+            raise self.nv.NVMLError(ret)
+        return int(kept[0].value)
+
     def uint(self, name: str, h: Any) -> int:
         """One ``unsigned int`` out-parameter getter through its C function; raises NVMLError."""
         out = ctypes.c_uint()
@@ -250,41 +293,89 @@ class NvmlQueries:
             raise self.nv.NVMLError(ret)
         return int(out.value)
 
+    def out(self, dev: Device, name: str, function: str, kind: Any, *args: int) -> Any:
+        """A per-poll getter ``function(handle, *args, kind *out)`` called straight through its C function
+        into an out-parameter kept per device and field (nvidia-ml-py's wrapper makes a ctypes object, looks
+        the function up under a lock and checks the return in three more calls, every time): the filled
+        out-parameter, to be read at once (the next call refills it), or None with the failure remembered
+        as :meth:`get` does. Raises Lost."""
+        if name in dev.unsupported:
+            return None
+        kept = dev.outs.get(name)
+        if kept is None:
+            value = kind()
+            if kind is MemoryV2:
+                value.version = MEMORY_V2
+            kept = dev.outs[name] = (value, ctypes.byref(value))
+        try:
+            ret = self.function(function)(dev.handle, *args, kept[1])
+        except self.nv.NVMLError as exc:  # the driver lacks the function
+            self.failed(dev, name, getattr(exc, "value", UNKNOWN), exc)
+            return None
+        except Exception as exc:  # ctypes/binding trouble: N/A, never a crash
+            self.failed(dev, name, UNKNOWN, exc)
+            return None
+        if ret != SUCCESS:
+            self.failed(dev, name, ret, self.nv.NVMLError(ret))
+            return None
+        if dev.failures:
+            dev.failures.pop(name, None)
+        return kept[0]
+
+    def scalar(self, dev: Device, name: str, function: str, *args: int) -> int | None:
+        """An ``unsigned int`` getter (temperature, fan speed, a clock, the P-state) through :meth:`out`."""
+        value = self.out(dev, name, function, ctypes.c_uint, *args)
+        return None if value is None else int(value.value)
+
+    def utilization(self, dev: Device) -> tuple[int, int] | None:
+        """(GPU %, memory %) from ``nvmlDeviceGetUtilizationRates`` through :meth:`out`."""
+        u = self.out(dev, "utilization", "nvmlDeviceGetUtilizationRates", Utilization)
+        return None if u is None else (int(u.gpu), int(u.memory))
+
     # -- readings every device has ------------------------------------------------------
 
     def memory(self, dev: Device) -> tuple[int, int, int | None] | None:
-        """(used, total, reserved or None) through ``_v2`` → v1."""
-        nv, h = self.nv, dev.handle
+        """(used, total, reserved or None) through ``_v2`` → v1, each read into a struct kept per device."""
+        nv = self.nv
 
         def call(name: str) -> tuple[int, int, int | None]:
-            if name == "nvmlDeviceGetMemoryInfo_v2":
-                version = getattr(nv, "nvmlMemory_v2", None)
-                if version is None:  # a binding too old to know the v2 struct
-                    raise nv.NVMLError(FUNCTION_NOT_FOUND)
-                m = nv.nvmlDeviceGetMemoryInfo(h, version=version)
-                return int(m.used), int(m.total), int(m.reserved)
-            m = nv.nvmlDeviceGetMemoryInfo(h)
-            return int(m.used), int(m.total), None
+            v2 = name == "nvmlDeviceGetMemoryInfo_v2"
+            kept = dev.outs.get(name)
+            if kept is None:
+                value = MemoryV2() if v2 else MemoryV1()
+                if v2:
+                    value.version = MEMORY_V2
+                kept = dev.outs[name] = (value, ctypes.byref(value))
+            ret = self.function(name)(dev.handle, kept[1])
+            if ret != SUCCESS:
+                raise nv.NVMLError(ret)
+            m = kept[0]
+            return int(m.used), int(m.total), int(m.reserved) if v2 else None
 
         return self.variant(dev, "memory", ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"), call)
 
     def running(self, dev: Device, graphics: bool) -> tuple[tuple[int, int | None], ...] | None:
         """The compute (or graphics) processes as (pid, memory or None), through ``_v3`` → ``_v2`` → v1."""
-        family, structs = RUNNING[graphics]
-        return self.variant(dev, family, tuple(structs), lambda name: self._list(dev, name, structs[name]))
+        family, structs, names = RUNNING[graphics]
+        return self.variant(dev, family, names, lambda name: self._list(dev, name, structs[name]))
 
     def _list(self, dev: Device, name: str, struct: Any) -> tuple[tuple[int, int | None], ...]:
         """One running-process list through a buffer kept per device (one C call when it fits). The
         same bytes as the last call's give the same tuple back, without reading the entries again."""
         fn = self.function(name)
         size = ctypes.sizeof(struct)
-        key = f"{name}:{size}"
+        key = name  # one struct per function (RUNNING)
         buf = dev.buffers.get(key)
+        kept = dev.outs.get(key)  # the count in/out parameter, kept like the buffer
+        if kept is None:
+            value = ctypes.c_uint()
+            kept = dev.outs[key] = (value, ctypes.byref(value))
+        count = kept[0]
         for _ in range(4):
             if buf is None:
                 buf = (struct * 32)()
-            count = ctypes.c_uint(len(buf))
-            ret = fn(dev.handle, ctypes.byref(count), buf)
+            count.value = len(buf)
+            ret = fn(dev.handle, kept[1], buf)
             if ret == INSUFFICIENT_SIZE:
                 buf = (struct * (count.value * 2 + 16))()
                 continue
@@ -326,11 +417,16 @@ class NvmlQueries:
             fn = self.function("nvmlDeviceGetProcessUtilization")
             struct = UtilizationSample
             buf: Any = dev.buffers.get(name)  # a ctypes array of samples
+            kept = dev.outs.get(name)  # the count in/out parameter, kept like the buffer
+            if kept is None:
+                value = ctypes.c_uint()
+                kept = dev.outs[name] = (value, ctypes.byref(value))
+            count = kept[0]
             for _ in range(4):
                 if buf is None:
                     buf = (struct * 64)()
-                count = ctypes.c_uint(len(buf))
-                ret = fn(dev.handle, buf, ctypes.byref(count), ctypes.c_ulonglong(max(0, since)))
+                count.value = len(buf)
+                ret = fn(dev.handle, buf, kept[1], ctypes.c_ulonglong(max(0, since)))
                 if ret == INSUFFICIENT_SIZE:
                     buf = (struct * (count.value * 2 + 16))()
                     continue
@@ -356,11 +452,13 @@ class NvmlQueries:
             return cached
         newest: dict[int, tuple[int, int]] = {}
         seen = dev.util_seen
-        for s in buf[:n]:  # integer fields read as Python ints; each read once
-            pid, ts = s.pid, s.timeStamp
+        # the samples' (pid, timeStamp, smUtil) unpacked from the bytes in one pass (a ctypes struct per
+        # sample costs several times more); the layout is checked against the struct at import
+        for pid, ts, sm in _SAMPLE.iter_unpack(raw) if _SAMPLE.size == ctypes.sizeof(struct) else (
+                (e.pid, e.timeStamp, e.smUtil) for e in buf[:n]):
             prev = newest.get(pid)
             if prev is None or ts >= prev[0]:
-                newest[pid] = (ts, s.smUtil)
+                newest[pid] = (ts, sm)
             if ts > seen:
                 seen = ts
         dev.util_seen = seen

@@ -19,7 +19,8 @@ through psutil objects:
   cannot have changed — CPU ticks, state, name and process group change only by
   running, the parent only by the parent's exit. Its RSS can (the kernel reclaims
   pages of a sleeping process): it is re-read from statm every ``RSS_REFRESH``
-  seconds, as for every process whose stat figure stands still;
+  seconds, as for every process whose stat figure stands still (stat and statm are
+  read with pread on descriptors pinned per process identity);
 - once per process identity ``(pid, start time)`` — re-read only if the
   process exec()s something else (its ``comm`` changes) — ``/proc/PID/status``
   (real uid, innermost namespace PID), ``/proc/PID/cmdline``, the executable
@@ -80,14 +81,20 @@ from typing import Any
 
 from gputui.core.model import ProcessFacts
 from gputui.core.sources.procfs import (
+    _CPUCLOCK_SCHED,
     INIT_PID_NS_INODE,
     ParentWatch,
+    _clock_ns,
+    boot_time,
     cpu_ns,
+    exe_base_name,
     fd_budget,
     hidepid,
+    holds_gpu,
     listdir,
     ns_inode,
     proc_shows_host_pids,
+    psutil_exe,
     read_all,
     read_small,
 )
@@ -106,6 +113,9 @@ RSS_REFRESH = 5.0
 #: Cache entries of PIDs not asked about for this long are dropped.
 CACHE_TTL = 60.0
 
+#: ``HostProcessSource._fact``'s "read the CPU clock yourself"
+_UNREAD = object()
+
 _STATUS = {
     "R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped", "t": "tracing-stop", "Z": "zombie",
     "X": "dead", "x": "dead", "K": "wake-kill", "W": "waking", "I": "idle", "P": "parked",
@@ -121,7 +131,7 @@ class _Static:
     __slots__ = ("starttime", "comm", "create_time", "uid", "user", "command", "exe", "cgroup", "ns_init", "gpu_fd",
                  "orphan_ppid", "orphaned", "orphan_at", "cpu_ticks", "cpu_at", "cpu_percent", "seen", "rss",
                  "rss_approx", "rss_at", "last", "last_raw", "stat_fd", "stat_raw", "stat_fields", "stat_at", "pidfd",
-                 "exited", "cpu_ns")
+                 "exited", "cpu_ns", "statm_fd")
 
     def __init__(self, starttime: int, comm: bytes, create_time: float | None, uid: int | None, user: str | None,
                  command: str | None, exe: str, cgroup: str | None, ns_init: bool) -> None:
@@ -148,6 +158,8 @@ class _Static:
         #: an open descriptor on /proc/PID/stat, re-read with pread: it stays bound to this very
         #: process (a reused PID reads as ESRCH through it) and saves an open/close per poll
         self.stat_fd: int | None = None
+        #: an open descriptor on /proc/PID/statm, pinned like ``stat_fd`` (see HostProcessSource._rss)
+        self.statm_fd: int | None = None
         self.rss_at = 0.0
         self.last: tuple[tuple[object, ...], ProcessFacts] | None = None
         #: the /proc/PID/stat line ``last`` was built from (see HostProcessSource._fact's steady path)
@@ -187,7 +199,7 @@ class HostProcessSource:
         self._linux = os.path.isfile(f"{proc}/self/stat")
         self._ticks = os.sysconf("SC_CLK_TCK") if self._linux else 100
         self._page = os.sysconf("SC_PAGE_SIZE") if self._linux else 4096
-        self._btime = self._boot_time() if self._linux else None
+        self._btime = boot_time(proc) if self._linux else None
         self.host_pids = proc_shows_host_pids(proc) if self._linux else True
         self._hidden = hidepid(proc) if self._linux else False
         #: only where this (foreign) namespace can see NVIDIA device files does the fd check mean anything
@@ -252,18 +264,50 @@ class HostProcessSource:
             self._pinned -= 1
         out: dict[int, ProcessFacts] = {}
         parents: dict[int, bool] = {}
+        static_get = self._static.get
+        # The steady state of _fact (an idle process: CPU clock unchanged, parent alive, nothing due),
+        # inlined here: it is most processes on most polls, and each function call it saves is a
+        # tenth of what the process costs. Every other case goes through _fact with the clock read.
+        clock_ns = _clock_ns
+        clocks = self._parents.usable and not self._refresh and clock_ns is not None
+        steady_ok = self._steady_ok
+        watched_parents, immortal = self._parents.fds, self._immortal
         for pid in pids:
-            out[pid] = self._fact(int(pid), now, parents)
+            pid = int(pid)
+            clock: int | None = None
+            if clocks and clock_ns is not None:
+                try:
+                    clock = clock_ns(((~pid) << 3) | _CPUCLOCK_SCHED)  # procfs.cpu_ns, without its call
+                except OSError:
+                    clock = None
+                st = static_get(pid)
+                if st is not None and clock is not None and clock == st.cpu_ns and st.stat_fd is not None \
+                        and st.last_raw == st.stat_raw \
+                        and (st.orphan_ppid in watched_parents or st.orphan_ppid in immortal) \
+                        and steady_ok and st.last is not None and now - st.orphan_at < ORPHAN_RECHECK \
+                        and now - st.rss_at < RSS_REFRESH and st.stat_fields is not None \
+                        and st.cpu_ticks == st.stat_fields[5] \
+                        and (st.cpu_percent == 0.0 or now - st.cpu_at < MIN_CPU_INTERVAL):
+                    # _steady_due said nothing is due: _steady, inlined
+                    if now - st.cpu_at >= MIN_CPU_INTERVAL:
+                        st.cpu_at = now  # no tick since the baseline: 0 % again, the baseline moves on
+                    st.seen = st.stat_at = now
+                    out[pid] = st.last[1]
+                    continue
+            out[pid] = self._fact(pid, now, parents, clock if clocks else _UNREAD)
         if now - self._last_purge > CACHE_TTL / 4:
             self._purge(now)
         return out
 
     # -- Linux --------------------------------------------------------------------------
 
-    def _fact(self, pid: int, now: float, parents: dict[int, bool]) -> ProcessFacts:
+    def _fact(self, pid: int, now: float, parents: dict[int, bool], read_clock: int | None | object = _UNREAD
+              ) -> ProcessFacts:
         """One process's facts, read in the order the hot path needs (pinned stat fd, then /proc files,
         then the cached static facts). Long on purpose: it runs for every GPU process on every poll and
-        is measured by benchmarks/; split into calls it would cost a function call per field."""
+        is measured by benchmarks/; split into calls it would cost a function call per field.
+        ``read_clock``: the process's CPU clock as the caller just read it (``facts`` does, for its
+        inlined steady state), or ``_UNREAD``."""
         pinned = self._static.get(pid)
         if pinned is not None and pinned.pidfd is not None and now - pinned.stat_at < self._refresh \
                 and pinned.last is not None:
@@ -271,7 +315,10 @@ class HostProcessSource:
             return pinned.last[1]
         raw = None
         # Read before the stat line, so that a process running in between shows as changed next time.
-        clock = cpu_ns(pid) if self._parents.usable and not self._refresh else None
+        if read_clock is _UNREAD:
+            clock = cpu_ns(pid) if self._parents.usable and not self._refresh else None
+        else:
+            clock = read_clock  # type: ignore[assignment]  # an int or None, read by facts()
         if pinned is not None and pinned.stat_fd is not None:
             kept = pinned
             # Steady state: (1) the process has not run since the stat line its facts were built from
@@ -362,7 +409,7 @@ class HostProcessSource:
         if st.rss is None or approx_rss != st.rss_approx or (
                 not self._refresh and now - st.rss_at >= RSS_REFRESH):
             try:
-                st.rss = int(read_small(f"{base}/statm").split()[1]) * self._page
+                st.rss = self._rss(base, st)
             except (OSError, ValueError, IndexError):
                 st.rss = approx_rss * self._page
             st.rss_approx, st.rss_at = approx_rss, now
@@ -370,7 +417,7 @@ class HostProcessSource:
 
         if not self.host_pids and self._check_fds:
             if st.gpu_fd is None:
-                st.gpu_fd = self._holds_gpu(base)
+                st.gpu_fd = holds_gpu(base)
             if st.gpu_fd is False:
                 # Same number, different process: NVML's PID lives in the host's namespace.
                 return ProcessFacts(pid=pid, visible=False, invisible_reason="other-namespace")
@@ -415,6 +462,24 @@ class HostProcessSource:
         st.last = (key, fact)
         return fact
 
+    def _rss(self, base: str, st: _Static) -> int:
+        """The exact RSS from /proc/PID/statm, through a descriptor pinned with the process's stat one (a
+        pread instead of open, read, close: every idle process re-reads it every RSS_REFRESH seconds)."""
+        fd = st.statm_fd
+        if fd is None:
+            # only while the budget keeps room for a stat descriptor of every known process: those matter more
+            if st.stat_fd is None or self._pinned + len(self._static) >= self._fd_budget:
+                return int(read_small(f"{base}/statm").split()[1]) * self._page
+            fd = os.open(f"{base}/statm", os.O_RDONLY)
+            try:  # the pinned stat descriptor still reads: the PID named this very process when opened
+                os.pread(st.stat_fd, 1, 0)
+            except OSError:
+                os.close(fd)
+                raise
+            st.statm_fd = fd
+            self._pinned += 1
+        return int(os.pread(fd, 4096, 0).split()[1]) * self._page
+
     def _steady_due(self, kept: _Static, now: float) -> bool:
         """Whether a steady process (see _fact) still needs the full path: a CPU figure to move off 0,
         an orphan re-check or a statm re-read due, or no last facts to hand back."""
@@ -439,13 +504,15 @@ class HostProcessSource:
         st = self._static.pop(pid, None)
         if st is not None:
             self._unwatch(st)
-        if st is not None and st.stat_fd is not None:
-            try:
-                os.close(st.stat_fd)
-            except OSError:
-                pass
-            st.stat_fd = None
-            self._pinned -= 1
+        if st is not None:
+            for fd in (st.stat_fd, st.statm_fd):
+                if fd is not None:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+                    self._pinned -= 1
+            st.stat_fd = st.statm_fd = None
 
     def _watch_pid(self, pid: int, st: _Static) -> None:
         """Take a pidfd of the process ``st`` describes, so that its figures can be reused."""
@@ -591,30 +658,6 @@ class HostProcessSource:
         parents[ppid] = reaper
         return reaper
 
-    def _holds_gpu(self, base: str) -> bool | None:
-        """Whether the process has an NVIDIA device file open; None when we may not look."""
-        try:
-            fds = os.listdir(f"{base}/fd")
-        except OSError:
-            return None
-        for fd in fds:
-            try:
-                if os.readlink(f"{base}/fd/{fd}").startswith("/dev/nvidia"):
-                    return True
-            except OSError:
-                continue
-        return False
-
-    def _boot_time(self) -> float | None:
-        try:
-            with open(f"{self._proc}/stat", "rb") as f:
-                for line in f:
-                    if line.startswith(b"btime"):
-                        return float(line.split()[1])
-        except (OSError, ValueError, IndexError):
-            pass
-        return None
-
     def _purge(self, now: float) -> None:
         self._last_purge = now
         stale = [pid for pid, st in self._static.items() if now - st.seen > CACHE_TTL]
@@ -640,7 +683,7 @@ class HostProcessSource:
                     uids = p.uids()
                     out[pid] = ProcessFacts(
                         pid=pid, visible=True, user=p.username(), uid=uids.real,
-                        command=" ".join(p.cmdline()) or f"[{p.name()}]", exe=_psutil_exe(p),
+                        command=" ".join(p.cmdline()) or f"[{p.name()}]", exe=psutil_exe(p),
                         cpu_percent=None, host_memory=p.memory_info().rss, create_time=p.create_time(),
                         ppid=p.ppid(), status=p.status(),
                     )
@@ -649,23 +692,3 @@ class HostProcessSource:
             except psutil.AccessDenied:
                 out[pid] = ProcessFacts(pid=pid, visible=True)
         return out
-
-
-def exe_base_name(base: str, comm: bytes) -> str:
-    """The executable's base name: the target of ``{base}/exe`` (`` (deleted)`` dropped when the file
-    was replaced), or ``comm`` when that link cannot be read (another user's process to an unprivileged
-    reader, a kernel thread). Never argv[0]: a process writes its own command line."""
-    try:
-        target = os.readlink(f"{base}/exe")
-    except OSError:
-        return comm.decode(errors="replace")
-    if target.endswith(" (deleted)"):
-        target = target[: -len(" (deleted)")]
-    return os.path.basename(target) or comm.decode(errors="replace")
-
-
-def _psutil_exe(p: Any) -> str:
-    try:
-        return os.path.basename(p.exe()) or str(p.name())
-    except Exception:  # noqa: BLE001 (psutil's AccessDenied and the like: fall back to the name)
-        return str(p.name())

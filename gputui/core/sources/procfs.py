@@ -7,7 +7,9 @@ cheapest ways to ask it (helpers of ``processes.py``).
   system call that costs about a fifth of generating its ``/proc/PID/stat`` line: the same figure
   stat's utime + stime are scaled from, so an unchanged clock means unchanged stat CPU ticks;
 - :class:`ParentWatch`: a pidfd per parent process, polled once per poll: a process's parent can
-  change without the process running (its parent exits and it is re-parented), and this tells when.
+  change without the process running (its parent exits and it is re-parented), and this tells when;
+- the executable's base name (``exe_base_name``; ``psutil_exe`` where there is no /proc), whether a process
+  holds a GPU device open (``holds_gpu``), the boot time (``boot_time``).
 """
 
 from __future__ import annotations
@@ -179,3 +181,50 @@ class ParentWatch:
         except OSError:
             pass
         return True
+
+
+def exe_base_name(base: str, comm: bytes) -> str:
+    """The executable's base name: the target of ``{base}/exe`` (`` (deleted)`` dropped when the file
+    was replaced), or ``comm`` when that link cannot be read (another user's process to an unprivileged
+    reader, a kernel thread). Never argv[0]: a process writes its own command line."""
+    try:
+        target = os.readlink(f"{base}/exe")
+    except OSError:
+        return comm.decode(errors="replace")
+    if target.endswith(" (deleted)"):
+        target = target[: -len(" (deleted)")]
+    return os.path.basename(target) or comm.decode(errors="replace")
+
+
+def psutil_exe(p: Any) -> str:
+    try:
+        return os.path.basename(p.exe()) or str(p.name())
+    except Exception:  # noqa: BLE001 (psutil's AccessDenied and the like: fall back to the name)
+        return str(p.name())
+
+
+def holds_gpu(base: str) -> bool | None:
+    """Whether the process at ``base`` (/proc/PID) has an NVIDIA device file open; None when we may not look."""
+    try:
+        fds = os.listdir(f"{base}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if os.readlink(f"{base}/fd/{fd}").startswith("/dev/nvidia"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def boot_time(proc: str) -> float | None:
+    """The boot time (POSIX seconds) from ``proc``/stat's btime line."""
+    try:
+        with open(f"{proc}/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime"):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

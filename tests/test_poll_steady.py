@@ -1,0 +1,124 @@
+"""What a poll reuses from the last one is keyed on what it was built from: a changed input is seen.
+
+The poller keeps a GPU's rows while NVML hands in the same process tuple and every PID's facts are
+the same; the history keeps each GPU's rings while that GPU's rows are the same tuple; the stale judge
+keeps which rows a finding could apply to. Each test changes one input under everything else held
+still (the same objects poll after poll, as the real sources hand them out) and expects to see it."""
+
+from gputui.core.config import Settings
+from gputui.core.history import History
+from gputui.core.model import Gpu, GpuReading, ProcessFacts, RawProcess
+from gputui.core.poller import Poller
+from gputui.core.record import replace
+from tests.fixtures.synthetic import GIB, T0, gpu, proc, snapshot
+
+
+class _Still:
+    """One GPU and its process list, handed out as the very same objects until the test changes
+    them, and a process source whose facts objects the test sets (the real sources' steady state)."""
+
+    def __init__(self) -> None:
+        self.gpu = Gpu(index=0, uuid="GPU-00000000-0000-0000-0000-000000000000", name="Test GPU",
+                       utilization_gpu=0, memory_used=2 * GIB, memory_total=80 * GIB, temperature=40)
+        self.raws = (RawProcess(pid=101, type="compute", gpu_memory=GIB // 4, sm_utilization=0),
+                     RawProcess(pid=102, type="compute", gpu_memory=GIB // 4, sm_utilization=0))
+        self.facts_by_pid = {pid: ProcessFacts(pid=pid, visible=True, user="alice", uid=1000, command="python x.py",
+                                               exe="python", cpu_percent=0.0, host_memory=1 << 20,
+                                               create_time=T0 - 60 + pid, ppid=99, status="sleeping",
+                                               cgroup="0::/user.slice\n")
+                             for pid in (101, 102)}
+
+    def read(self) -> GpuReading:
+        return GpuReading("550", "12.4", (self.gpu,), {0: self.raws})
+
+    def facts(self, pids):
+        return {pid: self.facts_by_pid[pid] for pid in pids}
+
+    def close(self) -> None:
+        pass
+
+
+def _poller(src: _Still) -> Poller:
+    t = iter(range(10**6))
+    return Poller(src, src, settings=Settings(), clock=lambda: T0 + next(t), host="test")
+
+
+def test_a_process_whose_facts_change_under_an_unchanged_nvml_list_shows_them_at_the_next_poll():
+    src = _Still()
+    poller = _poller(src)
+    first = poller.poll()
+    assert poller.poll().gpus[0] is first.gpus[0]  # nothing changed: the very same GPU, rows and all
+    src.facts_by_pid[102] = replace(src.facts_by_pid[102], cpu_percent=75.0, host_memory=9 << 20)
+    row = {p.pid: p for p in poller.poll().gpus[0].processes}
+    assert row[102].cpu_percent == 75.0 and row[102].host_memory == 9 << 20
+    assert row[101].cpu_percent == 0.0
+    src.facts_by_pid[101] = replace(src.facts_by_pid[101], user="bob")
+    assert {p.pid: p.user for p in poller.poll().gpus[0].processes} == {101: "bob", 102: "alice"}
+
+
+def test_new_nvml_figures_with_the_same_facts_show_at_the_next_poll():
+    src = _Still()
+    poller = _poller(src)
+    poller.poll()
+    poller.poll()
+    src.raws = (replace(src.raws[0], sm_utilization=90, gpu_memory=GIB), src.raws[1])
+    row = {p.pid: p for p in poller.poll().gpus[0].processes}
+    assert (row[101].sm_utilization, row[101].gpu_memory) == (90, GIB)
+    assert row[102].sm_utilization == 0
+
+
+def test_a_process_that_turns_zombie_under_an_unchanged_nvml_list_is_judged_stale_at_once():
+    src = _Still()
+    poller = _poller(src)
+    for _ in range(3):
+        assert all(not p.stale for p in poller.poll().gpus[0].processes)
+    src.facts_by_pid[101] = replace(src.facts_by_pid[101], status="zombie")
+    stale = {p.pid: [f.kind for f in p.stale] for p in poller.poll().gpus[0].processes}
+    assert stale == {101: ["zombie"], 102: []}
+
+
+def test_a_gpu_whose_reading_changes_with_the_same_processes_shows_the_new_reading_and_the_rows():
+    src = _Still()
+    poller = _poller(src)
+    poller.poll()
+    src.gpu = replace(src.gpu, temperature=83)
+    g = poller.poll().gpus[0]
+    assert g.temperature == 83 and [p.pid for p in g.processes] == [101, 102]
+
+
+def test_history_records_each_polls_figures_whether_a_gpu_hands_in_the_same_rows_or_new_ones():
+    a, b = proc(11, 0, sm=0, cpu=0.0), proc(12, 0, sm=5, cpu=1.0)
+    rows = gpu(0, procs=[a, b])
+    h = History()
+    h.add(snapshot(T0, [rows]))
+    h.add(snapshot(T0 + 1, [rows]))  # the very same GPU and tuple: the steady state
+    h.add(snapshot(T0 + 2, [gpu(0, procs=[replace(a, sm_utilization=80, cpu_percent=40.0), b])]))
+    h.add(snapshot(T0 + 3, [rows]))
+    key_a = (0, a.pid, a.create_time)
+    assert [(s.sm_utilization, s.cpu_percent) for s in h.process(key_a)] == [(0, 0.0), (0, 0.0), (80, 40.0), (0, 0.0)]
+    assert [s.sm_utilization for s in h.process((0, b.pid, b.create_time))] == [5, 5, 5, 5]
+
+
+def test_history_forgets_the_processes_of_a_gpu_that_left_the_snapshot_while_the_others_stood_still():
+    a, b = proc(11, 0), proc(21, 1)
+    g0, g1 = gpu(0, procs=[a]), gpu(1, procs=[b])
+    h = History()
+    h.add(snapshot(T0, [g0, g1]))
+    h.add(snapshot(T0 + 1, [g0, g1]))
+    h.add(snapshot(T0 + 2, [g0]))  # GPU 1 is no longer listed; GPU 0 hands in the same rows
+    key_a, key_b = (0, a.pid, a.create_time), (1, b.pid, b.create_time)
+    assert h.process(key_b) == () and h.first_seen(key_b) is None
+    assert len(h.process(key_a)) == 3
+    h.add(snapshot(T0 + 3, [g0, g1]))  # back: a new observation
+    assert len(h.process(key_b)) == 1 and h.first_seen(key_b) == T0 + 3
+
+
+def test_history_drops_a_departed_process_when_another_gpu_stood_still():
+    a, b, c = proc(11, 0), proc(21, 1), proc(22, 1)
+    g0 = gpu(0, procs=[a])
+    h = History()
+    h.add(snapshot(T0, [g0, gpu(1, procs=[b, c])]))
+    h.add(snapshot(T0 + 1, [g0, gpu(1, procs=[b])]))
+    assert h.process((1, c.pid, c.create_time)) == ()
+    h.add(snapshot(T0 + 2, [g0, gpu(1, procs=[b])]))
+    assert len(h.process((0, a.pid, a.create_time))) == 3 and len(h.process((1, b.pid, b.create_time))) == 3
