@@ -37,7 +37,7 @@ from gputui.ui import format as fmt
 from gputui.ui import keys
 from gputui.ui.widgets import card_view
 from gputui.ui.widgets.card_view import CARD_HEIGHT
-from gputui.ui.widgets.lines import LineBuilder, SkipIdentityFilter, component_style, level_code
+from gputui.ui.widgets.lines import DirectLines, LineBuilder, SkipIdentityFilter, component_style, level_code
 
 Mode = Literal["cards", "compact"]
 ModeChoice = Literal["auto", "cards", "compact"]
@@ -143,7 +143,7 @@ def gpu_views(snapshot: Snapshot, history: Mapping[int, Sequence[GpuSample]],
     return tuple(views)
 
 
-class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
+class GpuPanel(DirectLines, SkipIdentityFilter, ScrollView, can_focus=True):
     """All GPUs of the snapshot, drawn line by line."""
 
     COMPONENT_CLASSES = {

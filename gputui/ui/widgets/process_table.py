@@ -1,10 +1,8 @@
 """The process table: a Line-API ScrollView of cached row strips, keyed by (GPU, PID).
 
-Why not DataTable: at 1 Hz a third of the rows change a cell or two, and
-``DataTable.update_cell`` re-renders whole regions (measured ~10x the cost of
-this widget). Here each row is one cached :class:`Strip` keyed by its formatted
-cells; a tick rebuilds only rows whose cells changed and refreshes only those
-lines when the order is unchanged.
+Why not DataTable: ``DataTable.update_cell`` re-renders whole regions (measured ~10x the cost
+of this widget). Here each row is one cached :class:`Strip` keyed by its formatted cells; a tick
+rebuilds only rows whose cells changed and refreshes only those lines when the order is unchanged.
 
 The cursor is a key, not a row number: it stays on the same process through
 every refresh, re-sort and filter. When its process exits, the cursor stays at
@@ -37,7 +35,14 @@ from gputui.core.model import Process, Snapshot
 from gputui.core.record import record
 from gputui.ui import format as fmt
 from gputui.ui import keys
-from gputui.ui.widgets.lines import CachedStyles, LineBuilder, SkipIdentityFilter, base_style, component_style
+from gputui.ui.widgets.lines import (
+    CachedStyles,
+    DirectLines,
+    LineBuilder,
+    SkipIdentityFilter,
+    base_style,
+    component_style,
+)
 
 Key = tuple[int, int]
 Align = Literal["left", "right"]
@@ -235,7 +240,7 @@ class ProcessHeader(CachedStyles, Widget):
         return line.strip(width).apply_style(base_style(self))
 
 
-class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
+class ProcessTable(DirectLines, SkipIdentityFilter, ScrollView, can_focus=True):
     """GPU processes, one cached strip per row, cursor keyed by (GPU, PID)."""
 
     COMPONENT_CLASSES = {
@@ -431,8 +436,10 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
         else:
             # One refresh for every changed row in view (under churn, every row): a refresh per
             # row looked up the widget's size, offset and screen each time.
-            # Only the columns that changed: the rest of the row draws what it drew (Textual then
-            # composes, and the output layer compares, a few cells of the row instead of all of it).
+            # A row whose shown cells changed is refreshed whole: Textual sends a region's line from
+            # its start anyway, and cut at the region's end it made another strip per row (the output
+            # layer still sends the terminal only the cells that changed). A change in a column the
+            # width leaves out refreshes nothing.
             top = int(self.scroll_offset.y)
             height, row_of, cells_of = self.size.height, self._row_of, self._cells
             spans = column_spans(width)
@@ -442,13 +449,9 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
                 if row is None or not top <= row < top + height:
                     continue
                 new = cells_of[key]
-                if old is None or len(old) != len(new):
+                if (old is None or len(old) != len(new)
+                        or any(a != b and span is not None for span, a, b in zip(spans, old, new, strict=True))):
                     regions.append(Region(0, row - top, width, 1))
-                    continue
-                moved = [span for span, a, b in zip(spans, old, new, strict=True) if a != b and span is not None]
-                if moved:
-                    x0 = min(a for a, _ in moved)
-                    regions.append(Region(x0, row - top, min(width, max(b for _, b in moved)) - x0, 1))
             if regions:
                 self.refresh(*regions)
             if not rows:
@@ -540,14 +543,15 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
     def _user_style(self, user: str) -> Style:
         return self._style(f"user-{zlib.crc32(user.encode()) % 6}")
 
-    def _row_strip(self, p: Process, cursor: bool, width: int) -> Strip:
+    def _row_strip(self, p: Process, cursor: bool, width: int, cut: int) -> Strip:
+        """A row laid out at ``width``, drawn up to ``cut`` (where a scrollbar starts: see DirectLines)."""
         cells = self._cells[p.key]
         focused = self.has_focus
-        signature = (cells, cursor, cursor and focused, width)
+        signature = (cells, cursor, cursor and focused, width, cut)
         cached = self._strips.get(p.key)
         if cached is not None and cached[0] == signature:
             return cached[1]
-        strip = self._draw_row(p, cells, width, cursor, focused)
+        strip = self._draw_row(p, cells, width, cursor, focused, cut)
         self._strips[p.key] = (signature, strip)
         return strip
 
@@ -596,7 +600,7 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
             self._cell(line, p, c, cells[_INDEX[c.id]], cells[-1], command_w)
         return line
 
-    def _plain_row(self, p: Process, cells: tuple[str, ...], width: int, base: Style) -> Strip | None:
+    def _plain_row(self, p: Process, cells: tuple[str, ...], width: int, base: Style, cut: int) -> Strip | None:
         """A row without the cursor, from cached cells already over the widget's colours.
 
         The same segments as building the row and then styling it; but a poll changes a cell
@@ -629,47 +633,54 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
             used += hit[1]
         if used > width:
             return None
-        if used < width:
+        if used < cut:
             if styles and styles[-1] is base:
-                texts[-1] += " " * (width - used)
+                texts[-1] += " " * (cut - used)
             else:
-                texts.append(" " * (width - used))
+                texts.append(" " * (cut - used))
                 styles.append(base)
-        return Strip([Segment(t, st) for t, st in zip(texts, styles, strict=True)], width)
+        strip = Strip([Segment(t, st) for t, st in zip(texts, styles, strict=True)], max(used, cut))
+        return strip if used <= cut else strip.crop(0, cut)
 
-    def _draw_row(self, p: Process, cells: tuple[str, ...], width: int, cursor: bool, focused: bool) -> Strip:
+    def _draw_row(self, p: Process, cells: tuple[str, ...], width: int, cursor: bool, focused: bool,
+                  cut: int) -> Strip:
         base = self._base()
         if not cursor:
-            strip = self._plain_row(p, cells, width, base)
+            strip = self._plain_row(p, cells, width, base, cut)
             if strip is not None:
                 return strip
         strip = self._row_builder(p, cells, width).strip(width)
+        if cut < width:
+            strip = strip.crop(0, cut)
         s = self._style
         if cursor and focused:
             # The focused cursor's colours win over the cells' own colours: one solid bar.
             over = s("cursor")
-            return Strip([seg._replace(style=base + (seg.style or Style()) + over) for seg in strip], width)
+            return Strip([seg._replace(style=base + (seg.style or Style()) + over) for seg in strip], strip.cell_length)
         if cursor:
             return strip.apply_style(base + s("cursor-blurred"))
         return strip.apply_style(base)
 
-    #: (width, scroll row) while Textual draws a batch of lines (see ``render_lines``), else None.
-    _frame: tuple[int, int] | None = None
+    #: (width, scroll row, width left of any scrollbar) while Textual draws a frame's lines, else None.
+    _frame: tuple[int, int, int] | None = None
+
+    def _geometry(self) -> tuple[int, int, int]:
+        return self.size.width, int(self.scroll_offset.y), min(self.size.width, self.scrollable_content_region.width)
 
     def render_lines(self, crop: Region) -> list[Strip]:
         # Textual asks for every changed line of a frame in one call: the width and the scroll
         # row are looked up once for all of them (each lookup walks the widget's geometry).
-        self._frame = (self.size.width, int(self.scroll_offset.y))
+        self._frame = self._geometry()
         try:
             return super().render_lines(crop)
         finally:
             self._frame = None
 
     def render_line(self, y: int) -> Strip:
-        width, top = self._frame or (self.size.width, int(self.scroll_offset.y))
+        width, top, cut = self._frame or self._geometry()
         row = y + top
         if 0 <= row < len(self.rows):
-            return self._row_strip(self.rows[row], row == self._cursor_row, width)
+            return self._row_strip(self.rows[row], row == self._cursor_row, width, cut)
         if row == 0 and not self.rows:
             return self._empty_line(width)
         return Strip.blank(width, self.rich_style)
