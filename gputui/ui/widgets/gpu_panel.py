@@ -37,7 +37,7 @@ from gputui.ui import format as fmt
 from gputui.ui import keys
 from gputui.ui.widgets import card_view
 from gputui.ui.widgets.card_view import CARD_HEIGHT
-from gputui.ui.widgets.lines import DirectLines, LineBuilder, SkipIdentityFilter, component_style, level_code
+from gputui.ui.widgets.lines import DirectLines, LineBuilder, SkipIdentityFilter, component_style, level_code, release
 
 Mode = Literal["cards", "compact"]
 ModeChoice = Literal["auto", "cards", "compact"]
@@ -370,18 +370,25 @@ class GpuPanel(DirectLines, SkipIdentityFilter, ScrollView, can_focus=True):
             self._stale = True
             self.refresh()
             return
-        width = self._width()
         old = self._lines
-        lines = self._compute_lines(width)
-        self._lines = lines
+        lines = self._set_lines()
         if force or len(old) != len(lines):
             self.refresh()
             return
         top = int(self.scroll_offset.y)
+        width = self._width()
         regions = [Region(0, y - top, width, 1)
                    for y, (a, b) in enumerate(zip(old, lines, strict=True)) if a is not b]
         if regions:
             self.refresh(*regions)  # one call: each looks up the widget's size and screen
+
+    def _set_lines(self) -> list[Strip]:
+        """Draw the lines now; the strips no longer drawn are released (see :func:`lines.release`)."""
+        old = self._lines
+        self._lines = lines = self._compute_lines(self._width())
+        kept = {id(line) for line in lines}
+        release(line for line in old if id(line) not in kept)
+        return lines
 
     def _base(self) -> Style:
         """The widget's own colours (cached: computing them walks the DOM)."""
@@ -497,7 +504,7 @@ class GpuPanel(DirectLines, SkipIdentityFilter, ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         if self._stale:
             self._stale = False
-            self._lines = self._compute_lines(self._width())
+            self._set_lines()
         width, top = self._frame or (self.size.width, int(self.scroll_offset.y))
         index = y + top
         if 0 <= index < len(self._lines):

@@ -42,7 +42,9 @@ from gputui.ui.widgets.lines import (
     SkipIdentityFilter,
     base_style,
     component_style,
+    release,
 )
+from gputui.ui.widgets.process_order import matches, sort_processes
 
 Key = tuple[int, int]
 Align = Literal["left", "right"]
@@ -79,60 +81,6 @@ MIN_COMMAND = 18
 CELL_CACHE_SIZE = 4096
 #: Cells between the marker and the command: "● " (stale) or "? " (not visible).
 MARKER_WIDTH = 2
-
-
-def sort_value(p: Process, column: str, now_ts: float):
-    """A comparable value for a column; None sorts last whichever the direction."""
-    if column == "gpu":
-        return (p.gpu_index, -1 if p.mig_device is None else p.mig_device)
-    if column == "pid":
-        return p.pid
-    if column == "user":
-        return (p.user or "").lower() or None
-    if column == "gpu_memory":
-        return p.gpu_memory
-    if column == "sm":
-        return p.sm_utilization
-    if column == "cpu":
-        return p.cpu_percent
-    if column == "host_memory":
-        return p.host_memory
-    if column == "uptime":
-        return None if p.started is None else now_ts - p.started.timestamp()
-    if column == "container":
-        if p.job is not None:
-            return f"job {p.job.id}"
-        return p.container.label.lower() if p.container else None
-    if column == "command":
-        return (p.command or "").lower() or None
-    raise KeyError(column)
-
-
-def sort_processes(procs: list[Process], column: str, descending: bool, now_ts: float) -> list[Process]:
-    """Stable multi-key order: the column, then GPU, then PID.
-
-    Ties are broken by fields that do not change from poll to poll, so rows do not
-    shuffle (and repaint) while only their numbers move."""
-    base = sorted(procs, key=lambda p: (p.gpu_index, p.pid))
-    present = [p for p in base if sort_value(p, column, now_ts) is not None]
-    missing = [p for p in base if sort_value(p, column, now_ts) is None]
-    present.sort(key=lambda p: sort_value(p, column, now_ts), reverse=descending)
-    return present + missing
-
-
-def matches(p: Process, text: str) -> bool:
-    """The filter box: case-insensitive substring of user, command, container, image, PID or MIG device (6:1)."""
-    if not text:
-        return True
-    needle = text.lower()
-    hay = [str(p.pid), p.user or "", p.command or ""]
-    if p.mig_label is not None:
-        hay.append(p.mig_label)  # "6:1" shows the processes of MIG device 1 of GPU 6
-    if p.container is not None:
-        hay += [p.container.label, p.container.image or "", p.container.id[:12]]
-    if p.job is not None:
-        hay += [p.job.label, p.job.name or ""]
-    return any(needle in h.lower() for h in hay)
 
 
 def process_cells(p: Process, snapshot_time) -> tuple[str, ...]:
@@ -336,7 +284,7 @@ class ProcessTable(DirectLines, SkipIdentityFilter, ScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._styles.clear()
-        self._strips.clear()
+        self._drop_strips()
         self._cell_cache.clear()
         self.refresh()
 
@@ -372,7 +320,9 @@ class ProcessTable(DirectLines, SkipIdentityFilter, ScrollView, can_focus=True):
                 changed[p.key] = old
         for gone in set(self._cells) - set(new_all):
             del self._cells[gone]
-            self._strips.pop(gone, None)
+            dropped = self._strips.pop(gone, None)
+            if dropped is not None:
+                release((dropped[1],))
         self._all = new_all
         self._reorder(changed)
 
@@ -436,10 +386,8 @@ class ProcessTable(DirectLines, SkipIdentityFilter, ScrollView, can_focus=True):
         else:
             # One refresh for every changed row in view (under churn, every row): a refresh per
             # row looked up the widget's size, offset and screen each time.
-            # A row whose shown cells changed is refreshed whole: Textual sends a region's line from
-            # its start anyway, and cut at the region's end it made another strip per row (the output
-            # layer still sends the terminal only the cells that changed). A change in a column the
-            # width leaves out refreshes nothing.
+            # Only up to the last column that changed: Textual sends a refreshed line from its start,
+            # but stops at the region's end, so the output layer reads a few cells of the row, not all.
             top = int(self.scroll_offset.y)
             height, row_of, cells_of = self.size.height, self._row_of, self._cells
             spans = column_spans(width)
@@ -449,9 +397,12 @@ class ProcessTable(DirectLines, SkipIdentityFilter, ScrollView, can_focus=True):
                 if row is None or not top <= row < top + height:
                     continue
                 new = cells_of[key]
-                if (old is None or len(old) != len(new)
-                        or any(a != b and span is not None for span, a, b in zip(spans, old, new, strict=True))):
+                if old is None or len(old) != len(new):
                     regions.append(Region(0, row - top, width, 1))
+                    continue
+                ends = [span[1] for span, a, b in zip(spans, old, new, strict=True) if a != b and span is not None]
+                if ends:
+                    regions.append(Region(0, row - top, min(width, max(ends)), 1))
             if regions:
                 self.refresh(*regions)
             if not rows:
@@ -536,9 +487,13 @@ class ProcessTable(DirectLines, SkipIdentityFilter, ScrollView, can_focus=True):
     def on_resize(self, event: events.Resize) -> None:
         if event.size.width != self._layout_width:
             self._layout_width = event.size.width
-            self._strips.clear()
+            self._drop_strips()
             self.virtual_size = Size(event.size.width, len(self.rows))
             self.refresh()
+
+    def _drop_strips(self) -> None:
+        release(strip for _, strip in self._strips.values())
+        self._strips.clear()
 
     def _user_style(self, user: str) -> Style:
         return self._style(f"user-{zlib.crc32(user.encode()) % 6}")
@@ -549,8 +504,10 @@ class ProcessTable(DirectLines, SkipIdentityFilter, ScrollView, can_focus=True):
         focused = self.has_focus
         signature = (cells, cursor, cursor and focused, width, cut)
         cached = self._strips.get(p.key)
-        if cached is not None and cached[0] == signature:
-            return cached[1]
+        if cached is not None:
+            if cached[0] == signature:
+                return cached[1]
+            release((cached[1],))
         strip = self._draw_row(p, cells, width, cursor, focused, cut)
         self._strips[p.key] = (signature, strip)
         return strip
