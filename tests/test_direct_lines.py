@@ -94,10 +94,11 @@ async def test_rows_and_card_lines_a_poll_replaces_are_freed_without_the_garbage
         gc.disable()
         gc.set_debug(gc.DEBUG_SAVEALL)
         try:
-            before = {id(line) for line in _lines(table)} | {id(line) for line in _lines(app.screen.query_one(GpuPanel))}
+            panel = app.screen.query_one(GpuPanel)
+            before = {id(line) for line in _lines(table) + _lines(panel)}
             for _ in range(3):
                 await repoll(pilot, clock, advance=5.0)
-            after = {id(line) for line in _lines(table)} | {id(line) for line in _lines(app.screen.query_one(GpuPanel))}
+            after = {id(line) for line in _lines(table) + _lines(panel)}
             assert before - after, "the demo's numbers moved: some rows or card lines were drawn anew"
             gc.collect()
             leaked = [o.text for o in gc.garbage if isinstance(o, Strip)
