@@ -42,10 +42,13 @@ def sort_processes(procs: list[Process], column: str, descending: bool, now_ts: 
     Ties are broken by fields that do not change from poll to poll, so rows do not
     shuffle (and repaint) while only their numbers move."""
     base = sorted(procs, key=lambda p: (p.gpu_index, p.pid))
-    present = [p for p in base if sort_value(p, column, now_ts) is not None]
-    missing = [p for p in base if sort_value(p, column, now_ts) is None]
-    present.sort(key=lambda p: sort_value(p, column, now_ts), reverse=descending)
-    return present + missing
+    if column == "gpu":  # the default order, never missing: one pass
+        return sorted(base, key=lambda p: (p.gpu_index, -1 if p.mig_device is None else p.mig_device),
+                      reverse=descending)
+    keyed = [(sort_value(p, column, now_ts), p) for p in base]  # each value once per poll
+    present = [(v, p) for v, p in keyed if v is not None]
+    present.sort(key=lambda vp: vp[0], reverse=descending)
+    return [p for _, p in present] + [p for v, p in keyed if v is None]
 
 
 def matches(p: Process, text: str) -> bool:
