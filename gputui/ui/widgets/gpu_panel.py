@@ -228,9 +228,9 @@ class GpuPanel(DirectLines, SkipIdentityFilter, ScrollView, can_focus=True):
         #: (style under the line, the line's spans) -> its strip, for the lines drawn last time and now.
         self._strips: dict[tuple[str, card_view.Line], Strip] = {}
         self._last_strips: dict[tuple[str, card_view.Line], Strip] = {}
-        #: (under, text, style name) -> its Segment: a changed line mostly repeats spans (labels,
-        #: units, graph bars), so only its new spans are styled and made anew.
-        self._segments: dict[tuple[str, str, str], Segment] = {}
+        #: (under, text, style name) -> its Segment and cell width: a changed line mostly repeats spans
+        #: (labels, units, graph bars), so only its new spans are styled, measured and made anew.
+        self._segments: dict[tuple[str, str, str], tuple[Segment, int]] = {}
         self._codes = SeriesCodes()
         #: (first slot of a card row, line) -> (the card strips it was joined from, the joined line)
         self._joined: dict[tuple[int, int], tuple[tuple[Strip, ...], Strip]] = {}
@@ -415,13 +415,13 @@ class GpuPanel(DirectLines, SkipIdentityFilter, ScrollView, can_focus=True):
                 parts = []
                 width = 0
                 for text, name in line:
-                    segment = segments.get((under, text, name))
-                    if segment is None:
+                    known = segments.get((under, text, name))
+                    if known is None:
                         base = self._base() + self._style(under) if under else self._base()
-                        segment = segments[(under, text, name)] = Segment(
-                            text, base + self._named(name) if name else base)
-                    parts.append(segment)
-                    width += cell_len(text)
+                        known = segments[(under, text, name)] = (
+                            Segment(text, base + self._named(name) if name else base), cell_len(text))
+                    parts.append(known[0])
+                    width += known[1]
                 strip = Strip(parts, width)
             self._strips[key] = strip
         return strip
