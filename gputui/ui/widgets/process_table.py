@@ -138,8 +138,9 @@ def column_spans(width: int) -> tuple[tuple[int, int] | None, ...]:
     return tuple(spans)
 
 
-class ProcessHeader(CachedStyles, Widget):
-    """Column titles with the sort arrow, and a summary of what is shown."""
+class ProcessHeader(DirectLines, SkipIdentityFilter, CachedStyles, Widget):
+    """Column titles with the sort arrow, and a summary of what is shown (its strip kept while they and
+    the width are the same, and given to the compositor as it is: see :class:`DirectLines`)."""
 
     COMPONENT_CLASSES = {"process-header--title", "process-header--sorted", "process-header--summary"}
     DEFAULT_CSS = """
@@ -157,6 +158,11 @@ class ProcessHeader(CachedStyles, Widget):
         self.sort_column = "gpu"
         self.descending = False
         self.summary = ""
+        self._drawn: tuple[tuple, Strip] | None = None
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._drawn = None
 
     def set_state(self, sort_column: str, descending: bool, summary: str) -> None:
         if (sort_column, descending, summary) != (self.sort_column, self.descending, self.summary):
@@ -164,7 +170,14 @@ class ProcessHeader(CachedStyles, Widget):
             self.refresh()
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        key = (self.size.width, self.sort_column, self.descending, self.summary)
+        if self._drawn is None or self._drawn[0] != key:
+            if self._drawn is not None:
+                release((self._drawn[1],))
+            self._drawn = (key, self._draw(key[0]))
+        return self._drawn[1]
+
+    def _draw(self, width: int) -> Strip:
         title = component_style(self, "process-header--title")
         sorted_style = component_style(self, "process-header--sorted")
         summary_style = component_style(self, "process-header--summary")
