@@ -84,6 +84,53 @@ def test_a_column_of_changed_numbers_moves_down_and_back_not_to_each_position():
     assert out == "\x1b[11;14H51" + "".join(f"\x1b[B\b\b{y + 41}" for y in range(11, 20))
 
 
+def test_a_row_that_starts_as_before_is_read_from_the_first_run_that_differs():
+    """Under full churn every table row changes a number near its start: the runs before it (GPU,
+    PID, user) are not read again, and the terminal gets only the digits that moved."""
+    d = ScreenDiff((60, 5))
+    runs = ["\x1b[1;38;5;4m   0\x1b[0m", " ", "\x1b[38;5;7m 4242\x1b[0m", " ", "\x1b[38;5;2malice\x1b[0m", " ",
+            "\x1b[38;5;7m{sm:>3}\x1b[0m", " python train.py"]
+    row = "".join(runs)
+    d.feed(frame((2, 0, row.format(sm=12))))
+    d._run_cells.clear()  # what is read from here on is looked up (and remembered) again
+    out = d.feed(frame((2, 0, row.format(sm=97))))
+    assert out.endswith("97") and "12" not in out and "alice" not in out and "python" not in out
+    read = {run[1] for run in d._run_cells}  # the runs read again: from just before the change on
+    assert " 97" in read and not read & {"   0", " 4242", "alice"}
+    assert "".join(c or "" for c in d.want_chars[2][:36]) == "   0  4242 alice  97 python train.py"
+
+
+def test_reading_from_a_shared_start_draws_what_reading_the_whole_body_draws():
+    """The shortcut against a model that reads every body whole, over bodies that share starts of
+    every length (wide characters and combining marks included)."""
+    import random
+
+    rng = random.Random(29)
+    pieces = ["ab", "漢字", "e\u0301", "\u0301x", "12", " ", "", "─╮"]
+
+    def body() -> str:
+        out = []
+        for _ in range(rng.randint(1, 6)):
+            text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 3)))
+            if rng.random() < 0.3 and text:
+                out.append(text)
+            else:
+                out.append(f"\x1b[38;5;{rng.randint(0, 3)}m{text}\x1b[0m")
+        return "".join(out)
+
+    fast, whole = ScreenDiff((30, 4)), ScreenDiff((30, 4))
+    previous = body()
+    for _ in range(400):
+        shared = previous[: rng.randint(0, len(previous))] if rng.random() < 0.8 else ""
+        cut = shared.rfind("\x1b[0m")
+        current = (shared[: cut + 4] if cut >= 0 else "") + body()
+        y, x = rng.randint(0, 3), rng.choice([0, 0, 3])
+        whole._line_cache.clear()
+        assert fast.feed(frame((y, x, current))) == whole.feed(frame((y, x, current))), current
+        assert fast.want_chars == whole.want_chars and fast.want_pens == whole.want_pens
+        previous = current
+
+
 def test_wide_characters_take_two_cells():
     d = ScreenDiff((10, 2))
     d.feed(frame((0, 0, "a漢b")))

@@ -60,3 +60,13 @@ def test_plot_helpers():
     assert max(v for _, v in kept) == 6.0  # peaks survive
     assert nice_ticks(0, 100, 5) == ([0, 25, 50, 75, 100], ["0", "25", "50", "75", "100"])
     assert nice_ticks(20, 100, 5)[0] == [20, 40, 60, 80, 100]
+
+
+def test_remembered_texts_are_kept_apart_by_the_type_of_the_number():
+    """size, size_pair, power_pair and cpu remember their answers (the same numbers come every poll):
+    an int and the float equal to it are written differently, and each gets its own."""
+    assert fmt.size(1.0) == "0.0M"
+    assert fmt.size(1) == "0M"
+    assert fmt.size_pair(5.0 * 1024**2, 80.0 * fmt.GIB) == "5.0 MiB/80.0 GiB"
+    assert fmt.size_pair(5 * 1024**2, 80 * fmt.GIB) == "5 MiB/80.0 GiB"
+    assert fmt.size(2 * fmt.GIB) == "2.0G" and fmt.size(2.0 * fmt.GIB) == "2.0G"

@@ -8,15 +8,19 @@ model never invents a number and neither does the screen.
 from __future__ import annotations
 
 from datetime import datetime
+from functools import lru_cache
 
 from gputui.core import units
 from gputui.core.units import fmt_duration, throttle_label  # noqa: F401  (throttle_label is used as fmt.throttle_label)
 
 NA = "N/A"
+#: Texts kept per function below: each is pure, and a dashboard asks for the same few numbers every poll.
+KEEP = 4096
 GIB = 1024**3
 MIB = 1024**2
 
 
+@lru_cache(maxsize=KEEP, typed=True)
 def size(value: int | None, na: str = NA) -> str:
     """Bytes as GiB with one decimal above 1 GiB, else whole MiB: '34.0G', '600M'."""
     if value is None:
@@ -26,6 +30,7 @@ def size(value: int | None, na: str = NA) -> str:
     return f"{value // MIB}M"
 
 
+@lru_cache(maxsize=KEEP, typed=True)
 def size_pair(used: int | None, total: int | None) -> str:
     """'64.6/80.0 GiB', '50 MiB/80.0 GiB': :func:`gputui.core.units.fmt_size_pair` without spaces."""
     return units.fmt_size_pair(used, total, sep="/")
@@ -45,6 +50,7 @@ def watts(value: float | None) -> str:
     return units.fmt_watts(value)
 
 
+@lru_cache(maxsize=KEEP, typed=True)
 def power_pair(draw: float | None, limit: float | None) -> str:
     """'312/400 W', '1006/1000 W', '145 W / N/A': the cap and the unit are never cut."""
     return units.fmt_power_pair(draw, limit, sep="/")
@@ -74,6 +80,7 @@ def uptime(started: datetime | None, now: datetime) -> str:
     return duration((now - started).total_seconds())
 
 
+@lru_cache(maxsize=KEEP, typed=True)
 def cpu(value: float | None) -> str:
     if value is None:
         return NA

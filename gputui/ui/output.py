@@ -30,6 +30,7 @@ give (tests/test_output.py replays both into tmux and compares
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from itertools import groupby
 
 from rich.cells import get_character_cell_size
@@ -170,6 +171,10 @@ def _sgr_delta(old: Pen | None, new: Pen) -> str:
     return delta if len(delta) < len(full) else full
 
 
+#: What was drawn at a place (see ``ScreenDiff._line_cache``).
+_Drawn = tuple[str, int, list[str | None], list[int], tuple[int, int, int], tuple[list[int], list[int]] | None]
+
+
 class ScreenDiff:
     """Turns Textual's output into the smallest output that leaves the terminal showing the same cells."""
 
@@ -181,9 +186,9 @@ class ScreenDiff:
         self._sgr_cache: dict[tuple[int, str], int] = {}
         #: A strip's style run (SGR parameters, styled text, plain text) -> its cells (see ``_strip``).
         self._run_cells: dict[tuple[str, str, str], tuple[list[str], list[int], str]] = {}
-        #: (row, column, style) -> (body, end column, its cells' characters and styles, state after it)
-        self._line_cache: dict[tuple[int, int, int], tuple[str, int, list[str | None], list[int],
-                                                           tuple[int, int, int]]] = {}
+        #: (row, column, style) -> (body, end column, its cells' characters and styles, state after it,
+        #: where its style runs start if it was read as a strip: see ``_strip``)
+        self._line_cache: dict[tuple[int, int, int], _Drawn] = {}
         # The stream's state (what Textual believes).
         self._x = self._y = 0
         self._pen = 0
@@ -233,47 +238,86 @@ class ScreenDiff:
 
         A body seen before at this place, whose cells still hold what it drew then, would draw
         nothing new: it is skipped without being parsed (most of a frame's lines, and the reason
-        the model costs less CPU than the bytes it saves).
+        the model costs less CPU than the bytes it saves). A body that starts as the one drawn
+        there before (a table row whose SM % moved) is read from the first style run that differs.
         """
         self._x, self._y = x, y
         key = (y, x, self._pen)
         cache = self._line_cache
         hit = cache.get(key)
-        if hit is not None and hit[0] == body:
-            _, end, chars, pens, state = hit
-            if self.want_chars[y][x:end] == chars and self.want_pens[y][x:end] == pens:
-                self._x, self._y, self._pen = state
-                return
-        simple = self._pen == 0 and self._strip(body)
-        if not simple:
+        marks = None
+        if hit is not None:
+            if hit[0] == body:
+                _, end, chars, pens, state, _ = hit
+                if self.want_chars[y][x:end] == chars and self.want_pens[y][x:end] == pens:
+                    self._x, self._y, self._pen = state
+                    return
+            elif self._pen == 0:
+                marks = self._resume(body, y, x, hit)
+        if marks is None and self._pen == 0:
+            self._x = x
+            marks = self._strip(body)
+        if marks is None:
             self._tokens(out, body)
         if (0 <= y < self.height and 0 <= x < self.width and not self._pending
-                and (simple or _SIMPLE_BODY.fullmatch(body) is not None)):
+                and (marks is not None or _SIMPLE_BODY.fullmatch(body) is not None)):
             end = min(self._x, self.width)
             cache[key] = (body, end, self.want_chars[y][x:end], self.want_pens[y][x:end],
-                          (self._x, self._y, self._pen))
+                          (self._x, self._y, self._pen), marks)
 
-    def _strip(self, body: str) -> bool:
-        """Draw a body rendered the way Textual renders a strip, without tokenising it; False if it is not one.
+    def _resume(self, body: str, y: int, x: int, hit: _Drawn) -> tuple[list[int], list[int]] | None:
+        """Draw ``body`` from the last style run it shares with the strip drawn at (``x``, ``y``) before;
+        None when that cannot be done (nothing shared, or the cells there were drawn over since)."""
+        old, end, chars, pens, _, marks = hit
+        if marks is None:
+            return None
+        offsets, cells = marks
+        shared = _common_prefix(old, body)
+        # From the run before the last one that starts before the first difference: that one is the
+        # same, but its last cell may hold a zero-width mark the next run opened with (see _cells_of).
+        i = bisect_left(offsets, shared) - 2
+        if i <= 0 or not 0 <= y < self.height:
+            return None
+        c = cells[i]
+        if x + c > end or self.want_chars[y][x:x + c] != chars[:c] or self.want_pens[y][x:x + c] != pens[:c]:
+            return None
+        self._x = x + c
+        return self._strip(body, offsets[i], offsets[:i], cells[:i], c)
+
+    def _strip(self, body: str, pos: int = 0, offsets: list[int] | None = None, cells: list[int] | None = None,
+               cell: int = 0) -> tuple[list[int], list[int]] | None:
+        """Draw a body rendered the way Textual renders a strip, without tokenising it; None if it is not one.
 
         A changed line mostly repeats the style runs it had (borders, labels, units): each run's
         cells are remembered, so only the runs that really changed are looked at character by character.
+        Read from ``pos`` (a run's start, ``cell`` cells into the body) when the cells before it are drawn
+        already. Returns where each run starts: (offsets in the body, cells from the body's first cell).
         """
-        m = _STRIP_BODY.fullmatch(body)
+        m = _STRIP_BODY.fullmatch(body, pos)
         if m is None:
-            return False
+            return None
+        offsets = [] if offsets is None else offsets
+        cells = [] if cells is None else cells
         chars: list[str] = []
         pens: list[int] = []
         known = self._run_cells
-        for run in _STRIP_RUNS.findall(body):
-            cells = known.get(run)
-            if cells is None:
+        at = pos
+        for run in _STRIP_RUNS.findall(body, pos):
+            found = known.get(run)
+            if found is None:
                 if len(known) > 4096:
                     known.clear()
-                cells = known[run] = self._cells_of(*run)
-            run_chars, run_pens, lead = cells
-            if lead and chars:
-                chars[-1] += lead
+                found = known[run] = self._cells_of(*run)
+            run_chars, run_pens, lead = found
+            if lead:
+                if not chars:  # belongs to a cell drawn before this read: read the whole body instead
+                    if pos:
+                        return None
+                else:
+                    chars[-1] += lead
+            offsets.append(at)
+            cells.append(cell + len(chars))
+            at += len(run[2]) if run[2] else len(run[0]) + len(run[1]) + 7
             chars.extend(run_chars)
             pens.extend(run_pens)
         self._put(chars, pens)
@@ -282,7 +326,7 @@ class ScreenDiff:
             self._x = 0
         if ending.endswith("\n"):
             self._y += 1
-        return True
+        return offsets, cells
 
     def _cells_of(self, params: str, styled: str, plain: str) -> tuple[list[str], list[int], str]:
         """One style run of a strip as cells: (characters, styles, zero-width characters that open the run
@@ -538,6 +582,18 @@ def cursor_move(ox: int | None, oy: int | None, x: int, y: int) -> str:
     vertical = ("\x1b[B" if dy == 1 else f"\x1b[{dy}B") if dy > 0 else ("\x1b[A" if dy == -1 else f"\x1b[{-dy}A")
     relative = vertical + _horizontal(ox, x) if ox != x else vertical
     return relative if len(relative) < len(absolute) else absolute
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` share at their start (string slices compared in C, halving)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 #: Cells compared at once (as list slices, in C) before the cells of a block that differs are looked at one by one.

@@ -37,7 +37,7 @@ from gputui.ui import format as fmt
 from gputui.ui import keys
 from gputui.ui.widgets import card_view
 from gputui.ui.widgets.card_view import CARD_HEIGHT
-from gputui.ui.widgets.lines import LineBuilder, SkipIdentityFilter, component_style, level_code
+from gputui.ui.widgets.lines import DirectLines, LineBuilder, SkipIdentityFilter, component_style, level_code, release
 
 Mode = Literal["cards", "compact"]
 ModeChoice = Literal["auto", "cards", "compact"]
@@ -143,7 +143,7 @@ def gpu_views(snapshot: Snapshot, history: Mapping[int, Sequence[GpuSample]],
     return tuple(views)
 
 
-class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
+class GpuPanel(DirectLines, SkipIdentityFilter, ScrollView, can_focus=True):
     """All GPUs of the snapshot, drawn line by line."""
 
     COMPONENT_CLASSES = {
@@ -228,9 +228,9 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
         #: (style under the line, the line's spans) -> its strip, for the lines drawn last time and now.
         self._strips: dict[tuple[str, card_view.Line], Strip] = {}
         self._last_strips: dict[tuple[str, card_view.Line], Strip] = {}
-        #: (under, text, style name) -> its Segment: a changed line mostly repeats spans (labels,
-        #: units, graph bars), so only its new spans are styled and made anew.
-        self._segments: dict[tuple[str, str, str], Segment] = {}
+        #: (under, text, style name) -> its Segment and cell width: a changed line mostly repeats spans
+        #: (labels, units, graph bars), so only its new spans are styled, measured and made anew.
+        self._segments: dict[tuple[str, str, str], tuple[Segment, int]] = {}
         self._codes = SeriesCodes()
         #: (first slot of a card row, line) -> (the card strips it was joined from, the joined line)
         self._joined: dict[tuple[int, int], tuple[tuple[Strip, ...], Strip]] = {}
@@ -370,18 +370,25 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
             self._stale = True
             self.refresh()
             return
-        width = self._width()
         old = self._lines
-        lines = self._compute_lines(width)
-        self._lines = lines
+        lines = self._set_lines()
         if force or len(old) != len(lines):
             self.refresh()
             return
         top = int(self.scroll_offset.y)
+        width = self._width()
         regions = [Region(0, y - top, width, 1)
                    for y, (a, b) in enumerate(zip(old, lines, strict=True)) if a is not b]
         if regions:
             self.refresh(*regions)  # one call: each looks up the widget's size and screen
+
+    def _set_lines(self) -> list[Strip]:
+        """Draw the lines now; the strips no longer drawn are released (see :func:`lines.release`)."""
+        old = self._lines
+        self._lines = lines = self._compute_lines(self._width())
+        kept = {id(line) for line in lines}
+        release(line for line in old if id(line) not in kept)
+        return lines
 
     def _base(self) -> Style:
         """The widget's own colours (cached: computing them walks the DOM)."""
@@ -408,13 +415,13 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
                 parts = []
                 width = 0
                 for text, name in line:
-                    segment = segments.get((under, text, name))
-                    if segment is None:
+                    known = segments.get((under, text, name))
+                    if known is None:
                         base = self._base() + self._style(under) if under else self._base()
-                        segment = segments[(under, text, name)] = Segment(
-                            text, base + self._named(name) if name else base)
-                    parts.append(segment)
-                    width += cell_len(text)
+                        known = segments[(under, text, name)] = (
+                            Segment(text, base + self._named(name) if name else base), cell_len(text))
+                    parts.append(known[0])
+                    width += known[1]
                 strip = Strip(parts, width)
             self._strips[key] = strip
         return strip
@@ -497,7 +504,7 @@ class GpuPanel(SkipIdentityFilter, ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         if self._stale:
             self._stale = False
-            self._lines = self._compute_lines(self._width())
+            self._set_lines()
         width, top = self._frame or (self.size.width, int(self.scroll_offset.y))
         index = y + top
         if 0 <= index < len(self._lines):

@@ -8,13 +8,14 @@ the project notes). These helpers keep that drawing code short.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual.filter import ANSIToTruecolor, LineFilter
+from textual.geometry import Region
 from textual.strip import Strip
 
 from gputui.core.safe_text import clean
@@ -204,3 +205,59 @@ class SkipIdentityFilter:
         if plain:
             return [f for f in filters if not isinstance(f, ANSIToTruecolor)]
         return filters
+
+
+class DirectLines:
+    """Mixin for the Line-API widgets redrawn every poll: hand Textual's compositor the strips
+    ``render_line`` returns, without Textual's per-widget line pass in between.
+
+    That pass (``StylesCache``) adds borders, padding, outlines, tint, opacity and line filters
+    around each line, and wraps every changed line in a new :class:`Strip` (seven caches each,
+    and a theme lookup) even when none of them is set. Under full churn it was about a fifth of a
+    frame. These widgets set none of them; the check is made on every frame, so a user's CSS that
+    adds one, or an ANSI theme that needs the colour filter, is drawn by Textual's own pass. The
+    widget's own strips reach the compositor: a line that did not change is the same object as last
+    frame, and keeps what the compositor cached for it.
+    """
+
+    def _gputui_direct(self) -> bool:
+        widget = self
+        styles = widget.styles  # type: ignore[attr-defined]  # a mixin: the Widget it is mixed into has it
+        return (not widget.BLANK  # type: ignore[attr-defined]
+                and not any(styles.gutter)
+                and not any(edge for edge, _ in styles.outline)
+                and not styles.tint.a
+                and styles.text_opacity == 1.0
+                and not (styles.has_rule("hatch") and styles.hatch != "none")
+                and not widget.get_line_filters()  # type: ignore[attr-defined]
+                and widget.opacity == 1.0)  # type: ignore[attr-defined]
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        if not self._gputui_direct():
+            return super().render_lines(crop)  # type: ignore[misc]  # a mixin: the Widget it is mixed into has it
+        widget = self
+        render_line = widget.render_line  # type: ignore[attr-defined]
+        lines = [render_line(y) for y in crop.line_range]
+        # A line may stop where a scrollbar starts (the compositor then keeps it whole), never sooner.
+        need = widget.scrollable_content_region.width  # type: ignore[attr-defined]
+        for i, line in enumerate(lines):
+            if line.cell_length < need:
+                lines[i] = line.adjust_cell_length(need, widget.rich_style)  # type: ignore[attr-defined]
+        x1, x2 = crop.column_span
+        if x1 or x2 < self.size.width:  # type: ignore[attr-defined]
+            lines = [line.crop(x1, x2) for line in lines]
+        return lines
+
+
+def release(strips: Iterable[Strip]) -> None:
+    """Strips a widget no longer draws: drop the divisions Textual cached in them.
+
+    The compositor divides every line it draws at the widgets' edges, and a strip that needs no
+    cut caches ``[itself]`` as its division: a reference cycle, so the strip, its segments and its
+    seven caches were freed only by the garbage collector. Under full churn that was every
+    changed row and card line, every second (the collector's passes over them were ~9 % of the
+    dashboard's CPU). A released strip is freed as soon as the last reference to it goes; if it is
+    drawn again, Textual divides it again.
+    """
+    for strip in strips:
+        strip._divide_cache.clear()

@@ -1,10 +1,8 @@
 """The process table: a Line-API ScrollView of cached row strips, keyed by (GPU, PID).
 
-Why not DataTable: at 1 Hz a third of the rows change a cell or two, and
-``DataTable.update_cell`` re-renders whole regions (measured ~10x the cost of
-this widget). Here each row is one cached :class:`Strip` keyed by its formatted
-cells; a tick rebuilds only rows whose cells changed and refreshes only those
-lines when the order is unchanged.
+Why not DataTable: ``DataTable.update_cell`` re-renders whole regions (measured ~10x the cost
+of this widget). Here each row is one cached :class:`Strip` keyed by its formatted cells; a tick
+rebuilds only rows whose cells changed and refreshes only those lines when the order is unchanged.
 
 The cursor is a key, not a row number: it stays on the same process through
 every refresh, re-sort and filter. When its process exits, the cursor stays at
@@ -37,7 +35,16 @@ from gputui.core.model import Process, Snapshot
 from gputui.core.record import record
 from gputui.ui import format as fmt
 from gputui.ui import keys
-from gputui.ui.widgets.lines import CachedStyles, LineBuilder, SkipIdentityFilter, base_style, component_style
+from gputui.ui.widgets.lines import (
+    CachedStyles,
+    DirectLines,
+    LineBuilder,
+    SkipIdentityFilter,
+    base_style,
+    component_style,
+    release,
+)
+from gputui.ui.widgets.process_order import matches, sort_processes
 
 Key = tuple[int, int]
 Align = Literal["left", "right"]
@@ -74,60 +81,6 @@ MIN_COMMAND = 18
 CELL_CACHE_SIZE = 4096
 #: Cells between the marker and the command: "● " (stale) or "? " (not visible).
 MARKER_WIDTH = 2
-
-
-def sort_value(p: Process, column: str, now_ts: float):
-    """A comparable value for a column; None sorts last whichever the direction."""
-    if column == "gpu":
-        return (p.gpu_index, -1 if p.mig_device is None else p.mig_device)
-    if column == "pid":
-        return p.pid
-    if column == "user":
-        return (p.user or "").lower() or None
-    if column == "gpu_memory":
-        return p.gpu_memory
-    if column == "sm":
-        return p.sm_utilization
-    if column == "cpu":
-        return p.cpu_percent
-    if column == "host_memory":
-        return p.host_memory
-    if column == "uptime":
-        return None if p.started is None else now_ts - p.started.timestamp()
-    if column == "container":
-        if p.job is not None:
-            return f"job {p.job.id}"
-        return p.container.label.lower() if p.container else None
-    if column == "command":
-        return (p.command or "").lower() or None
-    raise KeyError(column)
-
-
-def sort_processes(procs: list[Process], column: str, descending: bool, now_ts: float) -> list[Process]:
-    """Stable multi-key order: the column, then GPU, then PID.
-
-    Ties are broken by fields that do not change from poll to poll, so rows do not
-    shuffle (and repaint) while only their numbers move."""
-    base = sorted(procs, key=lambda p: (p.gpu_index, p.pid))
-    present = [p for p in base if sort_value(p, column, now_ts) is not None]
-    missing = [p for p in base if sort_value(p, column, now_ts) is None]
-    present.sort(key=lambda p: sort_value(p, column, now_ts), reverse=descending)
-    return present + missing
-
-
-def matches(p: Process, text: str) -> bool:
-    """The filter box: case-insensitive substring of user, command, container, image, PID or MIG device (6:1)."""
-    if not text:
-        return True
-    needle = text.lower()
-    hay = [str(p.pid), p.user or "", p.command or ""]
-    if p.mig_label is not None:
-        hay.append(p.mig_label)  # "6:1" shows the processes of MIG device 1 of GPU 6
-    if p.container is not None:
-        hay += [p.container.label, p.container.image or "", p.container.id[:12]]
-    if p.job is not None:
-        hay += [p.job.label, p.job.name or ""]
-    return any(needle in h.lower() for h in hay)
 
 
 def process_cells(p: Process, snapshot_time) -> tuple[str, ...]:
@@ -185,8 +138,9 @@ def column_spans(width: int) -> tuple[tuple[int, int] | None, ...]:
     return tuple(spans)
 
 
-class ProcessHeader(CachedStyles, Widget):
-    """Column titles with the sort arrow, and a summary of what is shown."""
+class ProcessHeader(DirectLines, SkipIdentityFilter, CachedStyles, Widget):
+    """Column titles with the sort arrow, and a summary of what is shown (its strip kept while they and
+    the width are the same, and given to the compositor as it is: see :class:`DirectLines`)."""
 
     COMPONENT_CLASSES = {"process-header--title", "process-header--sorted", "process-header--summary"}
     DEFAULT_CSS = """
@@ -204,6 +158,11 @@ class ProcessHeader(CachedStyles, Widget):
         self.sort_column = "gpu"
         self.descending = False
         self.summary = ""
+        self._drawn: tuple[tuple, Strip] | None = None
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._drawn = None
 
     def set_state(self, sort_column: str, descending: bool, summary: str) -> None:
         if (sort_column, descending, summary) != (self.sort_column, self.descending, self.summary):
@@ -211,7 +170,14 @@ class ProcessHeader(CachedStyles, Widget):
             self.refresh()
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        key = (self.size.width, self.sort_column, self.descending, self.summary)
+        if self._drawn is None or self._drawn[0] != key:
+            if self._drawn is not None:
+                release((self._drawn[1],))
+            self._drawn = (key, self._draw(key[0]))
+        return self._drawn[1]
+
+    def _draw(self, width: int) -> Strip:
         title = component_style(self, "process-header--title")
         sorted_style = component_style(self, "process-header--sorted")
         summary_style = component_style(self, "process-header--summary")
@@ -235,7 +201,7 @@ class ProcessHeader(CachedStyles, Widget):
         return line.strip(width).apply_style(base_style(self))
 
 
-class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
+class ProcessTable(DirectLines, SkipIdentityFilter, ScrollView, can_focus=True):
     """GPU processes, one cached strip per row, cursor keyed by (GPU, PID)."""
 
     COMPONENT_CLASSES = {
@@ -331,7 +297,7 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._styles.clear()
-        self._strips.clear()
+        self._drop_strips()
         self._cell_cache.clear()
         self.refresh()
 
@@ -367,7 +333,9 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
                 changed[p.key] = old
         for gone in set(self._cells) - set(new_all):
             del self._cells[gone]
-            self._strips.pop(gone, None)
+            dropped = self._strips.pop(gone, None)
+            if dropped is not None:
+                release((dropped[1],))
         self._all = new_all
         self._reorder(changed)
 
@@ -431,8 +399,8 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
         else:
             # One refresh for every changed row in view (under churn, every row): a refresh per
             # row looked up the widget's size, offset and screen each time.
-            # Only the columns that changed: the rest of the row draws what it drew (Textual then
-            # composes, and the output layer compares, a few cells of the row instead of all of it).
+            # Only up to the last column that changed: Textual sends a refreshed line from its start,
+            # but stops at the region's end, so the output layer reads a few cells of the row, not all.
             top = int(self.scroll_offset.y)
             height, row_of, cells_of = self.size.height, self._row_of, self._cells
             spans = column_spans(width)
@@ -445,10 +413,9 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
                 if old is None or len(old) != len(new):
                     regions.append(Region(0, row - top, width, 1))
                     continue
-                moved = [span for span, a, b in zip(spans, old, new, strict=True) if a != b and span is not None]
-                if moved:
-                    x0 = min(a for a, _ in moved)
-                    regions.append(Region(x0, row - top, min(width, max(b for _, b in moved)) - x0, 1))
+                ends = [span[1] for span, a, b in zip(spans, old, new, strict=True) if a != b and span is not None]
+                if ends:
+                    regions.append(Region(0, row - top, min(width, max(ends)), 1))
             if regions:
                 self.refresh(*regions)
             if not rows:
@@ -533,21 +500,28 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
     def on_resize(self, event: events.Resize) -> None:
         if event.size.width != self._layout_width:
             self._layout_width = event.size.width
-            self._strips.clear()
+            self._drop_strips()
             self.virtual_size = Size(event.size.width, len(self.rows))
             self.refresh()
+
+    def _drop_strips(self) -> None:
+        release(strip for _, strip in self._strips.values())
+        self._strips.clear()
 
     def _user_style(self, user: str) -> Style:
         return self._style(f"user-{zlib.crc32(user.encode()) % 6}")
 
-    def _row_strip(self, p: Process, cursor: bool, width: int) -> Strip:
+    def _row_strip(self, p: Process, cursor: bool, width: int, cut: int) -> Strip:
+        """A row laid out at ``width``, drawn up to ``cut`` (where a scrollbar starts: see DirectLines)."""
         cells = self._cells[p.key]
         focused = self.has_focus
-        signature = (cells, cursor, cursor and focused, width)
+        signature = (cells, cursor, cursor and focused, width, cut)
         cached = self._strips.get(p.key)
-        if cached is not None and cached[0] == signature:
-            return cached[1]
-        strip = self._draw_row(p, cells, width, cursor, focused)
+        if cached is not None:
+            if cached[0] == signature:
+                return cached[1]
+            release((cached[1],))
+        strip = self._draw_row(p, cells, width, cursor, focused, cut)
         self._strips[p.key] = (signature, strip)
         return strip
 
@@ -596,7 +570,7 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
             self._cell(line, p, c, cells[_INDEX[c.id]], cells[-1], command_w)
         return line
 
-    def _plain_row(self, p: Process, cells: tuple[str, ...], width: int, base: Style) -> Strip | None:
+    def _plain_row(self, p: Process, cells: tuple[str, ...], width: int, base: Style, cut: int) -> Strip | None:
         """A row without the cursor, from cached cells already over the widget's colours.
 
         The same segments as building the row and then styling it; but a poll changes a cell
@@ -629,47 +603,54 @@ class ProcessTable(SkipIdentityFilter, ScrollView, can_focus=True):
             used += hit[1]
         if used > width:
             return None
-        if used < width:
+        if used < cut:
             if styles and styles[-1] is base:
-                texts[-1] += " " * (width - used)
+                texts[-1] += " " * (cut - used)
             else:
-                texts.append(" " * (width - used))
+                texts.append(" " * (cut - used))
                 styles.append(base)
-        return Strip([Segment(t, st) for t, st in zip(texts, styles, strict=True)], width)
+        strip = Strip([Segment(t, st) for t, st in zip(texts, styles, strict=True)], max(used, cut))
+        return strip if used <= cut else strip.crop(0, cut)
 
-    def _draw_row(self, p: Process, cells: tuple[str, ...], width: int, cursor: bool, focused: bool) -> Strip:
+    def _draw_row(self, p: Process, cells: tuple[str, ...], width: int, cursor: bool, focused: bool,
+                  cut: int) -> Strip:
         base = self._base()
         if not cursor:
-            strip = self._plain_row(p, cells, width, base)
+            strip = self._plain_row(p, cells, width, base, cut)
             if strip is not None:
                 return strip
         strip = self._row_builder(p, cells, width).strip(width)
+        if cut < width:
+            strip = strip.crop(0, cut)
         s = self._style
         if cursor and focused:
             # The focused cursor's colours win over the cells' own colours: one solid bar.
             over = s("cursor")
-            return Strip([seg._replace(style=base + (seg.style or Style()) + over) for seg in strip], width)
+            return Strip([seg._replace(style=base + (seg.style or Style()) + over) for seg in strip], strip.cell_length)
         if cursor:
             return strip.apply_style(base + s("cursor-blurred"))
         return strip.apply_style(base)
 
-    #: (width, scroll row) while Textual draws a batch of lines (see ``render_lines``), else None.
-    _frame: tuple[int, int] | None = None
+    #: (width, scroll row, width left of any scrollbar) while Textual draws a frame's lines, else None.
+    _frame: tuple[int, int, int] | None = None
+
+    def _geometry(self) -> tuple[int, int, int]:
+        return self.size.width, int(self.scroll_offset.y), min(self.size.width, self.scrollable_content_region.width)
 
     def render_lines(self, crop: Region) -> list[Strip]:
         # Textual asks for every changed line of a frame in one call: the width and the scroll
         # row are looked up once for all of them (each lookup walks the widget's geometry).
-        self._frame = (self.size.width, int(self.scroll_offset.y))
+        self._frame = self._geometry()
         try:
             return super().render_lines(crop)
         finally:
             self._frame = None
 
     def render_line(self, y: int) -> Strip:
-        width, top = self._frame or (self.size.width, int(self.scroll_offset.y))
+        width, top, cut = self._frame or self._geometry()
         row = y + top
         if 0 <= row < len(self.rows):
-            return self._row_strip(self.rows[row], row == self._cursor_row, width)
+            return self._row_strip(self.rows[row], row == self._cursor_row, width, cut)
         if row == 0 and not self.rows:
             return self._empty_line(width)
         return Strip.blank(width, self.rich_style)

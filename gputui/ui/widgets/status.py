@@ -19,7 +19,15 @@ from gputui.core.judges.text import invisible_phrase
 from gputui.core.model import Imbalance, Process, Snapshot
 from gputui.core.record import record
 from gputui.ui import format as fmt
-from gputui.ui.widgets.lines import CachedStyles, LineBuilder, SkipIdentityFilter, base_style, component_style
+from gputui.ui.widgets.lines import (
+    CachedStyles,
+    DirectLines,
+    LineBuilder,
+    SkipIdentityFilter,
+    base_style,
+    component_style,
+    release,
+)
 
 
 @record
@@ -58,22 +66,30 @@ def snapshot_warnings(snapshot: Snapshot | None, status: PollStatus) -> list[str
     return out
 
 
-class _OneLine(SkipIdentityFilter, CachedStyles, Widget):
+class _OneLine(DirectLines, SkipIdentityFilter, CachedStyles, Widget):
     """A one-line Line-API widget whose strip is drawn once and kept until its content,
     its width or the theme changes (subclasses draw it in ``_draw`` and drop
     ``_strip`` when what they show changes). The status line changes every poll (its clock)
     and the selection bar with the cursor: Textual's ANSI-to-truecolor filter is left out
-    while it would change nothing (see :class:`SkipIdentityFilter`)."""
+    while it would change nothing (see :class:`SkipIdentityFilter`), and the strip goes to the
+    compositor as it is (see :class:`DirectLines`)."""
 
     _strip: Strip | None = None
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        self._strip = None
+        self._drop()
+
+    def _drop(self) -> None:
+        """What the line shows changed: draw it again when it is next drawn."""
+        if self._strip is not None:
+            release((self._strip,))
+            self._strip = None
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         if self._strip is None or self._strip.cell_length != width:
+            self._drop()
             self._strip = self._draw(width)
         return self._strip
 
@@ -122,7 +138,7 @@ class StatusLine(_OneLine):
         if key != self._key:
             self._key = key
             self.snapshot, self.status = snapshot, status
-            self._strip = None
+            self._drop()
             self.refresh()
 
     def _draw(self, width: int) -> Strip:
@@ -211,7 +227,7 @@ class SelectionBar(_OneLine):
     def show(self, process: Process | None) -> None:
         if self._shown(process) != self._shown(self.process):
             self.process = process
-            self._strip = None
+            self._drop()
             self.refresh()
         else:
             self.process = process
