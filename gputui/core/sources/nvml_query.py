@@ -145,6 +145,18 @@ RUNNING = {
 }
 
 
+def kept_out(dev: Device, name: str, kind: Any) -> tuple[Any, Any]:
+    """The out-parameter of type ``kind`` kept per device under ``name``, with its pointer (made once:
+    a per-poll getter writes into the same ctypes object every call)."""
+    kept = dev.outs.get(name)
+    if kept is None:
+        value = kind()
+        if kind is MemoryV2:
+            value.version = MEMORY_V2
+        kept = dev.outs[name] = (value, ctypes.byref(value))
+    return kept
+
+
 class NvmlQueries:
     """The query rules of one source: the bound pynvml module, the C functions found, the struct
     versions probed, and the functions the driver lacks. Not thread-safe: the source's lock."""
@@ -276,10 +288,7 @@ class NvmlQueries:
 
     def kept_u64(self, dev: Device, name: str) -> int:
         """:meth:`u64` into an out-parameter kept per device (a per-poll getter); raises NVMLError."""
-        kept = dev.outs.get(name)
-        if kept is None:
-            value = ctypes.c_ulonglong()
-            kept = dev.outs[name] = (value, ctypes.byref(value))
+        kept = kept_out(dev, name, ctypes.c_ulonglong)
         ret = self.function(name)(dev.handle, kept[1])
         if ret != SUCCESS:
             raise self.nv.NVMLError(ret)
@@ -301,12 +310,7 @@ class NvmlQueries:
         as :meth:`get` does. Raises Lost."""
         if name in dev.unsupported:
             return None
-        kept = dev.outs.get(name)
-        if kept is None:
-            value = kind()
-            if kind is MemoryV2:
-                value.version = MEMORY_V2
-            kept = dev.outs[name] = (value, ctypes.byref(value))
+        kept = kept_out(dev, name, kind)
         try:
             ret = self.function(function)(dev.handle, *args, kept[1])
         except self.nv.NVMLError as exc:  # the driver lacks the function
@@ -340,12 +344,7 @@ class NvmlQueries:
 
         def call(name: str) -> tuple[int, int, int | None]:
             v2 = name == "nvmlDeviceGetMemoryInfo_v2"
-            kept = dev.outs.get(name)
-            if kept is None:
-                value = MemoryV2() if v2 else MemoryV1()
-                if v2:
-                    value.version = MEMORY_V2
-                kept = dev.outs[name] = (value, ctypes.byref(value))
+            kept = kept_out(dev, name, MemoryV2 if v2 else MemoryV1)
             ret = self.function(name)(dev.handle, kept[1])
             if ret != SUCCESS:
                 raise nv.NVMLError(ret)
@@ -366,10 +365,7 @@ class NvmlQueries:
         size = ctypes.sizeof(struct)
         key = name  # one struct per function (RUNNING)
         buf = dev.buffers.get(key)
-        kept = dev.outs.get(key)  # the count in/out parameter, kept like the buffer
-        if kept is None:
-            value = ctypes.c_uint()
-            kept = dev.outs[key] = (value, ctypes.byref(value))
+        kept = kept_out(dev, key, ctypes.c_uint)  # the count in/out parameter, kept like the buffer
         count = kept[0]
         for _ in range(4):
             if buf is None:
@@ -417,10 +413,7 @@ class NvmlQueries:
             fn = self.function("nvmlDeviceGetProcessUtilization")
             struct = UtilizationSample
             buf: Any = dev.buffers.get(name)  # a ctypes array of samples
-            kept = dev.outs.get(name)  # the count in/out parameter, kept like the buffer
-            if kept is None:
-                value = ctypes.c_uint()
-                kept = dev.outs[name] = (value, ctypes.byref(value))
+            kept = kept_out(dev, name, ctypes.c_uint)  # the count in/out parameter, kept like the buffer
             count = kept[0]
             for _ in range(4):
                 if buf is None:

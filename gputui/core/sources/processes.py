@@ -97,6 +97,7 @@ from gputui.core.sources.procfs import (
     psutil_exe,
     read_all,
     read_small,
+    unwatch_pidfd,
 )
 
 __all__ = ["INIT_PID_NS_INODE", "HostProcessSource", "exe_base_name", "ns_inode", "proc_shows_host_pids"]
@@ -540,14 +541,7 @@ class HostProcessSource:
             return
         st.pidfd = None
         self._watched.pop(fd, None)
-        try:
-            self._watch.unregister(fd)
-        except (KeyError, ValueError):
-            pass
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+        unwatch_pidfd(self._watch, fd)
         self._pinned -= 1
 
     def close(self) -> None:

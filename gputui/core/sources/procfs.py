@@ -172,15 +172,20 @@ class ParentWatch:
         if fd is None:
             return False
         self._pids.pop(fd, None)
-        try:
-            self._poll.unregister(fd)
-        except (KeyError, ValueError):
-            pass
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+        unwatch_pidfd(self._poll, fd)
         return True
+
+
+def unwatch_pidfd(poller: Any, fd: int) -> None:
+    """Take a pidfd out of ``poller`` (a ``select.poll``) and close it; either may already be done."""
+    try:
+        poller.unregister(fd)
+    except (KeyError, ValueError):
+        pass
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def exe_base_name(base: str, comm: bytes) -> str:
