@@ -44,6 +44,7 @@ from gputui.core.fleet.history_host import HostHistory as HostHistory
 from gputui.core.fleet.history_host import host_range_queries as host_range_queries
 from gputui.core.fleet.history_host import host_selector as host_selector
 from gputui.core.fleet.history_host import per_gpu
+from gputui.core.fleet.live_memory import Kept
 from gputui.core.fleet.model import (
     ContainerFinding,
     FleetAlert,
@@ -576,6 +577,8 @@ class FleetReader:
         self.summary: Callable[[FleetReader, float], FleetSnapshot] | None = None
         self.detail: tuple[str, str] | None = None
         self.words = False
+        #: What the live screen's last refresh keeps for the next (made by ``read_summary``).
+        self.kept: Kept | None = None
 
     def run_queries(self, queries: Sequence[str], at: float) -> list[list[Sample]]:
         if not self.parallel:

@@ -31,7 +31,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
 from gputui.core import metric_names
-from gputui.core.fleet.model import BUSY_UTILIZATION, FleetHost, FleetSnapshot, HostSummary
+from gputui.core.fleet.live_memory import Figures, Groups, Kept
+from gputui.core.fleet.model import BUSY_UTILIZATION, FleetSnapshot, HostSummary
 from gputui.core.fleet.prom import Sample
 from gputui.core.fleet.queries import (
     DCGM_GPU_METRICS,
@@ -140,10 +141,6 @@ def detail_query(key: tuple[str, str]) -> str | None:
             f'max by (__name__, {_BY}, gpu, UUID, modelName) ({{__name__=~"{"|".join(DCGM_GPU_METRICS)}",{where}}})')
 
 
-#: Per host: figure -> value, and GPU models.
-Figures = tuple[dict[tuple[str, str], dict[str, float]], dict[tuple[str, str], list[str]]]
-
-
 def parse_figures(samples: Sequence[Sample], dcgm: list[Sample] | None = None) -> Figures:
     """Summary series as per-host figures (a GPU model's series adds its count to ``gpus``);
     dcgm-exporter GPU series go to ``dcgm``."""
@@ -243,9 +240,6 @@ def _changed_only(expr: str, instances: Iterable[str]) -> str:
     return f'({expr}) and on ({_BY}) {{__name__=~"{_HOST_INFO}|{_DCGM_FB_USED}",instance=~{_quote(pattern)}}}'
 
 
-Groups = dict[tuple[str, str] | None, list[Sample]]
-
-
 def _by_host(samples: Iterable[Sample]) -> Groups:
     out: Groups = {}
     for s in samples:
@@ -286,15 +280,18 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
     is asked for, the last snapshot stands."""
     import time
 
+    if reader.kept is None:
+        reader.kept = Kept()
+    kept = reader.kept
     up, seen = reader.run_queries((Q_UP, Q_HOSTS), now)
     stamps = _stamps(up, seen)
-    before: dict[object, object] = getattr(reader, "_stamps", {})
+    before = kept.stamps
     changed = {k for k in stamps.keys() | before.keys() if stamps.get(k) != before.get(k)}
     instances = {_instance(c) for c in changed}
-    groups: tuple[Groups, Groups] | None = getattr(reader, "_groups", None)
+    groups = kept.groups
     stale = time.monotonic() - reader._static_at >= STATIC_TTL
     detail = detail_query(reader.detail) if reader.detail is not None else None
-    last: FleetSnapshot | None = getattr(reader, "_last_snapshot", None)
+    last = kept.last
     if (groups is not None and last is not None and not changed and not stale and detail is None
             and not reader.words):
         return replace(last, time=datetime.fromtimestamp(now, timezone.utc), queries=2)
@@ -322,8 +319,7 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
                 del mine[k]  # scraped again: what it sends now replaces all it sent
             mine.update(new)
     assert groups is not None
-    reader._groups = groups  # type: ignore[attr-defined]
-    reader._stamps = stamps  # type: ignore[attr-defined]
+    kept.groups, kept.stamps = groups, stamps
     static = rest.pop(0) if stale else None
     detailed = rest.pop(0) if detail is not None else None
     processes = rest.pop(0) if reader.words else None
@@ -334,7 +330,7 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
         sent += 1
     if static is not None:
         reader._static = static
-        reader._static_figures = parse_figures(static)  # type: ignore[attr-defined]
+        kept.static_figures = parse_figures(static)
         reader._static_at = time.monotonic()
         reader._static_targets = {target_key(s.labels) for s in (*static, *up)} - {None}  # type: ignore[assignment]
     live = [s for group in groups[0].values() for s in group]
@@ -342,10 +338,10 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
     snap = None
     if not full and static is None and processes is None and last is not None:
         snap = _rebuild_some(reader.client.url, now, last, instances, up, seen, groups, sent,
-                             getattr(reader, "_static_figures", ({}, {})))
+                             kept.static_figures)
     if snap is None:
         problems = Problems()
-        per_host, dcgm = summaries(live, getattr(reader, "_static_figures", ({}, {})), problems)
+        per_host, dcgm = summaries(live, kept.static_figures, problems)
         if processes is not None:
             for k, words in _words(processes, problems).items():
                 if k in per_host:
@@ -354,8 +350,8 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
                            problems=problems)
     if detailed is not None and reader.detail is not None:
         snap = _with_detail(snap, reader.detail, up, seen, detailed, state, now)
-    snap = _reuse(reader, snap)
-    reader._last_snapshot = snap  # type: ignore[attr-defined]
+    snap = _reuse(kept, snap)
+    kept.last = snap
     return snap
 
 
@@ -386,10 +382,10 @@ def _rebuild_some(url: str, now: float, last: FleetSnapshot, instances: set[str 
     return replace(last, time=some.time, hosts=tuple(hosts), queries=sent)
 
 
-def _reuse(reader: FleetReader, snap: FleetSnapshot) -> FleetSnapshot:
+def _reuse(kept: Kept, snap: FleetSnapshot) -> FleetSnapshot:
     """``snap`` with every host equal to the previous refresh's being that same object: the screen
     redraws a row only when its host is another object (most are the same between two refreshes)."""
-    previous: dict[tuple[str, str], FleetHost] = getattr(reader, "_previous_hosts", {})
+    previous = kept.hosts
     hosts = []
     for h in snap.hosts:
         old = previous.get(h.key)
@@ -397,7 +393,7 @@ def _reuse(reader: FleetReader, snap: FleetSnapshot) -> FleetSnapshot:
                                              and replace(h, last_seen=old.last_seen) == old)):
             h = old  # an up host's newest sample time is not drawn: a new one alone changes nothing
         hosts.append(h)
-    reader._previous_hosts = {h.key: h for h in hosts}  # type: ignore[attr-defined]
+    kept.hosts = {h.key: h for h in hosts}
     return replace(snap, hosts=tuple(hosts))
 
 
