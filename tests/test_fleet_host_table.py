@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable
 
-from gputui.ui.widgets.host_table import HostTable
+from gputui.ui.screens.fleet import HostTable
 
 pytestmark = pytest.mark.functional
 
@@ -78,3 +78,104 @@ async def test_the_host_list_draws_every_line_as_datatable_draws_it(width):
         for focus in (True, False):
             a, b = await _pictures(pilot, app, focus)
             _same(a, b, cut=mine.scroll_x < mine.max_scroll_x)
+
+
+# -- the fleet screen's list through refreshes ------------------------------------------------
+class _Swappable:
+    """The fleet app over a reader whose next snapshot a test sets."""
+
+    def __init__(self, memory: dict[str, int]) -> None:
+        from gputui.core.config import Settings
+        from gputui.core.fleet.prom import PromClient
+        from gputui.core.fleet.queries import FleetReader
+        from gputui.ui.fleet_app import make_fleet_app
+
+        self.snap = self.build(memory)
+        outer = self
+
+        class Reader(FleetReader):
+            def read(self):
+                return outer.snap
+
+        self.app = make_fleet_app(Reader(PromClient("http://127.0.0.1:9")), Settings(interval=600.0))
+
+    @staticmethod
+    def build(memory: dict[str, int]):
+        """Hosts by name, each with its GPUs' memory used in GiB (two GPUs of 80 GiB)."""
+        from gputui.core.fleet.prom import Sample
+        from gputui.core.fleet.queries import build_fleet
+        from tests.test_fleet_model import NOW, gputui_host, up
+
+        names = sorted(memory)
+        samples = []
+        for i, name in enumerate(names):
+            for x in gputui_host(f"h{i}:1", name):
+                if x.labels["__name__"] == "gputui_gpu_memory_used_bytes":
+                    x = Sample(x.labels, memory[name] * 1024**3)
+                samples.append(x)
+        return build_fleet("http://p", NOW, [up(f"h{i}:1") for i in range(len(names))], [], samples, [], [])
+
+    async def show(self, pilot, memory: dict[str, int]) -> None:
+        """Refresh with these figures and wait until the screen has them."""
+        self.snap = self.build(memory)
+        self.app.refresh_now()
+        await until(pilot, lambda: self.app.snapshot is self.snap, "the refresh")
+        await pilot.pause()
+        await pilot.pause()
+
+
+async def until(pilot, predicate, what: str, tries: int = 400) -> None:
+    for _ in range(tries):
+        if predicate():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"{what} did not happen")
+
+
+def _row_text(table: HostTable, name: str) -> str:
+    """The line the host list draws for host ``name``, as the terminal shows it."""
+    lines = [table.render_line(y).text for y in range(table.size.height)]
+    return next(line for line in lines if line.strip().startswith(name))
+
+
+async def test_a_host_hidden_by_the_filter_while_it_changed_comes_back_with_its_new_figures():
+    fleet = _Swappable({"node-a": 10, "node-b": 10, "node-c": 10})
+    async with fleet.app.run_test(size=(120, 20)) as pilot:
+        table = fleet.app.screen.query_one("#fleet-hosts", HostTable)
+        await until(pilot, lambda: table.row_count == 3, "three hosts")
+        await pilot.press("down")  # the cursor on node-b: node-a is drawn as a plain row
+        await pilot.pause()
+        assert "20.0/160.0 GiB" in _row_text(table, "node-a")
+        await pilot.press("slash", *"node-b", "enter")
+        await until(pilot, lambda: table.row_count == 1, "the filter")
+        await fleet.show(pilot, {"node-a": 30, "node-b": 10, "node-c": 10})  # node-a changes, hidden
+        await pilot.press("escape")
+        await until(pilot, lambda: table.row_count == 3, "the filter cleared")
+        await pilot.pause()
+        assert "60.0/160.0 GiB" in _row_text(table, "node-a"), _row_text(table, "node-a")
+
+
+async def test_a_refresh_builds_the_changed_hosts_line_only_and_a_key_the_two_the_cursor_crosses():
+    """The cache's keys are no wider than what a line draws: Textual asks for every line of the list
+    at each frame, and a line built again is a row drawn again (a guard: a key that took in the
+    table's count of changes, as DataTable's do, builds every visible line after each refresh)."""
+    fleet = _Swappable({f"node-{i:02d}": 10 for i in range(30)})
+    async with fleet.app.run_test(size=(120, 24)) as pilot:
+        table = fleet.app.screen.query_one("#fleet-hosts", HostTable)
+        await until(pilot, lambda: table.row_count == 30, "thirty hosts")
+        await pilot.pause()
+        built: list[int] = []
+        draw = table._draw
+
+        def counted(row, *args):
+            built.append(row)
+            return draw(row, *args)
+
+        table._draw = counted  # type: ignore[method-assign]
+        await fleet.show(pilot, {**{f"node-{i:02d}": 10 for i in range(30)}, "node-05": 30})
+        assert "60.0/160.0 GiB" in _row_text(table, "node-05")
+        assert built == [5]  # the row of node-05
+        built.clear()
+        await pilot.press("down")
+        await pilot.pause()
+        assert sorted(built) == [0, 1]  # the row the cursor left, the row it entered
