@@ -179,3 +179,26 @@ async def test_a_refresh_builds_the_changed_hosts_line_only_and_a_key_the_two_th
         await pilot.press("down")
         await pilot.pause()
         assert sorted(built) == [0, 1]  # the row the cursor left, the row it entered
+
+
+async def test_scrolling_through_many_hosts_keeps_a_bounded_number_of_lines():
+    from gputui.ui.widgets.host_table import LINES_KEPT
+
+    class _Hosts(App):
+        def compose(self) -> ComposeResult:
+            yield HostTable(cursor_type="row", zebra_stripes=True)
+
+    app = _Hosts()
+    async with app.run_test(size=(100, 40)) as pilot:
+        table = app.query_one(HostTable)
+        table.add_column("Host")
+        for n in range(1500):
+            table.add_row(Text(f"host-{n:04d}"), key=str(n))
+        table.focus()
+        await pilot.pause()
+        for _ in range(1500 // 30):
+            await pilot.press("pagedown")
+        await pilot.pause()
+        assert table.cursor_row == 1499
+        assert len(table._lines) <= LINES_KEPT + table.size.height
+        assert "host-1499" in "".join(table.render_line(y).text for y in range(table.size.height))

@@ -36,6 +36,35 @@ from gputui.ui.widgets.lines import release
 _Pieces = tuple[tuple[str, Style | None], ...]
 #: Cells' pieces kept (by cell and width) before the cache starts over.
 CELL_CACHE_SIZE = 8192
+#: Row lines kept before those out of view are dropped.
+LINES_KEPT = 400
+
+
+class _Frame:
+    """What every line of one frame shares, looked up once per frame."""
+
+    __slots__ = ("width", "scroll_x", "top", "widths", "cut", "hover", "cursor", "styles", "keys", "in_order",
+                 "first_row", "blank", "looks")
+
+    def __init__(self, table: HostTable) -> None:
+        self.width = table.size.width
+        self.scroll_x, scroll_y = table.scroll_offset
+        self.top = round(scroll_y)
+        columns = table.ordered_columns
+        self.widths = tuple(column.get_render_width(table) for column in columns)
+        self.cut = self.scroll_x < table.max_scroll_x
+        self.hover = table.hover_coordinate.row if table._show_hover_cursor and table.show_cursor else None
+        self.cursor = table.cursor_coordinate.row if table.show_cursor else None
+        base = table.rich_style
+        self.styles = (table._style_epoch, base, table._pseudo_class_state)
+        self.keys = tuple(column.key for column in columns)
+        #: a row's cells are its data's values in order (the columns were added in this order)
+        self.in_order = self.keys == tuple(table.columns)
+        #: the screen line of the first row
+        self.first_row = 1 if table.show_header else 0
+        self.blank = Strip.blank(self.width, base)
+        #: (heading, cursor, hover) -> the styles a line of that kind is drawn in
+        self.looks: dict[tuple[bool, bool, bool, int], tuple[Style, Style, Style]] = {}
 
 
 class HostTable(DataTable[Text]):
@@ -58,7 +87,7 @@ class HostTable(DataTable[Text]):
         #: bumped when the styles change (theme, focus): every line drawn before is stale
         self._style_epoch = 0
         #: what every line of one frame shares, looked up once per frame (None outside a frame)
-        self._frame: tuple[Any, ...] | None = None
+        self._frame: _Frame | None = None
         #: a row taller than one line was added: DataTable draws and places every row
         self._tall = False
 
@@ -138,13 +167,15 @@ class HostTable(DataTable[Text]):
         self._pseudo_class_state = self.get_pseudo_class_state()
         if not self._direct():
             return super().render_lines(crop)
-        self._frame = self._frame_state()
+        self._frame = frame = self._frame_state()
         try:
             filters = tuple(self.get_line_filters())
             background = self.background_colors[1]
             lines = [self._filtered(y, filters, background) for y in crop.line_range]
         finally:
             self._frame = None
+        if len(self._lines) > LINES_KEPT:
+            self._forget_hidden(frame.top, self.size.height)
         need = self.scrollable_content_region.width  # a line may stop where a scrollbar starts, never sooner
         for i, line in enumerate(lines):
             if line.cell_length < need:
@@ -160,16 +191,15 @@ class HostTable(DataTable[Text]):
         frame = self._frame or self._frame_state()
         return self._line(y, frame)[0]
 
-    def _frame_state(self) -> tuple[Any, ...]:
-        """What every line of a frame depends on besides its own row."""
-        width = self.size.width
-        scroll_x, scroll_y = self.scroll_offset
-        widths = tuple(column.get_render_width(self) for column in self.ordered_columns)
-        cut = scroll_x < self.max_scroll_x
-        hover = self.hover_coordinate.row if self._show_hover_cursor and self.show_cursor else None
-        cursor = self.cursor_coordinate.row if self.show_cursor else None
-        styles = (self._style_epoch, self.rich_style, self._pseudo_class_state)
-        return width, scroll_x, scroll_y, widths, cut, hover, cursor, styles
+    def _forget_hidden(self, top: int, height: int) -> None:
+        """Drop the lines of rows out of view (scrolling through 2,000 hosts would keep them all)."""
+        shown = range(top, top + height)
+        hidden = [key for key, (sig, _, _) in self._lines.items() if sig[1] not in shown]
+        for key in hidden:
+            release(self._lines.pop(key)[1:])
+
+    def _frame_state(self) -> _Frame:
+        return _Frame(self)
 
     def _filtered(self, y: int, filters: tuple[Any, ...], background: Any) -> Strip:
         frame = self._frame
@@ -194,31 +224,32 @@ class HostTable(DataTable[Text]):
                 self._lines[entry_key] = entry
         return filtered
 
-    def _line(self, y: int, frame: tuple[Any, ...]
+    def _line(self, y: int, frame: _Frame
               ) -> tuple[Strip, RowKey | None, tuple[tuple[object, ...], Strip, Strip] | None]:
         """The line at screen row ``y``: (line, its row key (None: the heading), its cache entry)."""
-        width, scroll_x, scroll_y, widths, cut, hover, cursor, styles = frame
-        if y == 0 and self.show_header:
+        if y < frame.first_row:
             row, key = -1, None
             cells: tuple[object, ...] = tuple(column.label for column in self.ordered_columns)
             entry = self._heading
         else:
-            row = y + round(scroll_y) - (1 if self.show_header else 0)
-            if not 0 <= row < len(self._data):
-                return Strip.blank(width, self.rich_style), None, None
-            found = self._row_locations.get_key(row)
+            row = y + frame.top - frame.first_row
+            found = self._row_locations.get_key(row) if 0 <= row < len(self._data) else None
             if found is None:
-                return Strip.blank(width, self.rich_style), None, None
+                return frame.blank, None, None
             key = found
             data = self._data[key]
-            cells = tuple(data.get(column.key) for column in self.ordered_columns)
+            if frame.in_order and len(data) == len(frame.keys):
+                cells = tuple(data.values())
+            else:
+                cells = tuple(data.get(k) for k in frame.keys)
             entry = self._lines.get(key)
-        sig = (cells, row, row == cursor, row == hover, widths, width, scroll_x, cut, styles)
+        sig = (cells, row, row == frame.cursor, row == frame.hover, frame.widths, frame.width, frame.scroll_x,
+               frame.cut, frame.styles)
         if entry is not None and entry[0][:-1] == sig:
             return entry[1], key, entry
         if entry is not None:
             release(entry[1:])
-        strip = self._draw(row, cells, widths, width, scroll_x, cut, row == cursor, row == hover)
+        strip = self._draw(row, cells, frame)
         entry = ((*sig, None), strip, strip)
         if key is None:
             self._heading = entry
@@ -226,35 +257,44 @@ class HostTable(DataTable[Text]):
             self._lines[key] = entry
         return strip, key, entry
 
-    def _draw(self, row: int, cells: tuple[object, ...], widths: tuple[int, ...], width: int, scroll_x: int,
-              cut: bool, cursor: bool, hover: bool) -> Strip:
+    def _look(self, row: int, frame: _Frame) -> tuple[Style, Style, Style]:
+        """(the cells' style, the style over their own, the style right of the last column) of a row."""
+        heading, cursor, hover = row == -1, row == frame.cursor, row == frame.hover
+        kind = (heading, cursor, hover, -1 if heading or not self.zebra_stripes else row % 2)
+        look = frame.looks.get(kind)
+        if look is None:
+            row_style = self._get_row_style(row, frame.styles[1])
+            component, post = self._get_styles_to_render_cell(
+                heading, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor,
+                self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
+            extend, _ = self._get_styles_to_render_cell(
+                heading, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor, False, False)
+            look = frame.looks[kind] = (row_style + component, post, row_style + extend)
+        return look
+
+    def _draw(self, row: int, cells: tuple[object, ...], frame: _Frame) -> Strip:
         """One row's line, as DataTable draws it: each cell padded by a space each side in the row's
         style (zebra stripe or heading), the cursor's colours over the cells' own, the row's style
         to the right edge; then cropped at the horizontal scroll, "…" at the end when cut."""
-        heading = row == -1
-        base = self.rich_style
-        row_style = self._get_row_style(row, base)
-        component, post = self._get_styles_to_render_cell(
-            heading, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor,
-            self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
-        pre = row_style + component
+        pre, post, extend = self._look(row, frame)
+        width, widths = frame.width, frame.widths
         segments: list[Segment] = []
         pad = self.cell_padding
+        gap = " " * pad
         for column, (cell, w) in enumerate(zip(cells, widths, strict=True)):
             style = pre + Style.from_meta({"row": row, "column": column})
+            plain = style + post
             if pad:
-                segments.append(Segment(" " * pad, style + post))
+                segments.append(Segment(gap, plain))
             for text, own in self._cell_pieces(cell, w - 2 * pad):
-                segments.append(Segment(text, style + own + post if own is not None else style + post))
+                segments.append(Segment(text, style + own + post if own is not None else plain))
             if pad:
-                segments.append(Segment(" " * pad, style + post))
-        extend, _ = self._get_styles_to_render_cell(
-            heading, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor, False, False)
-        used = sum(widths)
-        segments.append(Segment(" " * max(0, width - used),
-                                row_style + extend + Style.from_meta({"row": row, "column": 0, "out_of_bounds": True})))
-        strip = Strip(segments).crop(scroll_x, scroll_x + width).adjust_cell_length(width, base).simplify()
-        if cut and width > 1 and strip.text.strip():
+                segments.append(Segment(gap, plain))
+        segments.append(Segment(" " * max(0, width - sum(widths)),
+                                extend + Style.from_meta({"row": row, "column": 0, "out_of_bounds": True})))
+        strip = Strip(segments).crop(frame.scroll_x, frame.scroll_x + width).adjust_cell_length(
+            width, frame.styles[1]).simplify()
+        if frame.cut and width > 1 and strip.text.strip():
             last = list(strip.crop(width - 1, width))
             strip = Strip([*strip.crop(0, width - 1), Segment("…", last[-1].style if last else None)], width)
         return strip
