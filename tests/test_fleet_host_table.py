@@ -148,6 +148,9 @@ async def test_a_host_hidden_by_the_filter_while_it_changed_comes_back_with_its_
         assert "20.0/160.0 GiB" in _row_text(table, "node-a")
         await pilot.press("slash", *"node-b", "enter")
         await until(pilot, lambda: table.row_count == 1, "the filter")
+        await pilot.pause()
+        drawn = fleet.app.screen.query_one("#fleet-summary").render_line(0).text
+        assert "filter 'node-b': 1 shown" in drawn, drawn  # the summary line says so (drawn, not laid out again)
         await fleet.show(pilot, {"node-a": 30, "node-b": 10, "node-c": 10})  # node-a changes, hidden
         await pilot.press("escape")
         await until(pilot, lambda: table.row_count == 3, "the filter cleared")

@@ -35,7 +35,7 @@ class FleetScreen(Screen[None]):
     FleetScreen { layout: vertical; }
     #fleet-banner { height: auto; background: $error 30%; padding: 0 1; display: none; }
     #fleet-banner.-shown { display: block; }
-    #fleet-summary { height: 1; padding: 0 1; }
+    #fleet-summary { height: 1; width: 1fr; padding: 0 1; }
     #fleet-hosts { height: 1fr; }
     #fleet-filter { display: none; height: 3; }
     #fleet-filter.-shown { display: block; }
@@ -121,11 +121,12 @@ class FleetScreen(Screen[None]):
             else:
                 self._update_cells(table, order, cells)
             self._order, self._cells = order, cells
-            # Static.update lays the screen out again: only when the text changed
+            # only when the text changed; one line whatever it says, so the screen is not laid out again
+            # (a layout redraws every widget on it)
             line = summary(snap, len(order), self.needle)
             if line != self._summary:
                 self._summary = line
-                self.query_one("#fleet-summary", Static).update(line)
+                self.query_one("#fleet-summary", Static).update(line, layout=False)
             if snap.warnings != self._warnings:
                 self._warnings = snap.warnings
                 warnings = self.query_one("#fleet-warnings", Static)
