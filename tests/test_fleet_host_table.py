@@ -205,3 +205,47 @@ async def test_scrolling_through_many_hosts_keeps_a_bounded_number_of_lines():
         assert table.cursor_row == 1499
         assert len(table._lines) <= LINES_KEPT + table.size.height
         assert "host-1499" in "".join(table.render_line(y).text for y in range(table.size.height))
+
+
+async def test_a_frame_that_reuses_the_last_frames_lines_draws_what_a_fresh_frame_draws():
+    """Textual asks for every line at each frame; lines of rows a key did not touch come from the last
+    frame. Whatever moved (cursor, mouse, a cell, the order, the scroll), the frame is the one drawn from
+    scratch."""
+    from textual.geometry import Region
+
+    class _Hosts(App):
+        def compose(self) -> ComposeResult:
+            yield HostTable(cursor_type="row", zebra_stripes=True)
+
+    app = _Hosts()
+    async with app.run_test(size=(90, 24)) as pilot:
+        table = app.query_one(HostTable)
+        for heading in ("Host", "State", "GPUs", "Memory", "Hottest", "Imbalance", "Stale"):
+            table.add_column(heading)
+        for n in range(60):
+            table.add_row(*_cells(n), key=str(n))
+        table.focus()
+        await pilot.pause()
+        everything = Region(0, 0, table.size.width, table.size.height)
+
+        def frame() -> list[str]:
+            return [line.text + repr([s.style for s in line]) for line in table.render_lines(everything)]
+
+        def fresh() -> list[str]:
+            table._shown = None
+            return frame()
+
+        steps = [
+            lambda: table.move_cursor(row=5),
+            lambda: table.update_cell("7", table.ordered_columns[3].key, Text("99.0/640.0 GiB")),
+            lambda: setattr(table, "hover_coordinate", table.hover_coordinate._replace(row=9)),
+            lambda: table._set_hover_cursor(True),
+            lambda: table.move_cursor(row=30),
+            lambda: table.sort(table.ordered_columns[3].key, key=lambda cell: cell.plain, reverse=True),
+            lambda: table.remove_row("12"),
+        ]
+        frame()
+        for step in steps:
+            step()
+            await pilot.pause()
+            assert frame() == fresh()

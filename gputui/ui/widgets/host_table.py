@@ -90,6 +90,8 @@ class HostTable(DataTable[Text]):
         self._frame: _Frame | None = None
         #: a row taller than one line was added: DataTable draws and places every row
         self._tall = False
+        #: the last frame: (what it depends on, its lines by screen row, its cursor row, its mouse row)
+        self._shown: tuple[tuple[object, ...], dict[int, Strip], int | None, int | None] | None = None
 
     # -- the data: a changed cell redraws its row only --------------------------------------
     def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str, value: Text, *,
@@ -139,6 +141,7 @@ class HostTable(DataTable[Text]):
         self._drop_lines()
 
     def _drop_lines(self) -> None:
+        self._shown = None
         for _, strip, filtered in self._lines.values():
             release((strip, filtered))
         self._lines.clear()
@@ -171,7 +174,7 @@ class HostTable(DataTable[Text]):
         try:
             filters = tuple(self.get_line_filters())
             background = self.background_colors[1]
-            lines = [self._filtered(y, filters, background) for y in crop.line_range]
+            lines = self._frame_lines(frame, crop, filters, background)
         finally:
             self._frame = None
         if len(self._lines) > LINES_KEPT:
@@ -190,6 +193,31 @@ class HostTable(DataTable[Text]):
             return super().render_line(y)
         frame = self._frame or self._frame_state()
         return self._line(y, frame)[0]
+
+    def _frame_lines(self, frame: _Frame, crop: Region, filters: tuple[Any, ...], background: Any) -> list[Strip]:
+        """The lines of ``crop``. Textual asks for every line of the widget at each frame, also when a
+        key changed two of them: a frame with the same data (DataTable counts every change to its rows,
+        columns and order), geometry, styles and filters as the last takes the last frame's lines but
+        for the heading and the rows the cursor and the mouse are on or were on."""
+        key = (self._update_count, len(self._data), frame.width, frame.scroll_x, frame.top, frame.widths,
+               frame.cut, frame.styles, filters, background)
+        last = self._shown
+        again: dict[int, Strip] = {}
+        if last is not None and last[0] == key:
+            again = last[1]
+            for row in {last[2], last[3], frame.cursor, frame.hover}:
+                if row is not None:
+                    again.pop(row - frame.top + frame.first_row, None)
+        shown: dict[int, Strip] = {}
+        lines = []
+        for y in crop.line_range:
+            line = again.get(y) if y >= frame.first_row else None
+            if line is None:
+                line = self._filtered(y, filters, background)
+            shown[y] = line
+            lines.append(line)
+        self._shown = (key, shown, frame.cursor, frame.hover)
+        return lines
 
     def _forget_hidden(self, top: int, height: int) -> None:
         """Drop the lines of rows out of view (scrolling through 2,000 hosts would keep them all)."""
