@@ -349,13 +349,13 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
         kept.static_figures = parse_figures(static)
         reader._static_at = time.monotonic()
         reader._static_targets = {target_key(s.labels) for s in (*static, *up)} - {None}  # type: ignore[assignment]
-    live = [s for group in groups[0].values() for s in group]
-    state = [s for group in groups[1].values() for s in group]
     snap = None
     if not full and static is None and processes is None and last is not None:
         snap = _rebuild_some(reader.client.url, now, last, instances, up, seen, groups, sent,
                              kept.static_figures)
-    if snap is None:
+    if snap is None:  # every host built again: every host's series
+        live = [s for group in groups[0].values() for s in group]
+        state = [s for group in groups[1].values() for s in group]
         problems = Problems()
         per_host, dcgm = summaries(live, kept.static_figures, problems)
         if processes is not None:
@@ -365,7 +365,7 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
         snap = build_fleet(reader.client.url, now, up, seen, dcgm, (), state, queries=sent, summaries=per_host,
                            problems=problems)
     if detailed is not None and reader.detail is not None:
-        snap = _with_detail(snap, reader.detail, up, seen, detailed, state, now)
+        snap = _with_detail(snap, reader.detail, up, seen, detailed, groups[1].get(reader.detail, []), now)
     snap = _reuse(kept, snap)
     kept.last = snap
     return snap
