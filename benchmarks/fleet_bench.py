@@ -5,9 +5,10 @@ in the gputui exporter's metric names (10 hosts stopped answering 20 minutes ago
 — with ``promtool tsdb create-blocks-from openmetrics``, starts a real Prometheus
 on that TSDB (loopback, no scrape targets), and measures:
 
-- ``gputui fleet --json`` wall time (median of ``--runs``; goal <= 1 s);
+- ``gputui fleet --json`` wall time (median of ``--runs``; goal <= 1 s, over 2,000 hosts <= 2 s);
 - PromQL queries per refresh (goal <= 8) and one in-process refresh's time;
-- the fleet screen's idle CPU at a 2 s refresh in a 200x50 tmux terminal (goal <= 3 % of a core);
+- the fleet screen's idle CPU at a 2 s refresh in a 200x50 tmux terminal (goal <= 3 % of a core at
+  200 hosts; no goal at 2,000);
 - the fleet screen scrolling the host list with Down every 100 ms while that refresh runs (issue 29:
   <= 15 % of a core over 2,000 hosts), and the PromQL queries of one of its refreshes (list only,
   a host's screen open, the `/` filter in use: <= 8);
@@ -48,8 +49,12 @@ sys.path.insert(0, str(REPO))
 HOSTS, GPUS, STEP, SPAN = 200, 8, 15, 3600
 STAGGER = True
 DOWN = 10
-TARGETS = {"json_wall_s": 1.0, "queries": 8, "idle_cpu": 3.0,  # json_wall_s: 2.0 over 1,000 hosts and more
-           "scroll_cpu": 15.0}
+#: The round of 200 hosts (issue 17's fleet) and issue 29's round of 2,000: each is held to its own
+#: goals. Idle CPU has a goal at 200 hosts only (issue 29 sets none for 2,000: it sets the scrolling one).
+ROUNDS = {
+    200: {"json_wall_s": 1.0, "queries": 8, "idle_cpu": 3.0},
+    2000: {"json_wall_s": 2.0, "queries": 8, "scroll_cpu": 15.0},
+}
 GIB = 1024**3
 
 
@@ -146,8 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     HOSTS = args.hosts
     STAGGER = not args.aligned
-    if HOSTS > 1000:
-        TARGETS["json_wall_s"] = 2.0
     for tool in ("prometheus", "promtool", "tmux"):
         if shutil.which(tool) is None:
             print(f"fleet benchmark: {tool} is not installed", file=sys.stderr)
@@ -165,8 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             tmux.close()
         results["hosts"] = results["hosts_seen"]  # whatever that Prometheus serves
-        print(json.dumps(results, indent=2))
-        return 0
+        return report(results, args, f"fleet of {results['hosts']} hosts served at {args.url}:")
     with tempfile.TemporaryDirectory(prefix="gputui-fleet-bench-") as tmp:
         work = Path(tmp)
         end = time.time() + args.ahead
@@ -192,34 +194,64 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             tmux.close()
             prom.stop()
-    verdict = [
-        f"fleet --json wall {results['json_wall_s']:.3f} s (goal <= {TARGETS['json_wall_s']})",
-        f"queries per refresh {results['queries_per_refresh']} (goal <= {TARGETS['queries']})",
-        f"fleet screen idle CPU at 2 s {results['idle_cpu_percent']:.2f} % of a core (goal <= {TARGETS['idle_cpu']})",
-        f"fleet screen scrolling, a key every 100 ms while refreshing every 2 s: "
-        f"{results['scroll_cpu_percent']:.2f} % of a core (goal <= {TARGETS['scroll_cpu']:g})",
-        f"fleet screen queries per refresh: {results['screen_queries']} (goal <= {TARGETS['queries']})",
-        f"keypress-to-frame median {results['key_to_frame_ms_median']:.0f} ms "
-        f"(p90 {results['key_to_frame_ms_p90']:.0f})",
+    return report(results, args, f"fleet of {HOSTS} hosts x {GPUS} GPUs ({results['samples']} samples backfilled in "
+                                 f"{results['backfill_s']} s):")
+
+
+def goals_for(hosts: int) -> dict[str, float]:
+    """The goals of the round nearest ``hosts`` (200 hosts or fewer: the 200-host round's; more: issue 29's)."""
+    return ROUNDS[200] if hosts <= 200 else ROUNDS[2000]
+
+
+def verdict(results: dict, goals: dict[str, float]) -> list[tuple[str, str, bool | None]]:
+    """(what, measured, met: None where this round sets no goal) for every figure."""
+    def check(name: str, value: float) -> bool | None:
+        return None if name not in goals else value <= goals[name]
+
+    def goal(name: str, unit: str = "") -> str:
+        return f"goal <= {goals[name]:g}{unit}" if name in goals else "no goal this round"
+
+    screen = max(results["screen_queries"].values())
+    return [
+        (f"fleet --json wall ({goal('json_wall_s', ' s')})", f"{results['json_wall_s']:.3f} s",
+         check("json_wall_s", results["json_wall_s"])),
+        (f"PromQL queries per refresh ({goal('queries')})", str(results["queries_per_refresh"]),
+         check("queries", results["queries_per_refresh"])),
+        (f"fleet screen queries per refresh, most of {sorted(results['screen_queries'])} ({goal('queries')})",
+         str(screen), check("queries", screen)),
+        (f"fleet screen idle CPU, refresh every 2 s ({goal('idle_cpu', ' % of a core')})",
+         f"{results['idle_cpu_percent']:.2f} %", check("idle_cpu", results["idle_cpu_percent"])),
+        (f"fleet screen, Down every 100 ms while refreshing every 2 s ({goal('scroll_cpu', ' % of a core')})",
+         f"{results['scroll_cpu_percent']:.2f} %", check("scroll_cpu", results["scroll_cpu_percent"])),
+        ("keypress-to-frame (`s`), median / p90 (no goal)",
+         f"{results['key_to_frame_ms_median']:.0f} / {results['key_to_frame_ms_p90']:.0f} ms", None),
     ]
+
+
+def report(results: dict, args, title: str) -> int:
+    """Print every figure beside its goal (and the baseline's beside it); exit status 0 exactly when every
+    goal of this round is met. Writes the results file."""
+    goals = goals_for(int(results["hosts"]))  # type: ignore[call-overload]
+    lines = verdict(results, goals)
+    ok = all(met is not False for _, _, met in lines)
+    results["goals"], results["ok"] = goals, ok
     base = results.get("baseline")
-    if isinstance(base, dict):
-        verdict.append(f"baseline {args.baseline}: fleet --json wall {base['json_wall_s']:.3f} s, idle CPU "
-                       f"{base['idle_cpu_percent']:.2f} %, scrolling {base['scroll_cpu_percent']:.2f} % of a core")
-    ok = (results["json_wall_s"] <= TARGETS["json_wall_s"] and results["queries_per_refresh"] <= TARGETS["queries"]
-          and results["idle_cpu_percent"] <= TARGETS["idle_cpu"]
-          and results["scroll_cpu_percent"] <= TARGETS["scroll_cpu"]
-          and max(results["screen_queries"].values()) <= TARGETS["queries"])
-    results["ok"] = ok
     out_dir = BENCH / "results"
     out_dir.mkdir(exist_ok=True)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     for name in (f"fleet-{stamp}.json", "fleet-latest.json"):
         (out_dir / name).write_text(json.dumps(results, indent=2) + "\n")
-    print(f"fleet of {HOSTS} hosts x {GPUS} GPUs ({results['samples']} samples backfilled in "
-          f"{results['backfill_s']} s):")
-    for line in verdict:
-        print("  " + line)
+    print(title)
+    print(f"  goals of the {'200' if goals is ROUNDS[200] else '2,000'}-host round: "
+          + ", ".join(f"{k} <= {v:g}" for k, v in goals.items()))
+    for what, value, met in lines:
+        mark = "  " if met is None else ("ok" if met else "MISSED")
+        print(f"  {mark:6} {what}: {value}")
+    if isinstance(base, dict):
+        print(f"  baseline {args.baseline}, same Prometheus: fleet --json wall {base['json_wall_s']:.3f} s, idle CPU "
+              f"{base['idle_cpu_percent']:.2f} %, scrolling {base['scroll_cpu_percent']:.2f} % of a core, "
+              f"keypress-to-frame median {base['key_to_frame_ms_median']:.0f} ms")
+    print("  all goals of this round met" if ok else "  some goal of this round missed (exit status 1)")
     return 0 if ok else 1
 
 

@@ -18,6 +18,7 @@ get every new snapshot and every change of the refresh state.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from typing import TYPE_CHECKING, ClassVar
@@ -91,6 +92,9 @@ class FleetApp(App[int]):
         self._closing = False
         #: a refresh was asked for while one ran: the next starts as soon as it ends
         self._again = False
+        #: gc.freeze() after the first refresh on screen (run_fleet_app sets it, as run_app does for the
+        #: dashboard; an app made by a test does not freeze, so its objects can still be collected)
+        self.freeze_gc = False
 
     def get_driver_class(self):
         """The dashboard's quiet Linux driver (no input-thread wake-ups while no key comes)."""
@@ -168,6 +172,13 @@ class FleetApp(App[int]):
             update = getattr(screen, "update_fleet", None)
             if update is not None:
                 update(message.snapshot)
+        if self.freeze_gc:
+            self.freeze_gc = False
+            # The app, its screens, widgets and imports and the 2,000 rows' cells live as long as the
+            # process: keep them out of the collector's full passes, which rescanned them every few
+            # refreshes (each refresh's decoded answers allocate enough to start one).
+            gc.collect()
+            gc.freeze()
         self._done(message.duration)
 
     def on_fleet_failed(self, message: FleetFailed) -> None:
@@ -262,6 +273,7 @@ def run_fleet_app(ctx, reader: FleetReader) -> int:
     from gputui.context import UsageError
 
     app = make_fleet_app(reader, ctx.settings)
+    app.freeze_gc = True
     if ctx.settings.theme not in app.available_themes:
         names = ", ".join(sorted(app.available_themes))
         raise UsageError(f"There is no theme {ctx.settings.theme!r}; choose one of: {names}.")

@@ -252,16 +252,31 @@ def _by_host(samples: Iterable[Sample]) -> Groups:
     return out
 
 
-def _stamps(up: Sequence[Sample], seen: Sequence[Sample]) -> dict[object, object]:
+def _stamps(up: Sequence[Sample], seen: Sequence[Sample]) -> tuple[dict[object, object], set[tuple[str, str]]]:
     """What says a target was scraped again or changed state: its newest sample's time (the hosts
-    query), its name and whether it is gone, its ``up``."""
+    query), its name and whether it is gone, its ``up``; and the targets ``up`` says are up.
+
+    Every refresh reads every target's two series (4,000 over 2,000 hosts): :func:`target_key` is
+    spelled out here, and each target's ``up`` goes in the same entry as its hosts-query stamp."""
     out: dict[object, object] = {}
     for s in seen:
-        out[target_key(s.labels)] = (s.value, s.labels.get("gputui_source"), s.labels.get("hostname"),
-                                     s.labels.get("Hostname"))
+        labels = s.labels
+        get = labels.get
+        instance = get("instance")
+        out[(get("job", ""), instance) if instance else None] = (s.value, get("gputui_source"), get("hostname"),
+                                                                  get("Hostname"))
+    live: set[tuple[str, str]] = set()
     for s in up:
-        out[("up", target_key(s.labels))] = s.value
-    return out
+        get = s.labels.get
+        instance = get("instance")
+        k = (get("job", ""), instance) if instance else None
+        out[("up", k)] = s.value
+        if k is not None and s.value >= 1:
+            live.add(k)
+    return out, live
+
+
+_NONE = object()  # a stamp no target had
 
 
 def _instance(stamp_key: object) -> str | None:
@@ -284,9 +299,10 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
         reader.kept = Kept()
     kept = reader.kept
     up, seen = reader.run_queries((Q_UP, Q_HOSTS), now)
-    stamps = _stamps(up, seen)
+    stamps, live_targets = _stamps(up, seen)
     before = kept.stamps
-    changed = {k for k in stamps.keys() | before.keys() if stamps.get(k) != before.get(k)}
+    changed = {k for k, v in stamps.items() if before.get(k, _NONE) != v}
+    changed.update(k for k in before if k not in stamps)
     instances = {_instance(c) for c in changed}
     groups = kept.groups
     stale = time.monotonic() - reader._static_at >= STATIC_TTL
@@ -325,7 +341,7 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
     processes = rest.pop(0) if reader.words else None
     seen, extra = reader.last_seen(seen, now)
     sent = 2 + len(queries) + extra
-    if static is None and any(target_key(s.labels) not in reader._static_targets for s in up if s.value >= 1):
+    if static is None and not live_targets <= reader._static_targets:
         static = reader.client.query(Q_SUMMARY_STATIC, now)  # a new target: its GPUs now
         sent += 1
     if static is not None:
@@ -333,13 +349,13 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
         kept.static_figures = parse_figures(static)
         reader._static_at = time.monotonic()
         reader._static_targets = {target_key(s.labels) for s in (*static, *up)} - {None}  # type: ignore[assignment]
-    live = [s for group in groups[0].values() for s in group]
-    state = [s for group in groups[1].values() for s in group]
     snap = None
     if not full and static is None and processes is None and last is not None:
         snap = _rebuild_some(reader.client.url, now, last, instances, up, seen, groups, sent,
                              kept.static_figures)
-    if snap is None:
+    if snap is None:  # every host built again: every host's series
+        live = [s for group in groups[0].values() for s in group]
+        state = [s for group in groups[1].values() for s in group]
         problems = Problems()
         per_host, dcgm = summaries(live, kept.static_figures, problems)
         if processes is not None:
@@ -349,7 +365,7 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
         snap = build_fleet(reader.client.url, now, up, seen, dcgm, (), state, queries=sent, summaries=per_host,
                            problems=problems)
     if detailed is not None and reader.detail is not None:
-        snap = _with_detail(snap, reader.detail, up, seen, detailed, state, now)
+        snap = _with_detail(snap, reader.detail, up, seen, detailed, groups[1].get(reader.detail, []), now)
     snap = _reuse(kept, snap)
     kept.last = snap
     return snap
@@ -371,7 +387,10 @@ def _rebuild_some(url: str, now: float, last: FleetSnapshot, instances: set[str 
         return [s for k, group in by.items() if k is not None and k[1] in instances for s in group]
 
     problems = Problems()
-    per_host, dcgm = summaries(grouped(groups[0]), static, problems)
+    # only the rebuilt hosts' static figures: summaries() makes a summary for every host it is given
+    some_static = ({k: v for k, v in static[0].items() if k[1] in instances},
+                   {k: v for k, v in static[1].items() if k[1] in instances})
+    per_host, dcgm = summaries(grouped(groups[0]), some_static, problems)
     some = build_fleet(url, now, mine(up), mine(seen), dcgm, (), grouped(groups[1]), summaries=per_host,
                        problems=problems)
     kept = [h for h in last.hosts if h.instance not in instances]

@@ -8,108 +8,26 @@ changed, keeping the highlighted host. `Enter` opens the host screen.
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from rich.segment import Segment
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.cache import LRUCache
 from textual.screen import Screen
-from textual.strip import Strip
 from textual.widgets import DataTable, Input, Static
-from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowKey
+from textual.widgets.data_table import CellDoesNotExist
 
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.safe_text import clean
 from gputui.ui.fleet_status import FleetStatus, fleet_app
 from gputui.ui.screens.fleet_view import COLUMNS, banner, host_cells, matches, sort_key, summary, update_cell
 from gputui.ui.widgets.footer import FitFooter
+from gputui.ui.widgets.host_table import HostTable
 
 
 def row_key(host: FleetHost) -> str:
     return f"{host.job}\x00{host.instance}"
-
-
-class HostTable(DataTable[Text]):
-    """The host list: Home and End go to the first and last host (a row table's own Home and End
-    scroll sideways only), and rows cut at the right edge say so."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("home", "scroll_top", "First host", show=False),
-        Binding("end", "scroll_bottom", "Last host", show=False),
-    ]
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        #: Each host row's line by what it draws: DataTable keys its own caches on the cursor's place
-        #: and the screen line, so a cursor move or a scroll of the 2,000-host list rendered every
-        #: visible row again; here only the rows the cursor leaves and enters are.
-        self._strips: LRUCache[tuple[object, ...], Strip] = LRUCache(1024)
-        #: row key -> how many times a cell of it changed: a row's cached line is keyed on its own
-        #: changes, not on DataTable's count of every change (a refresh that changed a few hosts of
-        #: 2,000 made every visible row render again)
-        self._versions: dict[str, int] = {}
-
-    def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str, value: Text, *,
-                    update_width: bool = False) -> None:
-        key = row_key if isinstance(row_key, str) else str(row_key.value)
-        self._versions[key] = self._versions.get(key, 0) + 1
-        super().update_cell(row_key, column_key, value, update_width=update_width)
-
-    def _render_line(self, y: int, x1: int, x2: int, base_style: Any) -> Strip:
-        key = self._row_line_key(y, x1, x2, base_style)
-        strip = self._strips.get(key) if key is not None else None
-        if strip is None:
-            strip = self._cut_mark(super()._render_line(y, x1, x2, base_style))
-            if key is not None:
-                self._strips.set(key, strip)
-        return strip
-
-    def _row_line_key(self, y: int, x1: int, x2: int, base_style: Any) -> tuple[object, ...] | None:
-        """What a host row's line at ``y`` draws (None: the heading, or no row there)."""
-        if self.cursor_type != "row":
-            return None
-        try:
-            row_key, line_no = self._get_offsets(y)
-        except LookupError:
-            return None
-        row = self._row_locations.get(row_key)
-        if row is None or row < 0:
-            return None
-        widths = tuple(column.get_render_width(self) for column in self.columns.values())
-        return (row_key, self._versions.get(str(row_key.value), 0), row, line_no, x1, x2, self.size.width,
-                self.max_scroll_x, widths, base_style, self.show_cursor, self.cursor_coordinate.row == row,
-                self._show_hover_cursor and self.hover_coordinate.row == row, self._pseudo_class_state)
-
-    def _scroll_cursor_into_view(self, animate: bool = False) -> None:
-        """When the cursor leaves the visible rows, scroll so it lands half a page in (vim's
-        ``scrolljump``): a scroll redraws every row on screen and the terminal's every line, so
-        holding Down at the edge of the 2,000-host list redraws the screen once every half page
-        instead of at every key (in between, a key redraws the two rows the cursor leaves and
-        enters). Every row is one line high."""
-        if self.cursor_type != "row" or self._require_update_dimensions:
-            super()._scroll_cursor_into_view(animate=animate)
-            return
-        view = self.scrollable_content_region.height - self._get_fixed_offset().top
-        first, row = round(self.scroll_y), self.cursor_row
-        if view <= 0 or first <= row < first + view:
-            return
-        if row >= first + view:  # below: the cursor half a page above the bottom edge
-            target = row - view + 1 + view // 2
-        else:
-            target = row - view // 2
-        self.scroll_to(y=max(0, min(target, round(self.max_scroll_y))), animate=False, force=True)
-
-    def _cut_mark(self, strip: Strip) -> Strip:
-        """A row ends in "…" while columns are cut off at the right edge (→ scrolls to them)."""
-        width = strip.cell_length
-        if self.scroll_x < self.max_scroll_x and width > 1 and strip.text.strip():
-            segments = list(strip.crop(width - 1, width))
-            style = segments[-1].style if segments else None
-            strip = Strip([*strip.crop(0, width - 1), Segment("…", style)], width)
-        return strip
 
 
 class FleetScreen(Screen[None]):
@@ -117,7 +35,7 @@ class FleetScreen(Screen[None]):
     FleetScreen { layout: vertical; }
     #fleet-banner { height: auto; background: $error 30%; padding: 0 1; display: none; }
     #fleet-banner.-shown { display: block; }
-    #fleet-summary { height: 1; padding: 0 1; }
+    #fleet-summary { height: 1; width: 1fr; padding: 0 1; }
     #fleet-hosts { height: 1fr; }
     #fleet-filter { display: none; height: 3; }
     #fleet-filter.-shown { display: block; }
@@ -203,11 +121,12 @@ class FleetScreen(Screen[None]):
             else:
                 self._update_cells(table, order, cells)
             self._order, self._cells = order, cells
-            # Static.update lays the screen out again: only when the text changed
+            # only when the text changed; one line whatever it says, so the screen is not laid out again
+            # (a layout redraws every widget on it)
             line = summary(snap, len(order), self.needle)
             if line != self._summary:
                 self._summary = line
-                self.query_one("#fleet-summary", Static).update(line)
+                self.query_one("#fleet-summary", Static).update(line, layout=False)
             if snap.warnings != self._warnings:
                 self._warnings = snap.warnings
                 warnings = self.query_one("#fleet-warnings", Static)
