@@ -63,6 +63,7 @@ from gputui.core.sources.nvml_query import (
     GPU_IS_LOST,
     LIB_RM_VERSION_MISMATCH,
     LIBRARY_NOT_FOUND,
+    MISS,
     NO_PERMISSION,
     Device,
     Lost,
@@ -527,9 +528,12 @@ class NvmlSource:
 
     def _throttle(self, dev: _Device) -> int | None:
         ask = self._ask
+        out = ask.again(dev, "throttle_reasons")
+        if out is not MISS:
+            return None if out is None else out.value
         return ask.variant(dev, "throttle_reasons",
                            ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-                           lambda name: ask.kept_u64(dev, name))
+                           lambda name: ask.kept_u64(dev, name, "throttle_reasons"))
 
     def _power_limit(self, dev: _Device) -> int | None:
         h, ask = dev.handle, self._ask

@@ -53,6 +53,9 @@ NOT_AVAILABLE_ULL = 0xFFFFFFFFFFFFFFFF
 #: Process-utilization samples older than this (seconds) are not asked for.
 UTIL_WINDOW = 1.0
 
+#: ``NvmlQueries.again``'s answer when the getter is not kept (never asked, or its last call failed)
+MISS: Any = object()
+
 #: What a ``variant`` probe returns.
 _R = TypeVar("_R")
 
@@ -65,7 +68,7 @@ class Device:
     """What the query rules keep about one device (a GPU or a MIG device) between polls."""
 
     __slots__ = ("index", "handle", "unsupported", "failures", "last_error", "slow", "util_seen", "buffers",
-                 "lists", "outs")
+                 "lists", "outs", "calls")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -87,6 +90,10 @@ class Device:
         #: per-poll getters' out-parameters (a ctypes value or struct, and a pointer to it), made once
         #: per device and field and filled by every call (see ``NvmlQueries.uint``)
         self.outs: dict[str, tuple[Any, Any]] = {}
+        #: per-poll getters that answered their last call, by field or family: (C function, the kept
+        #: out-parameter, the whole argument tuple, handle first), called again as they are (see
+        #: ``NvmlQueries.again``); dropped at the first failure, so the full rules run again
+        self.calls: dict[str, tuple[Any, Any, tuple[Any, ...]]] = {}
 
 
 class ProcessInfoV1(ctypes.Structure):
@@ -278,6 +285,29 @@ class NvmlQueries:
         self.absent.add(family)  # the driver has none of them
         return None
 
+    def again(self, dev: Device, name: str) -> Any:
+        """A per-poll getter that answered its last call, called again with the same arguments (the
+        steady state: one dict lookup instead of the rules' lookups of the function, the out-parameter
+        and the refusals): its filled out-parameter, None when it failed now (remembered as
+        :meth:`failed` does; the next call runs the full rules), or :data:`MISS` when it is not kept
+        (or was kept for another handle). Raises Lost."""
+        fast = dev.calls.get(name)
+        if fast is None or fast[2][0] is not dev.handle:
+            return MISS
+        try:
+            ret = fast[0](*fast[2])
+        except Exception as exc:  # ctypes/binding trouble: N/A, never a crash
+            del dev.calls[name]
+            self.failed(dev, name, UNKNOWN, exc)
+            return None
+        if ret != SUCCESS:
+            del dev.calls[name]
+            self.failed(dev, name, ret, self.nv.NVMLError(ret))
+            return None
+        if dev.failures:
+            dev.failures.pop(name, None)
+        return fast[1]
+
     def u64(self, name: str, h: Any) -> int:
         """One ``unsigned long long`` out-parameter getter through its C function; raises NVMLError."""
         out = ctypes.c_ulonglong()
@@ -286,12 +316,17 @@ class NvmlQueries:
             raise self.nv.NVMLError(ret)
         return int(out.value)
 
-    def kept_u64(self, dev: Device, name: str) -> int:
-        """:meth:`u64` into an out-parameter kept per device (a per-poll getter); raises NVMLError."""
+    def kept_u64(self, dev: Device, name: str, family: str | None = None) -> int:
+        """:meth:`u64` into an out-parameter kept per device (a per-poll getter); raises NVMLError.
+        ``family``: on an answer, the call is kept under it for :meth:`again`."""
         kept = kept_out(dev, name, ctypes.c_ulonglong)
-        ret = self.function(name)(dev.handle, kept[1])
+        fn = self.function(name)
+        args = (dev.handle, kept[1])
+        ret = fn(*args)
         if ret != SUCCESS:
             raise self.nv.NVMLError(ret)
+        if family is not None:
+            dev.calls[family] = (fn, kept[0], args)
         return int(kept[0].value)
 
     def uint(self, name: str, h: Any) -> int:
@@ -308,11 +343,16 @@ class NvmlQueries:
         the function up under a lock and checks the return in three more calls, every time): the filled
         out-parameter, to be read at once (the next call refills it), or None with the failure remembered
         as :meth:`get` does. Raises Lost."""
+        value = self.again(dev, name)
+        if value is not MISS:
+            return value
         if name in dev.unsupported:
             return None
         kept = kept_out(dev, name, kind)
+        call_args = (dev.handle, *args, kept[1])
         try:
-            ret = self.function(function)(dev.handle, *args, kept[1])
+            fn = self.function(function)
+            ret = fn(*call_args)
         except self.nv.NVMLError as exc:  # the driver lacks the function
             self.failed(dev, name, getattr(exc, "value", UNKNOWN), exc)
             return None
@@ -324,12 +364,13 @@ class NvmlQueries:
             return None
         if dev.failures:
             dev.failures.pop(name, None)
+        dev.calls[name] = (fn, kept[0], call_args)  # answered: called as it is from now on (again)
         return kept[0]
 
     def scalar(self, dev: Device, name: str, function: str, *args: int) -> int | None:
         """An ``unsigned int`` getter (temperature, fan speed, a clock, the P-state) through :meth:`out`."""
         value = self.out(dev, name, function, ctypes.c_uint, *args)
-        return None if value is None else int(value.value)
+        return None if value is None else value.value  # a c_uint's value is an int
 
     def utilization(self, dev: Device) -> tuple[int, int] | None:
         """(GPU %, memory %) from ``nvmlDeviceGetUtilizationRates`` through :meth:`out`."""
@@ -340,15 +381,23 @@ class NvmlQueries:
 
     def memory(self, dev: Device) -> tuple[int, int, int | None] | None:
         """(used, total, reserved or None) through ``_v2`` → v1, each read into a struct kept per device."""
+        m = self.again(dev, "memory")
+        if m is not MISS:
+            if m is None:
+                return None
+            return m.used, m.total, m.reserved if type(m) is MemoryV2 else None  # struct fields read as ints
         nv = self.nv
 
         def call(name: str) -> tuple[int, int, int | None]:
             v2 = name == "nvmlDeviceGetMemoryInfo_v2"
             kept = kept_out(dev, name, MemoryV2 if v2 else MemoryV1)
-            ret = self.function(name)(dev.handle, kept[1])
+            fn = self.function(name)
+            args = (dev.handle, kept[1])
+            ret = fn(*args)
             if ret != SUCCESS:
                 raise nv.NVMLError(ret)
             m = kept[0]
+            dev.calls["memory"] = (fn, m, args)
             return int(m.used), int(m.total), int(m.reserved) if v2 else None
 
         return self.variant(dev, "memory", ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"), call)
@@ -356,6 +405,19 @@ class NvmlQueries:
     def running(self, dev: Device, graphics: bool) -> tuple[tuple[int, int | None], ...] | None:
         """The compute (or graphics) processes as (pid, memory or None), through ``_v3`` → ``_v2`` → v1."""
         family, structs, names = RUNNING[graphics]
+        chosen = self.variants.get(family)
+        if chosen is not None and family not in dev.unsupported:  # what variant() does once probed, inline
+            try:
+                value = self._list(dev, chosen, structs[chosen])
+            except self.nv.NVMLError as exc:
+                self.failed(dev, family, getattr(exc, "value", UNKNOWN), exc)
+                return None
+            except Exception as exc:
+                self.failed(dev, family, UNKNOWN, exc)
+                return None
+            if dev.failures:
+                dev.failures.pop(family, None)
+            return value
         return self.variant(dev, family, names, lambda name: self._list(dev, name, structs[name]))
 
     def _list(self, dev: Device, name: str, struct: Any) -> tuple[tuple[int, int | None], ...]:
