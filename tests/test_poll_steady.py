@@ -5,8 +5,11 @@ the same; the history keeps each GPU's rings while that GPU's rows are the same 
 keeps which rows a finding could apply to. Each test changes one input under everything else held
 still (the same objects poll after poll, as the real sources hand them out) and expects to see it."""
 
+import pytest
+
 from gputui.core.config import Settings
 from gputui.core.history import History
+from gputui.core.judges.alerts import AlertJudge
 from gputui.core.model import Gpu, GpuReading, ProcessFacts, RawProcess
 from gputui.core.poller import Poller
 from gputui.core.record import replace
@@ -122,3 +125,59 @@ def test_history_drops_a_departed_process_when_another_gpu_stood_still():
     assert h.process((1, c.pid, c.create_time)) == ()
     h.add(snapshot(T0 + 2, [g0, gpu(1, procs=[b])]))
     assert len(h.process((0, a.pid, a.create_time))) == 3 and len(h.process((1, b.pid, b.create_time))) == 3
+
+
+def _alert_kinds(snap) -> list[str]:
+    return sorted(a.kind for a in snap.alerts if a.gpu == 0)
+
+
+@pytest.mark.parametrize(("change", "kind"), [
+    ({"temperature": 95}, "temperature"),
+    ({"throttle_reasons": ("hw_thermal_slowdown",)}, "throttle"),
+    ({"memory_used": 79 * GIB}, "memory-full"),
+    ({"memory_total": 2 * GIB + GIB // 20}, "memory-full"),
+    ({"lost": True}, "lost"),
+], ids=["temperature", "throttle", "memory-used", "memory-total", "lost"])
+def test_an_alert_input_that_changes_on_a_quiet_gpu_raises_its_alert(change, kind):
+    """A GPU with every alert idle is not judged again while what the verdicts read is the same:
+    each input, changed alone, must still raise its alert."""
+    src = _Still()
+    poller = _poller(src)
+    for _ in range(3):
+        assert _alert_kinds(poller.poll()) == []
+    src.gpu = replace(src.gpu, **change)
+    assert kind in _alert_kinds(poller.poll())
+
+
+def test_a_busy_gpu_whose_processes_leave_turns_suspect_on_a_quiet_gpu():
+    src = _Still()
+    src.gpu = replace(src.gpu, utilization_gpu=100, memory_used=GIB // 2)
+    poller = _poller(src)
+    for _ in range(3):
+        assert _alert_kinds(poller.poll()) == []
+    src.raws = ()
+    assert _alert_kinds(poller.poll()) == ["suspect"]
+
+
+def test_a_threshold_changed_between_polls_is_judged_on_a_quiet_gpu():
+    judge = AlertJudge(Settings())
+    h = History()
+    g = gpu(0, temp=80)
+    for t in range(3):
+        snap = snapshot(T0 + t, [g])
+        h.add(snap)
+        assert judge.update(h, snap) == ()
+    judge.settings = replace(judge.settings, temp_warning=75)
+    snap = snapshot(T0 + 3, [g])
+    h.add(snap)
+    assert [a.kind for a in judge.update(h, snap)] == ["temperature"]
+
+
+def test_an_idle_gpu_without_processes_that_reads_full_load_turns_suspect_on_a_quiet_gpu():
+    src = _Still()
+    src.gpu, src.raws = replace(src.gpu, utilization_gpu=0, memory_used=GIB // 2), ()
+    poller = _poller(src)
+    for _ in range(3):
+        assert _alert_kinds(poller.poll()) == []
+    src.gpu = replace(src.gpu, utilization_gpu=100)
+    assert _alert_kinds(poller.poll()) == ["suspect"]

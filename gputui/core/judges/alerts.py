@@ -74,6 +74,13 @@ HARDWARE_THROTTLE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_b
 _SEVERITY_ORDER = {"critical": 0, "warning": 1}
 
 
+def _alert_inputs(g: Gpu) -> tuple[object, ...]:
+    """Everything of ``g`` a per-GPU alert verdict reads (lost, temperature, throttle reasons, the
+    suspect reading, memory, the MIG devices' memory)."""
+    return (g.lost, g.temperature, g.throttle_reasons, g.utilization_gpu, not g.processes, g.memory_used,
+            g.memory_total, g.mig_mode, g.mig_devices)
+
+
 def _throttle_reasons(g: Gpu) -> tuple[str, ...]:
     return tuple(r for r in g.throttle_reasons or () if r in THERMAL_OR_POWER)
 
@@ -89,6 +96,10 @@ class AlertJudge:
         #: throttle reasons last seen while a throttle alert is active, per GPU
         self._reasons: dict[int, tuple[str, ...]] = {}
         self._memory: dict[int, float] = {}
+        #: per GPU that ended the last update with every latch idle: what its verdicts were made of
+        #: (:func:`_alert_inputs` and the thresholds); the same again cannot raise anything, so it is
+        #: not judged again (the steady state of most GPUs)
+        self._quiet: dict[int, tuple[object, ...]] = {}
 
     def _step(self, key: tuple[int | None, str], now: float, strict: bool, relaxed: bool, hold: float) -> Latch:
         """Raise after ``hold`` (0 while the observation is shorter than the hold), clear after the full hold."""
@@ -114,9 +125,18 @@ class AlertJudge:
         present = {g.index for g in snapshot.gpus}
         for key in [k for k in self._latches if k[0] is not None and k[0] not in present]:
             del self._latches[key]
+        thresholds = (s.temp_warning, s.temp_critical, s.temp_hysteresis, s.memory_full, s.memory_hysteresis)
+        quiet = self._quiet
+        self._quiet = {}
 
         for g in snapshot.gpus:
             i = g.index
+            inputs = (_alert_inputs(g), thresholds)
+            if quiet.get(i) == inputs:
+                # Every latch of this GPU was idle (every strict verdict false) and nothing a verdict
+                # reads changed: each stays idle whatever the time, so there is nothing to raise.
+                self._quiet[i] = inputs
+                continue
             # -- lost: raise at once, clear after the hold ------------------------------
             lost_key = (i, "lost")
             latch = self._step(lost_key, now, g.lost, g.lost, 0.0)
@@ -188,6 +208,8 @@ class AlertJudge:
                     msg = f"GPU {i}'s memory was at least {s.memory_full:g}% used and is {now_text} now."
                 alerts.append(Alert(i, "memory-full", "warning", msg, at(latch.since)))
             alerts += self._mig_memory(g, now, hold, at)
+            if not any(k[0] == i for k in self._latches):
+                self._quiet[i] = inputs
 
         # -- imbalance (already hysteretic: mirror it) ------------------------------------
         imb = snapshot.imbalance
