@@ -10,6 +10,7 @@ import pytest
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.alerts import AlertJudge
+from gputui.core.judges.imbalance import trusted_loads
 from gputui.core.model import Gpu, GpuReading, ProcessFacts, RawProcess
 from gputui.core.poller import Poller
 from gputui.core.record import replace
@@ -181,3 +182,18 @@ def test_an_idle_gpu_without_processes_that_reads_full_load_turns_suspect_on_a_q
         assert _alert_kinds(poller.poll()) == []
     src.gpu = replace(src.gpu, utilization_gpu=100)
     assert _alert_kinds(poller.poll()) == ["suspect"]
+
+
+def test_the_trusted_loads_of_one_poll_follow_the_gpus_asked_about_and_the_window():
+    """Computed once per poll (the imbalance judge and its alert both ask): another tuple of GPUs or
+    another window under the same history is computed afresh."""
+    h = History()
+    steady = [gpu(0, util=0, procs=[proc(1, 0)]), gpu(1, util=10, procs=[proc(2, 1)])]
+    h.add(snapshot(T0, steady))
+    now = snapshot(T0 + 30, [gpu(0, util=100, procs=[proc(1, 0)]), steady[1]])
+    h.add(now)
+    assert trusted_loads(h, now, Settings())[0].util == 50
+    assert trusted_loads(h, now, replace(Settings(), imbalance_window=10))[0].util == 100
+    broken = snapshot(T0 + 30, [now.gpus[0], gpu(1, util=100, used_gib=0.1)])  # GPU 1 reads broken
+    assert set(trusted_loads(h, broken, Settings())) == {0}
+    assert set(trusted_loads(h, now, Settings())) == {0, 1}

@@ -468,10 +468,20 @@ def judge(conditions: list[Condition], loads: dict[int, GpuLoad], snapshot: Snap
 def trusted_loads(history: History, snapshot: Snapshot, settings: Settings) -> dict[int, GpuLoad]:
     """The windowed loads, without GPUs whose reading is suspect (100% busy, no process, no memory):
     a card that looks broken is no evidence of a pile-up (the alerts name it instead). Cards in MIG mode
-    are not whole GPUs and are left out too."""
-    loads = gpu_loads(history, whole_gpus(snapshot.gpus)[0], settings.imbalance_window)
+    are not whole GPUs and are left out too.
+
+    Computed once per poll for one tuple of GPUs and window (the imbalance judge and the imbalance
+    alert both ask, with the same snapshot's GPUs); each caller gets its own dict."""
+    gpus, window = snapshot.gpus, settings.imbalance_window
+    key = ("trusted_loads", window)
+    hit = history.memo.get(key)
+    if isinstance(hit, tuple) and hit[0] is gpus:  # a tuple of immutable GPUs: the same object, the same loads
+        return dict(hit[1])
+    loads = gpu_loads(history, whole_gpus(gpus)[0], window)
     bad = suspect_indices(snapshot)
-    return {i: g for i, g in loads.items() if i not in bad} if bad else loads
+    trusted = {i: g for i, g in loads.items() if i not in bad} if bad else loads
+    history.memo[key] = (gpus, trusted)
+    return dict(trusted)
 
 
 def observed_span(history: History, settings: Settings) -> float:
