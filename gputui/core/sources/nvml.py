@@ -348,8 +348,12 @@ class NvmlSource:
         util = ask.utilization(dev)
         mem = ask.memory(dev)
         temperature = scalar(dev, "temperature", "nvmlDeviceGetTemperature", _TEMPERATURE_GPU)
-        power = self._field(dev, fields, "power_draw", lambda d: get(
-            d, "power_draw", nv.nvmlDeviceGetPowerUsage, d.handle))
+        power = fields.get("power_draw")  # the batch's answer (_field's first case, inline: every GPU, every poll)
+        if power is None:
+            power = self._field(dev, fields, "power_draw", lambda d: get(
+                d, "power_draw", nv.nvmlDeviceGetPowerUsage, d.handle))
+        elif dev.failures:
+            dev.failures.pop("power_draw", None)
         fan = scalar(dev, "fan_speed", "nvmlDeviceGetFanSpeed")
         clock_sm = scalar(dev, "clock_sm", "nvmlDeviceGetClockInfo", _CLOCK_SM)
         unread = self._unread
@@ -357,13 +361,25 @@ class NvmlSource:
                                                                  _CLOCK_MEM)
         pstate = None if "pstate" in unread else scalar(dev, "pstate", "nvmlDeviceGetPerformanceState")
         reasons = self._throttle(dev)
-        power_limit = self._field(dev, fields, "power_limit", lambda d: cached(
-            d, "power_limit", now, self._power_limit))
-        ecc = self._field(dev, fields, "ecc_errors", lambda d: cached(d, "ecc_errors", now, lambda d: get(
-            d, "ecc_errors", nv.nvmlDeviceGetTotalEccErrors, d.handle, _ECC_UNCORRECTED, _ECC_VOLATILE)))
+        power_limit = fields.get("power_limit")
+        if power_limit is None:
+            power_limit = self._field(dev, fields, "power_limit", lambda d: cached(
+                d, "power_limit", now, self._power_limit))
+        elif dev.failures:
+            dev.failures.pop("power_limit", None)
+        ecc = fields.get("ecc_errors")
+        if ecc is None:
+            ecc = self._field(dev, fields, "ecc_errors", lambda d: cached(d, "ecc_errors", now, lambda d: get(
+                d, "ecc_errors", nv.nvmlDeviceGetTotalEccErrors, d.handle, _ECC_UNCORRECTED, _ECC_VOLATILE)))
+        elif dev.failures:
+            dev.failures.pop("ecc_errors", None)
         extra = self._dcgm_fields(dev, fields, now)
-        persistence = cached(dev, "persistence_mode", now,
-                             lambda d: get(d, "persistence_mode", nv.nvmlDeviceGetPersistenceMode, d.handle))
+        hit = dev.slow.get("persistence_mode")  # cached()'s hit, inline
+        if hit is not None and now - hit[1] < ask.slow_ttl:
+            persistence = hit[0]
+        else:
+            persistence = cached(dev, "persistence_mode", now,
+                                 lambda d: get(d, "persistence_mode", nv.nvmlDeviceGetPersistenceMode, d.handle))
         procs = self._processes(dev)
         mig_mode, mig_devices, procs = self._mig.read(dev, now, procs)
         # Every input of the Gpu below: when none changed since the last poll, the last Gpu is it.
@@ -434,6 +450,10 @@ class NvmlSource:
 
     def _slow(self, dev: _Device, name: str, getter: str, part: int | None, now: float) -> Any:
         """A getter's answer (``part`` of it), asked once per ``slow_ttl`` (cached under ``name``)."""
+        hit = dev.slow.get(name)  # cached()'s hit, inline (most polls)
+        if hit is not None and now - hit[1] < self._ask.slow_ttl:
+            value = hit[0]
+            return value if part is None or value is None else value[part]
         fn = getattr(self._nv, getter)
         value = self._ask.cached(dev, name, now, lambda d: self._ask.get(d, name, fn, d.handle))
         return value if part is None or value is None else value[part]
