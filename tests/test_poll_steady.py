@@ -11,6 +11,7 @@ from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.alerts import AlertJudge
 from gputui.core.judges.imbalance import trusted_loads
+from gputui.core.judges.placement import gpu_loads
 from gputui.core.model import Gpu, GpuReading, ProcessFacts, RawProcess
 from gputui.core.poller import Poller
 from gputui.core.record import replace
@@ -197,3 +198,77 @@ def test_the_trusted_loads_of_one_poll_follow_the_gpus_asked_about_and_the_windo
     broken = snapshot(T0 + 30, [now.gpus[0], gpu(1, util=100, used_gib=0.1)])  # GPU 1 reads broken
     assert set(trusted_loads(h, broken, Settings())) == {0}
     assert set(trusted_loads(h, now, Settings())) == {0, 1}
+
+
+def test_a_window_load_kept_while_every_figure_is_one_value_follows_each_change():
+    """A GPU's windowed load is reused while each figure of its window is all one value: a new value,
+    one more sample, a figure that moves alone or the GPU's own identity must each show."""
+    h = History()
+
+    def poll(t: int, g=None, **kw):
+        g = g if g is not None else gpu(0, **kw)
+        h.add(snapshot(T0 + t, [g]))
+        return gpu_loads(h, (g,), 60.0)[0]
+
+    for t in range(4):
+        load = poll(t, util=50, used_gib=8, total_gib=80)
+    assert (load.util, load.memory, load.samples, load.free) == (50, 10, 4, 72 * GIB)
+    assert poll(4, util=50, used_gib=8, total_gib=80).samples == 5
+    load = poll(5, util=100, used_gib=8, total_gib=80)
+    assert load.util == (5 * 50 + 100) / 6
+    h = History()
+    for t in range(4):
+        load = poll(t, util=50, used_gib=8, total_gib=80)
+    load = poll(4, util=50, used_gib=40, total_gib=80)
+    assert load.memory == (4 * 10 + 50) / 5 and load.free == 40 * GIB and load.free_min == 40 * GIB
+    h = History()
+    for t in range(4):
+        load = poll(t, util=50, used_gib=8, total_gib=80)
+    load = poll(4, util=50, used_gib=16, total_gib=160)  # the same percent used, more free
+    assert load.memory == 10 and load.free == 144 * GIB and load.free_min == 72 * GIB
+    h = History()
+    g = gpu(0, util=50, used_gib=8)
+    for t in range(4):
+        poll(t, g)
+    assert poll(4, replace(g, uuid="GPU-other")).uuid == "GPU-other"
+
+
+def test_a_short_window_load_follows_each_figure_and_the_sample_count():
+    """With a window of three samples a figure becomes all one value again quickly: each new value,
+    each figure alone, the count of samples and a window that is not all one value must each show."""
+    h = History()
+
+    def poll(t: int, g, asked=None) -> object:
+        h.add(snapshot(T0 + t, [g]))
+        return gpu_loads(h, (asked or g,), 2.5)[0]
+
+    g = gpu(0, util=50, used_gib=8, total_gib=80)
+    for t in range(4):
+        load = poll(t, g)
+    assert (load.util, load.memory, load.samples) == (50, 10, 3)
+    t = 4
+    asked = None
+    for change, check, keep_asked in (
+            ({"utilization_gpu": 70}, lambda x: x.util == 70, False),
+            ({"memory_used": 72 * GIB, "memory_total": 144 * GIB},  # more used, the same free
+             lambda x: x.memory == 50 and x.free == 72 * GIB, False),
+            ({"uuid": "GPU-other"}, lambda x: x.uuid == "GPU-other", False),
+            ({"memory_used": 144 * GIB, "memory_total": 288 * GIB},  # the same percent, more free in the window
+             lambda x: x.memory == 50 and x.free_min == 144 * GIB, True)):
+        asked = g if keep_asked else None  # the GPU asked about as it was: only the window's figures move
+        g = replace(g, **change)  # one change at a time, kept
+        for _ in range(3):  # three polls: the window is all the new value
+            load = poll(t, g, asked)
+            t += 1
+        assert check(load), change
+    # the GPU asked about is not the one sampled: its own free memory, the window's least
+    assert poll(t, g, replace(g, memory_used=100 * GIB)).free == 188 * GIB  # of 288
+    # 50, 50, 100 then 50, 100, 100: the newest value and the count are those of an earlier window
+    for u in (50, 50, 50, 100, 100):
+        t += 1
+        load = poll(t, replace(g, utilization_gpu=u))
+    assert load.util == (50 + 100 + 100) / 3
+    # no figure at all: only the count of samples moves
+    h = History()
+    blank = replace(g, utilization_gpu=None, memory_used=None, memory_total=None)
+    assert [poll(t, blank).samples for t in range(3)] == [1, 2, 3]

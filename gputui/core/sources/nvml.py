@@ -63,7 +63,6 @@ from gputui.core.sources.nvml_query import (
     GPU_IS_LOST,
     LIB_RM_VERSION_MISMATCH,
     LIBRARY_NOT_FOUND,
-    MISS,
     NO_PERMISSION,
     Device,
     Lost,
@@ -348,38 +347,31 @@ class NvmlSource:
         util = ask.utilization(dev)
         mem = ask.memory(dev)
         temperature = scalar(dev, "temperature", "nvmlDeviceGetTemperature", _TEMPERATURE_GPU)
-        power = fields.get("power_draw")  # the batch's answer (_field's first case, inline: every GPU, every poll)
-        if power is None:
-            power = self._field(dev, fields, "power_draw", lambda d: get(
-                d, "power_draw", nv.nvmlDeviceGetPowerUsage, d.handle))
-        elif dev.failures:
-            dev.failures.pop("power_draw", None)
         fan = scalar(dev, "fan_speed", "nvmlDeviceGetFanSpeed")
         clock_sm = scalar(dev, "clock_sm", "nvmlDeviceGetClockInfo", _CLOCK_SM)
         unread = self._unread
         clock_mem = None if "clock_memory" in unread else scalar(dev, "clock_memory", "nvmlDeviceGetClockInfo",
                                                                  _CLOCK_MEM)
         pstate = None if "pstate" in unread else scalar(dev, "pstate", "nvmlDeviceGetPerformanceState")
-        reasons = self._throttle(dev)
-        power_limit = fields.get("power_limit")
+        reasons = ask.throttle_reasons(dev)
+        # the batch's answers (what _field does first, inline); a getter closure only for a field it lacks
+        power, power_limit, ecc = fields.get("power_draw"), fields.get("power_limit"), fields.get("ecc_errors")
+        if dev.failures:
+            for name, value in (("power_draw", power), ("power_limit", power_limit), ("ecc_errors", ecc)):
+                if value is not None:
+                    dev.failures.pop(name, None)
+        if power is None:
+            power = self._field(dev, fields, "power_draw", lambda d: get(
+                d, "power_draw", nv.nvmlDeviceGetPowerUsage, d.handle))
         if power_limit is None:
             power_limit = self._field(dev, fields, "power_limit", lambda d: cached(
                 d, "power_limit", now, self._power_limit))
-        elif dev.failures:
-            dev.failures.pop("power_limit", None)
-        ecc = fields.get("ecc_errors")
         if ecc is None:
             ecc = self._field(dev, fields, "ecc_errors", lambda d: cached(d, "ecc_errors", now, lambda d: get(
                 d, "ecc_errors", nv.nvmlDeviceGetTotalEccErrors, d.handle, _ECC_UNCORRECTED, _ECC_VOLATILE)))
-        elif dev.failures:
-            dev.failures.pop("ecc_errors", None)
         extra = self._dcgm_fields(dev, fields, now)
-        hit = dev.slow.get("persistence_mode")  # cached()'s hit, inline
-        if hit is not None and now - hit[1] < ask.slow_ttl:
-            persistence = hit[0]
-        else:
-            persistence = cached(dev, "persistence_mode", now,
-                                 lambda d: get(d, "persistence_mode", nv.nvmlDeviceGetPersistenceMode, d.handle))
+        persistence = cached(dev, "persistence_mode", now,
+                             lambda d: get(d, "persistence_mode", nv.nvmlDeviceGetPersistenceMode, d.handle))
         procs = self._processes(dev)
         mig_mode, mig_devices, procs = self._mig.read(dev, now, procs)
         # Every input of the Gpu below: when none changed since the last poll, the last Gpu is it.
@@ -545,15 +537,6 @@ class NvmlSource:
             getattr(dev, f) is not None or f in dev.unsupported
             for f in ("name", "uuid", "pci_bus_id", "minor_number", "clock_sm_max", "clock_memory_max")
         )
-
-    def _throttle(self, dev: _Device) -> int | None:
-        ask = self._ask
-        out = ask.again(dev, "throttle_reasons")
-        if out is not MISS:
-            return None if out is None else out.value
-        return ask.variant(dev, "throttle_reasons",
-                           ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-                           lambda name: ask.kept_u64(dev, name, "throttle_reasons"))
 
     def _power_limit(self, dev: _Device) -> int | None:
         h, ask = dev.handle, self._ask

@@ -402,6 +402,15 @@ class NvmlQueries:
 
         return self.variant(dev, "memory", ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"), call)
 
+    def throttle_reasons(self, dev: Device) -> int | None:
+        """The clock-event (throttle) reasons mask: ``…ClocksEventReasons`` → ``…ClocksThrottleReasons``."""
+        out = self.again(dev, "throttle_reasons")
+        if out is not MISS:
+            return None if out is None else out.value
+        return self.variant(dev, "throttle_reasons",
+                            ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+                            lambda name: self.kept_u64(dev, name, "throttle_reasons"))
+
     def running(self, dev: Device, graphics: bool) -> tuple[tuple[int, int | None], ...] | None:
         """The compute (or graphics) processes as (pid, memory or None), through ``_v3`` → ``_v2`` → v1."""
         family, structs, names = RUNNING[graphics]
