@@ -10,8 +10,8 @@ import pytest
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.alerts import AlertJudge
-from gputui.core.judges.imbalance import trusted_loads
-from gputui.core.judges.placement import gpu_loads
+from gputui.core.judges.imbalance import conditions, trusted_loads
+from gputui.core.judges.placement import GpuLoad, gpu_loads
 from gputui.core.model import Gpu, GpuReading, ProcessFacts, RawProcess
 from gputui.core.poller import Poller
 from gputui.core.record import replace
@@ -272,3 +272,29 @@ def test_a_short_window_load_follows_each_figure_and_the_sample_count():
     h = History()
     blank = replace(g, utilization_gpu=None, memory_used=None, memory_total=None)
     assert [poll(t, blank).samples for t in range(3)] == [1, 2, 3]
+
+
+def _loads(*figures: tuple[float, float]) -> dict:
+    return {i: GpuLoad(index=i, uuid=f"GPU-{i}", lost=False, util=u, memory=m, free=GIB, free_min=GIB, samples=1)
+            for i, (u, m) in enumerate(figures)}
+
+
+def test_imbalance_conditions_kept_while_the_loads_hold_follow_each_threshold_the_margin_and_the_loads():
+    """The conditions are kept from poll to poll while the loads are equal: each threshold, the margin
+    and the loads, changed alone, must each be judged afresh."""
+    h = History()
+    s = replace(Settings(), util_spread=80)  # high/low alone decide utilization here
+    hot = _loads((85, 95), (15, 10))
+    assert all(conditions(h, hot, s))
+    assert conditions(h, hot, replace(s, util_high=90))[0] is None
+    assert conditions(h, hot, replace(s, util_low=10))[0] is None
+    assert conditions(h, hot, replace(s, memory_high=96))[1] is None
+    assert conditions(h, hot, replace(s, memory_low=5))[1] is None
+    spread = _loads((70, 10), (5, 10))
+    assert conditions(h, spread, s)[0] is None
+    assert conditions(h, spread, replace(s, util_spread=60))[0] is not None
+    near = _loads((75, 10), (25, 10))
+    assert conditions(h, near, s)[0] is None
+    assert conditions(h, near, s, 10.0)[0] is not None
+    assert conditions(h, _loads((75, 10), (15, 10)), s)[0] is None  # another load, the same thresholds
+    assert conditions(h, _loads((85, 10), (15, 10)), s)[0] is not None

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.hysteresis import IDLE, Latch, advance, effective_hold
-from gputui.core.judges.imbalance import contrast, memory_condition, trusted_loads, utilization_condition
+from gputui.core.judges.imbalance import conditions, contrast, trusted_loads
 from gputui.core.judges.suspect import suspect, suspect_message
 from gputui.core.judges.text import join_and
 from gputui.core.model import THERMAL_OR_POWER, Alert, Gpu, Severity, Snapshot
@@ -253,12 +253,8 @@ class AlertJudge:
         imb = snapshot.imbalance
         loads = trusted_loads(history, snapshot, s)
         observed = min(s.imbalance_window, history.span)
-        conds = []
-        for kind in imb.kinds:
-            find = utilization_condition if kind == "utilization" else memory_condition
-            cond = find(loads, s, s.imbalance_margin)
-            if cond is not None:
-                conds.append(cond)
+        relaxed = dict(zip(("utilization", "memory"), conditions(history, loads, s, s.imbalance_margin), strict=True))
+        conds = [c for c in (relaxed.get(kind) for kind in imb.kinds) if c is not None]
         gpu = imb.suggestion.from_gpu if imb.suggestion is not None else conds[0].hot if conds else None
         if not conds:
             return gpu, imb.message or "The GPUs are unevenly loaded."

@@ -108,6 +108,23 @@ def memory_condition(loads: dict[int, GpuLoad], settings: Settings, relax: float
                       settings.memory_low + relax, None, settings.memory_low)
 
 
+def conditions(history: History, loads: dict[int, GpuLoad], settings: Settings,
+               relax: float = 0.0) -> tuple[Condition | None, Condition | None]:
+    """(utilization, memory) conditions of ``loads`` with thresholds ``relax`` points more lenient, kept
+    in the history from poll to poll while the loads are equal (the same GpuLoad objects while the GPUs'
+    windows hold still) and the thresholds are the same."""
+    items = tuple(loads.items())
+    key = ("imbalance.conditions", relax, settings.util_high, settings.util_low, settings.util_spread,
+           settings.memory_high, settings.memory_low)
+    kept = history.kept.get(key)
+    if isinstance(kept, tuple) and kept[0] == items:
+        found: tuple[Condition | None, Condition | None] = kept[1]
+        return found
+    found = (utilization_condition(loads, settings, relax), memory_condition(loads, settings, relax))
+    history.kept[key] = (items, found)
+    return found
+
+
 # -- wording --------------------------------------------------------------------------------
 
 
@@ -510,9 +527,8 @@ class ImbalanceJudge:
         hold = effective_hold(s.imbalance_hold, history.span)
         loads = trusted_loads(history, snapshot, s)
         active: list[Condition] = []
-        for kind, find in (("utilization", utilization_condition), ("memory", memory_condition)):
-            strict = find(loads, s, 0.0)
-            relaxed = find(loads, s, s.imbalance_margin)
+        stricts, relaxeds = conditions(history, loads, s), conditions(history, loads, s, s.imbalance_margin)
+        for kind, strict, relaxed in (("utilization", stricts[0], relaxeds[0]), ("memory", stricts[1], relaxeds[1])):
             latch = advance(self._latches[kind], now, strict is not None, relaxed is not None, hold)
             self._latches[kind] = latch
             if not latch.active:
