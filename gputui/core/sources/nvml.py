@@ -96,6 +96,12 @@ _DCGM: tuple[tuple[str, bool, str | None, str | None, int | None], ...] = (
     ("decoder_utilization", False, "decoder_utilization", "nvmlDeviceGetDecoderUtilization", 0),
 )
 
+#: temperature, fan speed, SM clock, memory clock and P-state: (field, function, arguments), read in one loop
+_SCALARS = (("temperature", "nvmlDeviceGetTemperature", (_TEMPERATURE_GPU,)),
+            ("fan_speed", "nvmlDeviceGetFanSpeed", ()), ("clock_sm", "nvmlDeviceGetClockInfo", (_CLOCK_SM,)),
+            ("clock_memory", "nvmlDeviceGetClockInfo", (_CLOCK_MEM,)), ("pstate", "nvmlDeviceGetPerformanceState", ()))
+
+
 #: Human names of fields for error sentences.
 _LABELS = {
     "utilization": "utilization", "memory": "memory", "temperature": "temperature", "power_draw": "power draw",
@@ -224,6 +230,8 @@ class NvmlSource:
         self._plausible: PlausibleMemo = {}
         #: per-poll fields not asked for (see leave_unread)
         self._unread: frozenset[str] = frozenset()
+        #: the unsigned-int getters of every poll, as NvmlQueries.scalars asks them (None: left unread)
+        self._scalars: tuple[tuple[str, str, tuple[int, ...]] | None, ...] = _SCALARS
         self._mig = MigReader(self._ask)
         self._xids = XidEvents()
 
@@ -300,6 +308,7 @@ class NvmlSource:
             extra = sorted(unread - OPTIONAL_FIELDS)
             raise ValueError(f"only {sorted(OPTIONAL_FIELDS)} can be left unread, not {extra}")
         self._unread = unread
+        self._scalars = tuple(None if a[0] in unread else a for a in _SCALARS)
 
     # -- reading --------------------------------------------------------------------
 
@@ -342,17 +351,11 @@ class NvmlSource:
         elif not dev.static_done:  # a static query that failed before: ask again until it answers
             self._read_static(dev)
         ask = self._ask
-        get, cached, scalar = ask.get, ask.cached, ask.scalar
+        get, cached = ask.get, ask.cached
         fields = self._field_values(dev)
         util = ask.utilization(dev)
         mem = ask.memory(dev)
-        temperature = scalar(dev, "temperature", "nvmlDeviceGetTemperature", _TEMPERATURE_GPU)
-        fan = scalar(dev, "fan_speed", "nvmlDeviceGetFanSpeed")
-        clock_sm = scalar(dev, "clock_sm", "nvmlDeviceGetClockInfo", _CLOCK_SM)
-        unread = self._unread
-        clock_mem = None if "clock_memory" in unread else scalar(dev, "clock_memory", "nvmlDeviceGetClockInfo",
-                                                                 _CLOCK_MEM)
-        pstate = None if "pstate" in unread else scalar(dev, "pstate", "nvmlDeviceGetPerformanceState")
+        temperature, fan, clock_sm, clock_mem, pstate = ask.scalars(dev, self._scalars)
         reasons = ask.throttle_reasons(dev)
         # the batch's answers (what _field does first, inline); a getter closure only for a field it lacks
         power, power_limit, ecc = fields.get("power_draw"), fields.get("power_limit"), fields.get("ecc_errors")

@@ -372,6 +372,35 @@ class NvmlQueries:
         value = self.out(dev, name, function, ctypes.c_uint, *args)
         return None if value is None else value.value  # a c_uint's value is an int
 
+    def scalars(self, dev: Device, asks: tuple[tuple[str, str, tuple[int, ...]] | None, ...]) -> list[int | None]:
+        """:meth:`scalar` for each (field, function, arguments) of ``asks`` (None: not asked, None back), in
+        one loop: the kept calls (:meth:`again`'s steady state, inline) one after the other. Raises Lost."""
+        calls, handle = dev.calls, dev.handle
+        out: list[int | None] = []
+        for ask in asks:
+            if ask is None:
+                out.append(None)
+                continue
+            name = ask[0]
+            fast = calls.get(name)
+            if fast is None or fast[2][0] is not handle:
+                out.append(self.scalar(dev, name, ask[1], *ask[2]))  # the full rules
+                continue
+            error: BaseException | None = None
+            try:
+                ret = fast[0](*fast[2])
+            except Exception as exc:  # ctypes/binding trouble: N/A, never a crash
+                ret, error = UNKNOWN, exc
+            if ret != SUCCESS:
+                del calls[name]
+                self.failed(dev, name, ret, error or self.nv.NVMLError(ret))
+                out.append(None)
+                continue
+            if dev.failures:
+                dev.failures.pop(name, None)
+            out.append(fast[1].value)
+        return out
+
     def utilization(self, dev: Device) -> tuple[int, int] | None:
         """(GPU %, memory %) from ``nvmlDeviceGetUtilizationRates`` through :meth:`out`."""
         u = self.out(dev, "utilization", "nvmlDeviceGetUtilizationRates", Utilization)
