@@ -569,3 +569,28 @@ def test_getters_that_answered_and_then_fail_read_na_and_come_back(fake_nvml: Fa
         fake_nvml.write(scenario([gpu(0, utilization_gpu=44, temperature=60), gpu(1)]))
         g0 = probe.ask("read")["gpus"][0]
         assert g0["temperature"] is None and g0["utilization_gpu"] == 44
+
+
+def test_a_process_list_that_outgrows_the_kept_buffer_lists_every_process(fake_nvml: FakeNvml) -> None:
+    """The process-list and SM-sample calls that answered are made again with their kept buffers: a
+    list longer than those buffers must still come back whole (every process, every SM figure), a
+    shorter one after it too, and failing samples read N/A until they answer again."""
+    base = absent_pid()
+
+    def listed(count: int, **kw) -> dict[int, int | None]:
+        fake_nvml.write(scenario([gpu(0, processes=[process(base + i, used_memory=GiB, sm=1 + i % 90)
+                                                    for i in range(count)], **kw)]))
+        return {p["pid"]: p["sm_utilization"] for p in probe.ask("read")["processes"]["0"]}
+
+    def expected(count: int) -> dict[int, int | None]:
+        return {base + i: 1 + i % 90 for i in range(count)}
+
+    with fake_nvml.probe() as probe:
+        probe.ask("open")
+        assert listed(2) == expected(2)
+        assert listed(2) == expected(2)  # the kept calls
+        assert listed(100) == expected(100)
+        assert listed(100) == expected(100)
+        assert listed(3) == expected(3)
+        assert listed(3, errors={"process_utilization": "unknown"}) == dict.fromkeys(expected(3), None)
+        assert listed(3) == expected(3)

@@ -460,10 +460,22 @@ class NvmlQueries:
 
     def _list(self, dev: Device, name: str, struct: Any) -> tuple[tuple[int, int | None], ...]:
         """One running-process list through a buffer kept per device (one C call when it fits). The
-        same bytes as the last call's give the same tuple back, without reading the entries again."""
-        fn = self.function(name)
+        same bytes as the last call's give the same tuple back, without reading the entries again.
+        A call that answered is kept (its function, count and buffer) and made again as it is."""
         size = ctypes.sizeof(struct)
         key = name  # one struct per function (RUNNING)
+        fast = dev.calls.get(key)
+        if fast is not None and fast[2][0] is dev.handle:  # the kept call; the buffer is the one it answered in
+            count, args = fast[1], fast[2]
+            buf = args[2]
+            count.value = len(buf)
+            ret = fast[0](*args)
+            if ret == SUCCESS:
+                return self._entries(dev, key, buf, min(count.value, len(buf)), size)
+            del dev.calls[key]
+            if ret != INSUFFICIENT_SIZE:
+                raise self.nv.NVMLError(ret)
+        fn = self.function(name)
         buf = dev.buffers.get(key)
         kept = kept_out(dev, key, ctypes.c_uint)  # the count in/out parameter, kept like the buffer
         count = kept[0]
@@ -471,28 +483,35 @@ class NvmlQueries:
             if buf is None:
                 buf = (struct * 32)()
             count.value = len(buf)
-            ret = fn(dev.handle, kept[1], buf)
+            args = (dev.handle, kept[1], buf)
+            ret = fn(*args)
             if ret == INSUFFICIENT_SIZE:
                 buf = (struct * (count.value * 2 + 16))()
                 continue
             if ret != SUCCESS:
                 raise self.nv.NVMLError(ret)
             dev.buffers[key] = buf
-            n = min(count.value, len(buf))
-            raw = ctypes.string_at(buf, n * size)
-            last = dev.lists.get(key)
-            if last is not None and last[0] == raw:
-                cached: tuple[tuple[int, int | None], ...] = last[1]
-                return cached
-            out = []
-            for i in range(n):
-                entry = buf[i]
-                mem = int(entry.usedGpuMemory)
-                out.append((int(entry.pid), None if mem == NOT_AVAILABLE_ULL else mem))
-            result = tuple(out)
-            dev.lists[key] = (raw, result)
-            return result
+            dev.calls[key] = (fn, count, args)
+            return self._entries(dev, key, buf, min(count.value, len(buf)), size)
         raise self.nv.NVMLError(INSUFFICIENT_SIZE)
+
+    @staticmethod
+    def _entries(dev: Device, key: str, buf: Any, n: int, size: int) -> tuple[tuple[int, int | None], ...]:
+        """The (pid, memory or None) of the first ``n`` entries of a filled process list (entries of
+        ``size`` bytes); the same bytes as last time give the same tuple back."""
+        raw = ctypes.string_at(buf, n * size)
+        last = dev.lists.get(key)
+        if last is not None and last[0] == raw:
+            cached: tuple[tuple[int, int | None], ...] = last[1]
+            return cached
+        out = []
+        for i in range(n):
+            entry = buf[i]
+            mem = int(entry.usedGpuMemory)
+            out.append((int(entry.pid), None if mem == NOT_AVAILABLE_ULL else mem))
+        result = tuple(out)
+        dev.lists[key] = (raw, result)
+        return result
 
     def process_utilization(self, dev: Device, wall: float) -> dict[int, int] | None:
         """Newest SM% sample per PID; {} when the driver has no recent samples; None when N/A.
@@ -509,22 +528,36 @@ class NvmlQueries:
         since = now_us - int(UTIL_WINDOW * 1_000_000)
         if dev.util_seen:
             since = min(since, dev.util_seen)
+        struct = UtilizationSample
+        fast = dev.calls.get(name)
+        ret = INSUFFICIENT_SIZE
         try:
-            fn = self.function("nvmlDeviceGetProcessUtilization")
-            struct = UtilizationSample
-            buf: Any = dev.buffers.get(name)  # a ctypes array of samples
-            kept = kept_out(dev, name, ctypes.c_uint)  # the count in/out parameter, kept like the buffer
-            count = kept[0]
-            for _ in range(4):
-                if buf is None:
-                    buf = (struct * 64)()
+            if fast is not None and fast[2][0] is dev.handle:  # the call that answered, made again as it is
+                count, args = fast[1], fast[2]
+                buf: Any = args[1]
                 count.value = len(buf)
-                ret = fn(dev.handle, buf, kept[1], ctypes.c_ulonglong(max(0, since)))
-                if ret == INSUFFICIENT_SIZE:
-                    buf = (struct * (count.value * 2 + 16))()
-                    continue
-                break
-            dev.buffers[name] = buf
+                args[3].value = max(0, since)
+                ret = fast[0](*args)
+                if ret != SUCCESS and ret != NOT_FOUND:
+                    del dev.calls[name]
+            if ret == INSUFFICIENT_SIZE:  # not kept (or the kept buffer is too small): the full call
+                fn = self.function("nvmlDeviceGetProcessUtilization")
+                buf = dev.buffers.get(name)  # a ctypes array of samples
+                kept = kept_out(dev, name, ctypes.c_uint)  # the count in/out parameter, kept like the buffer
+                count = kept[0]
+                for _ in range(4):
+                    if buf is None:
+                        buf = (struct * 64)()
+                    count.value = len(buf)
+                    args = (dev.handle, buf, kept[1], ctypes.c_ulonglong(max(0, since)))
+                    ret = fn(*args)
+                    if ret == INSUFFICIENT_SIZE:
+                        buf = (struct * (count.value * 2 + 16))()
+                        continue
+                    break
+                dev.buffers[name] = buf
+                if ret == SUCCESS or ret == NOT_FOUND:
+                    dev.calls[name] = (fn, count, args)
             if ret == NOT_FOUND:  # supported, but no sample in the window: every process is idle
                 self.succeeded(dev, name)
                 return {}
@@ -534,6 +567,7 @@ class NvmlQueries:
             self.failed(dev, name, getattr(exc, "value", UNKNOWN), exc)
             return None
         except Exception as exc:
+            dev.calls.pop(name, None)
             self.failed(dev, name, UNKNOWN, exc)
             return None
         self.succeeded(dev, name)
