@@ -298,3 +298,14 @@ def test_imbalance_conditions_kept_while_the_loads_hold_follow_each_threshold_th
     assert conditions(h, near, s, 10.0)[0] is not None
     assert conditions(h, _loads((75, 10), (15, 10)), s)[0] is None  # another load, the same thresholds
     assert conditions(h, _loads((85, 10), (15, 10)), s)[0] is not None
+    assert conditions(h, _loads((85, 50), (15, 10)), s)[1] is None
+    assert conditions(h, _loads((85, 95), (15, 10)), s)[1] is not None
+    lost = _loads((85, 95), (15, 10))
+    lost[1] = replace(lost[1], lost=True)  # the only other GPU is lost: nothing to compare with
+    assert conditions(h, lost, s) == (None, None)
+    assert conditions(h, _loads((85, 95), (15, 10)), s)[0].coldest == 1
+    moved = _loads((85, 95), (15, 10))
+    moved[1] = replace(moved[1], index=7)  # the same figures on another GPU: the condition names it
+    assert conditions(h, moved, s)[0].coldest == 7
+    # one more sample in every window, the same figures: the conditions kept
+    assert conditions(h, {i: replace(g, samples=2) for i, g in moved.items()}, s)[0].coldest == 7

@@ -111,9 +111,10 @@ def memory_condition(loads: dict[int, GpuLoad], settings: Settings, relax: float
 def conditions(history: History, loads: dict[int, GpuLoad], settings: Settings,
                relax: float = 0.0) -> tuple[Condition | None, Condition | None]:
     """(utilization, memory) conditions of ``loads`` with thresholds ``relax`` points more lenient, kept
-    in the history from poll to poll while the loads are equal (the same GpuLoad objects while the GPUs'
-    windows hold still) and the thresholds are the same."""
-    items = tuple(loads.items())
+    in the history from poll to poll while every GPU's figures a condition reads (its index, lost flag,
+    utilization and memory) and the thresholds are the same: not the samples counted, which grow while
+    the window fills."""
+    items = tuple([(g.index, g.lost, g.util, g.memory) for g in loads.values()])
     key = ("imbalance.conditions", relax, settings.util_high, settings.util_low, settings.util_spread,
            settings.memory_high, settings.memory_low)
     kept = history.kept.get(key)
