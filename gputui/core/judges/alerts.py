@@ -53,7 +53,7 @@ from gputui.core.judges.hysteresis import IDLE, Latch, advance, effective_hold
 from gputui.core.judges.imbalance import conditions, contrast, trusted_loads
 from gputui.core.judges.suspect import suspect, suspect_message
 from gputui.core.judges.text import join_and
-from gputui.core.model import THERMAL_OR_POWER, Alert, Gpu, Severity, Snapshot
+from gputui.core.model import THERMAL_OR_POWER, Alert, Gpu, Imbalance, Severity, Snapshot
 from gputui.core.record import record
 from gputui.core.units import fmt_percent, fmt_size, used_percent
 
@@ -110,9 +110,11 @@ class AlertJudge:
             self._latches[key] = latch
         return latch
 
-    def update(self, history: History, snapshot: Snapshot) -> tuple[Alert, ...]:
+    def update(self, history: History, snapshot: Snapshot, imbalance: Imbalance | None = None) -> tuple[Alert, ...]:
         """The alerts of this poll, each raised and cleared with hysteresis. Long on purpose: one rule per
-        alert kind, side by side, sharing the hold and the clock (the rules read best in one place)."""
+        alert kind, side by side, sharing the hold and the clock (the rules read best in one place).
+        ``imbalance``: this poll's verdict when ``snapshot`` does not carry it yet (the poller's, which then
+        copies the snapshot once for both)."""
         s = self.settings
         now = history.now if history.now is not None else snapshot.time.timestamp()
         hold = effective_hold(s.alert_hold, history.span)
@@ -212,11 +214,11 @@ class AlertJudge:
                 self._quiet[i] = inputs
 
         # -- imbalance (already hysteretic: mirror it) ------------------------------------
-        imb = snapshot.imbalance
+        imb = imbalance if imbalance is not None else snapshot.imbalance
         latch = advance(self._latches.get((None, "imbalance"), IDLE), now, imb.flagged, imb.flagged, 0.0)
         self._latches[(None, "imbalance")] = latch
         if latch.active and imb.message:
-            gpu, message = self._imbalance_summary(history, snapshot)
+            gpu, message = self._imbalance_summary(history, snapshot, imb)
             alerts.append(Alert(gpu, "imbalance", "warning", message, at(latch.since)))
 
         alerts.sort(key=lambda a: (_SEVERITY_ORDER[a.severity], a.gpu is None, a.gpu or 0, a.kind))
@@ -246,11 +248,10 @@ class AlertJudge:
             out.append(Alert(g.index, "memory-full", "warning", msg, at(latch.since)))
         return out
 
-    def _imbalance_summary(self, history: History, snapshot: Snapshot) -> tuple[int | None, str]:
+    def _imbalance_summary(self, history: History, snapshot: Snapshot, imb: Imbalance) -> tuple[int | None, str]:
         """(hot GPU, a short sentence) for the imbalance alert: the contrast without the causes and
         the move, which the imbalance banner and the ``imbalance`` JSON object carry in full."""
         s = self.settings
-        imb = snapshot.imbalance
         loads = trusted_loads(history, snapshot, s)
         observed = min(s.imbalance_window, history.span)
         relaxed = dict(zip(("utilization", "memory"), conditions(history, loads, s, s.imbalance_margin), strict=True))
