@@ -288,9 +288,31 @@ def _poll_worker(tree: Path, env: dict[str, str], ticks: int, pause: float, pyth
     return result
 
 
+def _poll_rounds(label: str, env: dict[str, str], workdir: Path, baseline: tuple[str, Path] | None, ticks: int,
+                 pause: float, rounds: int) -> dict[str, Any]:
+    """The poll tick of this tree (and of the baseline's), ``rounds`` times, alternating which runs first,
+    so that the machine's noise falls on both alike: every round's figures, and as ``poll`` (and
+    ``poll@ref``) the round whose median is the middle one."""
+    trees: list[tuple[str, Path, bool]] = [("poll", REPO, False)]
+    if baseline is not None:
+        trees.append((f"poll@{baseline[0]}", workdir / f"src-{baseline[0]}", True))
+    every: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in trees}
+    for k in range(rounds):
+        for name, tree, pythonpath in (trees if k % 2 == 0 else trees[::-1]):
+            print(f"  {label}: poll ticks of {'this tree' if name == 'poll' else name[5:]} ({pause:g} s apart), "
+                  f"round {k + 1}/{rounds} ...", flush=True)
+            every[name].append(_poll_worker(tree, env, ticks, pause, pythonpath=pythonpath))
+    out: dict[str, Any] = {}
+    for name, results in every.items():
+        ordered = sorted(results, key=lambda r: r["poll_tick"]["median_ms"])
+        out[name] = ordered[len(ordered) // 2]
+        out[f"{name}_rounds"] = [r["poll_tick"] for r in results]
+    return out
+
+
 def bench_config(label: str, gpus: int, nprocs: int, runs: int, ticks: int, nvitop: Path | None,
                  workdir: Path, python: Path, baseline: tuple[str, Path] | None = None, pause: float = 1.0,
-                 poll_only: bool = False) -> dict[str, Any]:
+                 poll_only: bool = False, rounds: int = 1) -> dict[str, Any]:
     from tests.fakenvml.scenario import FakeNvml
 
     fake = FakeNvml(workdir / label)
@@ -303,13 +325,16 @@ def bench_config(label: str, gpus: int, nprocs: int, runs: int, ticks: int, nvit
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env.pop("PYTHONPATH", None)
 
-        print(f"  {label}: poll ticks ({pause:g} s apart) ...", flush=True)
-        poll = _poll_worker(REPO, env, ticks, pause, pythonpath=False)
-        out: dict[str, Any] = {"gpus": gpus, "processes": nprocs, "poll": poll}
-        if baseline is not None:  # the baseline's own poll worker over its own tree, against the same processes
-            print(f"  {label}: poll ticks of {baseline[0]} ...", flush=True)
-            out[f"poll@{baseline[0]}"] = _poll_worker(workdir / f"src-{baseline[0]}", env, ticks, pause,
-                                                      pythonpath=True)
+        out: dict[str, Any] = {"gpus": gpus, "processes": nprocs}
+        if rounds > 1:
+            out.update(_poll_rounds(label, env, workdir, baseline, ticks, pause, rounds))
+        else:
+            print(f"  {label}: poll ticks ({pause:g} s apart) ...", flush=True)
+            out["poll"] = _poll_worker(REPO, env, ticks, pause, pythonpath=False)
+            if baseline is not None:  # the baseline's own poll worker over its own tree, against the same processes
+                print(f"  {label}: poll ticks of {baseline[0]} ...", flush=True)
+                out[f"poll@{baseline[0]}"] = _poll_worker(workdir / f"src-{baseline[0]}", env, ticks, pause,
+                                                          pythonpath=True)
         if poll_only:
             return out
 
@@ -385,7 +410,17 @@ def print_table(results: dict[str, Any]) -> None:
         if k == 1:
             print("  ".join("-" * w for w in widths))
     for label, r in results["configs"].items():
-        for name in (n for n in r if n.startswith("poll@")):
+        for name in (n for n in r if n.endswith("_rounds")):
+            ticks = r[name]
+            tree = "this tree" if name == "poll_rounds" else name[5:-7]
+
+            def span(key: str, ticks: list[dict[str, float]] = ticks) -> str:
+                values = sorted(t[key] for t in ticks)
+                return f"{values[0]:.2f}-{values[-1]:.2f} (middle {values[len(values) // 2]:.2f})"
+
+            print(f"{label}: poll tick of {tree} over {len(ticks)} alternated rounds: median {span('median_ms')}, "
+                  f"p90 {span('p90_ms')}, cpu median {span('cpu_median_ms')} ms")
+        for name in (n for n in r if n.startswith("poll@") and not n.endswith("_rounds")):
             p = r[name]
             print(f"{label}: poll tick at {name.split('@', 1)[1]}: {p['poll_tick']['median_ms']:.1f} / "
                   f"{p['poll_tick']['p90_ms']:.1f} ms (median / p90), cpu median {p['poll_tick']['cpu_median_ms']:.1f} "
@@ -415,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pause", type=float, default=1.0,
                     help="seconds between timed poll ticks (default 1: the dashboard's interval)")
     ap.add_argument("--poll-only", action="store_true", help="only the poll tick (no one-shot commands, no nvitop)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time the poll tick this many times, alternating with --baseline's (ranges reported)")
     args = ap.parse_args(argv)
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanups
@@ -441,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
             gpus, nprocs = CONFIGS[label]
             print(f"benchmarks: {label} ({gpus} GPUs x {nprocs} processes)", flush=True)
             results["configs"][label] = bench_config(label, gpus, nprocs, args.runs, args.ticks, nvitop, Path(tmp),
-                                                     python, baseline, args.pause, args.poll_only)
+                                                     python, baseline, args.pause, args.poll_only, args.rounds)
 
     verdicts = []
     small = results["configs"].get("8x64")

@@ -527,3 +527,70 @@ def test_pids_from_another_namespace_are_kept_and_explained(fake_nvml: FakeNvml,
     row = by_pid(snap["gpus"][0])[a.pid]
     assert row["visible"] is False and row["gpu_memory"] == 3 * GiB and row["sm_utilization"] == 12
     assert any("--pid=host" in w for w in snap["warnings"])
+
+
+def test_getters_that_answered_and_then_fail_read_na_and_come_back(fake_nvml: FakeNvml, sleepers) -> None:
+    """A per-poll getter that answered is called again as it is (its function and out-parameter kept):
+    when it starts failing its old value must not be shown, a refusal for good stops it being asked,
+    and a passing failure recovers with the new value."""
+    p = sleepers()
+    fields = ("utilization", "memory", "temperature", "fan_speed", "clock_sm", "pstate", "throttle_reasons",
+              "compute_processes")
+    fake_nvml.write(scenario([gpu(0, utilization_gpu=40, temperature=50, fan_speed=30, throttle_reasons=0x4,
+                                  processes=[process(p.pid, used_memory=GiB)]), gpu(1)]))
+    with fake_nvml.probe() as probe:
+        probe.ask("open")
+        for _ in range(2):  # answered twice: the kept calls are in use
+            g0 = probe.ask("read")["gpus"][0]
+            assert (g0["utilization_gpu"], g0["temperature"], g0["fan_speed"]) == (40, 50, 30)
+            assert g0["memory_used"] is not None and g0["pstate"] is not None and g0["throttle_reasons"]
+        assert [q["pid"] for q in probe.ask("read")["processes"]["0"]] == [p.pid]
+        fake_nvml.write(scenario([gpu(0, utilization_gpu=41, temperature=51, fan_speed=31,
+                                      processes=[process(p.pid, used_memory=GiB)],
+                                      errors=dict.fromkeys(fields, "unknown")), gpu(1)]))
+        failing = probe.ask("read")
+        g0 = failing["gpus"][0]
+        for key in ("utilization_gpu", "utilization_memory", "memory_used", "memory_total", "temperature",
+                    "fan_speed", "clock_sm", "pstate", "throttle_reasons"):
+            assert g0[key] is None, key
+        assert failing["processes"].get("0", []) == []
+        assert failing["gpus"][1]["temperature"] == 34
+        warned = probe.ask("poll")["warnings"]
+        assert len(warned) == 1 and "temperature" in warned[0] and "memory" in warned[0]
+        fake_nvml.write(scenario([gpu(0, utilization_gpu=42, temperature=52, fan_speed=32,
+                                      processes=[process(p.pid, used_memory=GiB)]), gpu(1)]))
+        back = probe.ask("poll")
+        g0 = back["gpus"][0]
+        assert (g0["utilization_gpu"], g0["temperature"], g0["fan_speed"]) == (42, 52, 32)
+        assert g0["memory_used"] is not None and g0["pstate"] is not None and back["warnings"] == []
+        # refused for good (NOT_SUPPORTED) after answering: N/A, and not asked again
+        fake_nvml.write(scenario([gpu(0, utilization_gpu=43, errors={"temperature": "not_supported"}), gpu(1)]))
+        assert probe.ask("read")["gpus"][0]["temperature"] is None
+        fake_nvml.write(scenario([gpu(0, utilization_gpu=44, temperature=60), gpu(1)]))
+        g0 = probe.ask("read")["gpus"][0]
+        assert g0["temperature"] is None and g0["utilization_gpu"] == 44
+
+
+def test_a_process_list_that_outgrows_the_kept_buffer_lists_every_process(fake_nvml: FakeNvml) -> None:
+    """The process-list and SM-sample calls that answered are made again with their kept buffers: a
+    list longer than those buffers must still come back whole (every process, every SM figure), a
+    shorter one after it too, and failing samples read N/A until they answer again."""
+    base = absent_pid()
+
+    def listed(count: int, **kw) -> dict[int, int | None]:
+        fake_nvml.write(scenario([gpu(0, processes=[process(base + i, used_memory=GiB, sm=1 + i % 90)
+                                                    for i in range(count)], **kw)]))
+        return {p["pid"]: p["sm_utilization"] for p in probe.ask("read")["processes"]["0"]}
+
+    def expected(count: int) -> dict[int, int | None]:
+        return {base + i: 1 + i % 90 for i in range(count)}
+
+    with fake_nvml.probe() as probe:
+        probe.ask("open")
+        assert listed(2) == expected(2)
+        assert listed(2) == expected(2)  # the kept calls
+        assert listed(100) == expected(100)
+        assert listed(100) == expected(100)
+        assert listed(3) == expected(3)
+        assert listed(3, errors={"process_utilization": "unknown"}) == dict.fromkeys(expected(3), None)
+        assert listed(3) == expected(3)

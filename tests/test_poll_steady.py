@@ -5,8 +5,13 @@ the same; the history keeps each GPU's rings while that GPU's rows are the same 
 keeps which rows a finding could apply to. Each test changes one input under everything else held
 still (the same objects poll after poll, as the real sources hand them out) and expects to see it."""
 
+import pytest
+
 from gputui.core.config import Settings
 from gputui.core.history import History
+from gputui.core.judges.alerts import AlertJudge
+from gputui.core.judges.imbalance import conditions, trusted_loads
+from gputui.core.judges.placement import GpuLoad, gpu_loads
 from gputui.core.model import Gpu, GpuReading, ProcessFacts, RawProcess
 from gputui.core.poller import Poller
 from gputui.core.record import replace
@@ -122,3 +127,185 @@ def test_history_drops_a_departed_process_when_another_gpu_stood_still():
     assert h.process((1, c.pid, c.create_time)) == ()
     h.add(snapshot(T0 + 2, [g0, gpu(1, procs=[b])]))
     assert len(h.process((0, a.pid, a.create_time))) == 3 and len(h.process((1, b.pid, b.create_time))) == 3
+
+
+def _alert_kinds(snap) -> list[str]:
+    return sorted(a.kind for a in snap.alerts if a.gpu == 0)
+
+
+@pytest.mark.parametrize(("change", "kind"), [
+    ({"temperature": 95}, "temperature"),
+    ({"throttle_reasons": ("hw_thermal_slowdown",)}, "throttle"),
+    ({"memory_used": 79 * GIB}, "memory-full"),
+    ({"memory_total": 2 * GIB + GIB // 20}, "memory-full"),
+    ({"lost": True}, "lost"),
+], ids=["temperature", "throttle", "memory-used", "memory-total", "lost"])
+def test_an_alert_input_that_changes_on_a_quiet_gpu_raises_its_alert(change, kind):
+    """A GPU with every alert idle is not judged again while what the verdicts read is the same:
+    each input, changed alone, must still raise its alert."""
+    src = _Still()
+    poller = _poller(src)
+    for _ in range(3):
+        assert _alert_kinds(poller.poll()) == []
+    src.gpu = replace(src.gpu, **change)
+    assert kind in _alert_kinds(poller.poll())
+
+
+def test_a_busy_gpu_whose_processes_leave_turns_suspect_on_a_quiet_gpu():
+    src = _Still()
+    src.gpu = replace(src.gpu, utilization_gpu=100, memory_used=GIB // 2)
+    poller = _poller(src)
+    for _ in range(3):
+        assert _alert_kinds(poller.poll()) == []
+    src.raws = ()
+    assert _alert_kinds(poller.poll()) == ["suspect"]
+
+
+def test_a_threshold_changed_between_polls_is_judged_on_a_quiet_gpu():
+    judge = AlertJudge(Settings())
+    h = History()
+    g = gpu(0, temp=80)
+    for t in range(3):
+        snap = snapshot(T0 + t, [g])
+        h.add(snap)
+        assert judge.update(h, snap) == ()
+    judge.settings = replace(judge.settings, temp_warning=75)
+    snap = snapshot(T0 + 3, [g])
+    h.add(snap)
+    assert [a.kind for a in judge.update(h, snap)] == ["temperature"]
+
+
+def test_an_idle_gpu_without_processes_that_reads_full_load_turns_suspect_on_a_quiet_gpu():
+    src = _Still()
+    src.gpu, src.raws = replace(src.gpu, utilization_gpu=0, memory_used=GIB // 2), ()
+    poller = _poller(src)
+    for _ in range(3):
+        assert _alert_kinds(poller.poll()) == []
+    src.gpu = replace(src.gpu, utilization_gpu=100)
+    assert _alert_kinds(poller.poll()) == ["suspect"]
+
+
+def test_the_trusted_loads_of_one_poll_follow_the_gpus_asked_about_and_the_window():
+    """Computed once per poll (the imbalance judge and its alert both ask): another tuple of GPUs or
+    another window under the same history is computed afresh."""
+    h = History()
+    steady = [gpu(0, util=0, procs=[proc(1, 0)]), gpu(1, util=10, procs=[proc(2, 1)])]
+    h.add(snapshot(T0, steady))
+    now = snapshot(T0 + 30, [gpu(0, util=100, procs=[proc(1, 0)]), steady[1]])
+    h.add(now)
+    assert trusted_loads(h, now, Settings())[0].util == 50
+    assert trusted_loads(h, now, replace(Settings(), imbalance_window=10))[0].util == 100
+    broken = snapshot(T0 + 30, [now.gpus[0], gpu(1, util=100, used_gib=0.1)])  # GPU 1 reads broken
+    assert set(trusted_loads(h, broken, Settings())) == {0}
+    assert set(trusted_loads(h, now, Settings())) == {0, 1}
+
+
+def test_a_window_load_kept_while_every_figure_is_one_value_follows_each_change():
+    """A GPU's windowed load is reused while each figure of its window is all one value: a new value,
+    one more sample, a figure that moves alone or the GPU's own identity must each show."""
+    h = History()
+
+    def poll(t: int, g=None, **kw):
+        g = g if g is not None else gpu(0, **kw)
+        h.add(snapshot(T0 + t, [g]))
+        return gpu_loads(h, (g,), 60.0)[0]
+
+    for t in range(4):
+        load = poll(t, util=50, used_gib=8, total_gib=80)
+    assert (load.util, load.memory, load.samples, load.free) == (50, 10, 4, 72 * GIB)
+    assert poll(4, util=50, used_gib=8, total_gib=80).samples == 5
+    load = poll(5, util=100, used_gib=8, total_gib=80)
+    assert load.util == (5 * 50 + 100) / 6
+    h = History()
+    for t in range(4):
+        load = poll(t, util=50, used_gib=8, total_gib=80)
+    load = poll(4, util=50, used_gib=40, total_gib=80)
+    assert load.memory == (4 * 10 + 50) / 5 and load.free == 40 * GIB and load.free_min == 40 * GIB
+    h = History()
+    for t in range(4):
+        load = poll(t, util=50, used_gib=8, total_gib=80)
+    load = poll(4, util=50, used_gib=16, total_gib=160)  # the same percent used, more free
+    assert load.memory == 10 and load.free == 144 * GIB and load.free_min == 72 * GIB
+    h = History()
+    g = gpu(0, util=50, used_gib=8)
+    for t in range(4):
+        poll(t, g)
+    assert poll(4, replace(g, uuid="GPU-other")).uuid == "GPU-other"
+
+
+def test_a_short_window_load_follows_each_figure_and_the_sample_count():
+    """With a window of three samples a figure becomes all one value again quickly: each new value,
+    each figure alone, the count of samples and a window that is not all one value must each show."""
+    h = History()
+
+    def poll(t: int, g, asked=None) -> object:
+        h.add(snapshot(T0 + t, [g]))
+        return gpu_loads(h, (asked or g,), 2.5)[0]
+
+    g = gpu(0, util=50, used_gib=8, total_gib=80)
+    for t in range(4):
+        load = poll(t, g)
+    assert (load.util, load.memory, load.samples) == (50, 10, 3)
+    t = 4
+    asked = None
+    for change, check, keep_asked in (
+            ({"utilization_gpu": 70}, lambda x: x.util == 70, False),
+            ({"memory_used": 72 * GIB, "memory_total": 144 * GIB},  # more used, the same free
+             lambda x: x.memory == 50 and x.free == 72 * GIB, False),
+            ({"uuid": "GPU-other"}, lambda x: x.uuid == "GPU-other", False),
+            ({"memory_used": 144 * GIB, "memory_total": 288 * GIB},  # the same percent, more free in the window
+             lambda x: x.memory == 50 and x.free_min == 144 * GIB, True)):
+        asked = g if keep_asked else None  # the GPU asked about as it was: only the window's figures move
+        g = replace(g, **change)  # one change at a time, kept
+        for _ in range(3):  # three polls: the window is all the new value
+            load = poll(t, g, asked)
+            t += 1
+        assert check(load), change
+    # the GPU asked about is not the one sampled: its own free memory, the window's least
+    assert poll(t, g, replace(g, memory_used=100 * GIB)).free == 188 * GIB  # of 288
+    # 50, 50, 100 then 50, 100, 100: the newest value and the count are those of an earlier window
+    for u in (50, 50, 50, 100, 100):
+        t += 1
+        load = poll(t, replace(g, utilization_gpu=u))
+    assert load.util == (50 + 100 + 100) / 3
+    # no figure at all: only the count of samples moves
+    h = History()
+    blank = replace(g, utilization_gpu=None, memory_used=None, memory_total=None)
+    assert [poll(t, blank).samples for t in range(3)] == [1, 2, 3]
+
+
+def _loads(*figures: tuple[float, float]) -> dict:
+    return {i: GpuLoad(index=i, uuid=f"GPU-{i}", lost=False, util=u, memory=m, free=GIB, free_min=GIB, samples=1)
+            for i, (u, m) in enumerate(figures)}
+
+
+def test_imbalance_conditions_kept_while_the_loads_hold_follow_each_threshold_the_margin_and_the_loads():
+    """The conditions are kept from poll to poll while the loads are equal: each threshold, the margin
+    and the loads, changed alone, must each be judged afresh."""
+    h = History()
+    s = replace(Settings(), util_spread=80)  # high/low alone decide utilization here
+    hot = _loads((85, 95), (15, 10))
+    assert all(conditions(h, hot, s))
+    assert conditions(h, hot, replace(s, util_high=90))[0] is None
+    assert conditions(h, hot, replace(s, util_low=10))[0] is None
+    assert conditions(h, hot, replace(s, memory_high=96))[1] is None
+    assert conditions(h, hot, replace(s, memory_low=5))[1] is None
+    spread = _loads((70, 10), (5, 10))
+    assert conditions(h, spread, s)[0] is None
+    assert conditions(h, spread, replace(s, util_spread=60))[0] is not None
+    near = _loads((75, 10), (25, 10))
+    assert conditions(h, near, s)[0] is None
+    assert conditions(h, near, s, 10.0)[0] is not None
+    assert conditions(h, _loads((75, 10), (15, 10)), s)[0] is None  # another load, the same thresholds
+    assert conditions(h, _loads((85, 10), (15, 10)), s)[0] is not None
+    assert conditions(h, _loads((85, 50), (15, 10)), s)[1] is None
+    assert conditions(h, _loads((85, 95), (15, 10)), s)[1] is not None
+    lost = _loads((85, 95), (15, 10))
+    lost[1] = replace(lost[1], lost=True)  # the only other GPU is lost: nothing to compare with
+    assert conditions(h, lost, s) == (None, None)
+    assert conditions(h, _loads((85, 95), (15, 10)), s)[0].coldest == 1
+    moved = _loads((85, 95), (15, 10))
+    moved[1] = replace(moved[1], index=7)  # the same figures on another GPU: the condition names it
+    assert conditions(h, moved, s)[0].coldest == 7
+    # one more sample in every window, the same figures: the conditions kept
+    assert conditions(h, {i: replace(g, samples=2) for i, g in moved.items()}, s)[0].coldest == 7

@@ -258,8 +258,8 @@ class Poller:
         self._idle.prune(self.history)
         snap = replace(snap, gpus=judged_gpus, containers=containers, window=self.history.span)
         imbalance = self._imbalance.update(self.history, snap)
-        snap = replace(snap, imbalance=imbalance)
-        snap = replace(snap, alerts=self._alerts.update(self.history, snap) + slurm_alerts)
+        alerts = self._alerts.update(self.history, snap, imbalance)  # the snapshot copied once for both
+        snap = replace(snap, imbalance=imbalance, alerts=alerts + slurm_alerts)
         if self.house_rules is not None:
             snap = self._judge_rules(snap, now)
         if self.gpu_filter is not None:

@@ -50,10 +50,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.hysteresis import IDLE, Latch, advance, effective_hold
-from gputui.core.judges.imbalance import contrast, memory_condition, trusted_loads, utilization_condition
+from gputui.core.judges.imbalance import conditions, contrast, trusted_loads
 from gputui.core.judges.suspect import suspect, suspect_message
 from gputui.core.judges.text import join_and
-from gputui.core.model import THERMAL_OR_POWER, Alert, Gpu, Severity, Snapshot
+from gputui.core.model import THERMAL_OR_POWER, Alert, Gpu, Imbalance, Severity, Snapshot
 from gputui.core.record import record
 from gputui.core.units import fmt_percent, fmt_size, used_percent
 
@@ -74,6 +74,13 @@ HARDWARE_THROTTLE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_b
 _SEVERITY_ORDER = {"critical": 0, "warning": 1}
 
 
+def _alert_inputs(g: Gpu) -> tuple[object, ...]:
+    """Everything of ``g`` a per-GPU alert verdict reads (lost, temperature, throttle reasons, the
+    suspect reading, memory, the MIG devices' memory)."""
+    return (g.lost, g.temperature, g.throttle_reasons, g.utilization_gpu, not g.processes, g.memory_used,
+            g.memory_total, g.mig_mode, g.mig_devices)
+
+
 def _throttle_reasons(g: Gpu) -> tuple[str, ...]:
     return tuple(r for r in g.throttle_reasons or () if r in THERMAL_OR_POWER)
 
@@ -89,6 +96,10 @@ class AlertJudge:
         #: throttle reasons last seen while a throttle alert is active, per GPU
         self._reasons: dict[int, tuple[str, ...]] = {}
         self._memory: dict[int, float] = {}
+        #: per GPU that ended the last update with every latch idle: what its verdicts were made of
+        #: (:func:`_alert_inputs` and the thresholds); the same again cannot raise anything, so it is
+        #: not judged again (the steady state of most GPUs)
+        self._quiet: dict[int, tuple[object, ...]] = {}
 
     def _step(self, key: tuple[int | None, str], now: float, strict: bool, relaxed: bool, hold: float) -> Latch:
         """Raise after ``hold`` (0 while the observation is shorter than the hold), clear after the full hold."""
@@ -99,9 +110,11 @@ class AlertJudge:
             self._latches[key] = latch
         return latch
 
-    def update(self, history: History, snapshot: Snapshot) -> tuple[Alert, ...]:
+    def update(self, history: History, snapshot: Snapshot, imbalance: Imbalance | None = None) -> tuple[Alert, ...]:
         """The alerts of this poll, each raised and cleared with hysteresis. Long on purpose: one rule per
-        alert kind, side by side, sharing the hold and the clock (the rules read best in one place)."""
+        alert kind, side by side, sharing the hold and the clock (the rules read best in one place).
+        ``imbalance``: this poll's verdict when ``snapshot`` does not carry it yet (the poller's, which then
+        copies the snapshot once for both)."""
         s = self.settings
         now = history.now if history.now is not None else snapshot.time.timestamp()
         hold = effective_hold(s.alert_hold, history.span)
@@ -114,9 +127,18 @@ class AlertJudge:
         present = {g.index for g in snapshot.gpus}
         for key in [k for k in self._latches if k[0] is not None and k[0] not in present]:
             del self._latches[key]
+        thresholds = (s.temp_warning, s.temp_critical, s.temp_hysteresis, s.memory_full, s.memory_hysteresis)
+        quiet = self._quiet
+        self._quiet = {}
 
         for g in snapshot.gpus:
             i = g.index
+            inputs = (_alert_inputs(g), thresholds)
+            if quiet.get(i) == inputs:
+                # Every latch of this GPU was idle (every strict verdict false) and nothing a verdict
+                # reads changed: each stays idle whatever the time, so there is nothing to raise.
+                self._quiet[i] = inputs
+                continue
             # -- lost: raise at once, clear after the hold ------------------------------
             lost_key = (i, "lost")
             latch = self._step(lost_key, now, g.lost, g.lost, 0.0)
@@ -188,13 +210,15 @@ class AlertJudge:
                     msg = f"GPU {i}'s memory was at least {s.memory_full:g}% used and is {now_text} now."
                 alerts.append(Alert(i, "memory-full", "warning", msg, at(latch.since)))
             alerts += self._mig_memory(g, now, hold, at)
+            if not any(k[0] == i for k in self._latches):
+                self._quiet[i] = inputs
 
         # -- imbalance (already hysteretic: mirror it) ------------------------------------
-        imb = snapshot.imbalance
+        imb = imbalance if imbalance is not None else snapshot.imbalance
         latch = advance(self._latches.get((None, "imbalance"), IDLE), now, imb.flagged, imb.flagged, 0.0)
         self._latches[(None, "imbalance")] = latch
         if latch.active and imb.message:
-            gpu, message = self._imbalance_summary(history, snapshot)
+            gpu, message = self._imbalance_summary(history, snapshot, imb)
             alerts.append(Alert(gpu, "imbalance", "warning", message, at(latch.since)))
 
         alerts.sort(key=lambda a: (_SEVERITY_ORDER[a.severity], a.gpu is None, a.gpu or 0, a.kind))
@@ -224,19 +248,14 @@ class AlertJudge:
             out.append(Alert(g.index, "memory-full", "warning", msg, at(latch.since)))
         return out
 
-    def _imbalance_summary(self, history: History, snapshot: Snapshot) -> tuple[int | None, str]:
+    def _imbalance_summary(self, history: History, snapshot: Snapshot, imb: Imbalance) -> tuple[int | None, str]:
         """(hot GPU, a short sentence) for the imbalance alert: the contrast without the causes and
         the move, which the imbalance banner and the ``imbalance`` JSON object carry in full."""
         s = self.settings
-        imb = snapshot.imbalance
         loads = trusted_loads(history, snapshot, s)
         observed = min(s.imbalance_window, history.span)
-        conds = []
-        for kind in imb.kinds:
-            find = utilization_condition if kind == "utilization" else memory_condition
-            cond = find(loads, s, s.imbalance_margin)
-            if cond is not None:
-                conds.append(cond)
+        relaxed = dict(zip(("utilization", "memory"), conditions(history, loads, s, s.imbalance_margin), strict=True))
+        conds = [c for c in (relaxed.get(kind) for kind in imb.kinds) if c is not None]
         gpu = imb.suggestion.from_gpu if imb.suggestion is not None else conds[0].hot if conds else None
         if not conds:
             return gpu, imb.message or "The GPUs are unevenly loaded."

@@ -108,6 +108,24 @@ def memory_condition(loads: dict[int, GpuLoad], settings: Settings, relax: float
                       settings.memory_low + relax, None, settings.memory_low)
 
 
+def conditions(history: History, loads: dict[int, GpuLoad], settings: Settings,
+               relax: float = 0.0) -> tuple[Condition | None, Condition | None]:
+    """(utilization, memory) conditions of ``loads`` with thresholds ``relax`` points more lenient, kept
+    in the history from poll to poll while every GPU's figures a condition reads (its index, lost flag,
+    utilization and memory) and the thresholds are the same: not the samples counted, which grow while
+    the window fills."""
+    items = tuple([(g.index, g.lost, g.util, g.memory) for g in loads.values()])
+    key = ("imbalance.conditions", relax, settings.util_high, settings.util_low, settings.util_spread,
+           settings.memory_high, settings.memory_low)
+    kept = history.kept.get(key)
+    if isinstance(kept, tuple) and kept[0] == items:
+        found: tuple[Condition | None, Condition | None] = kept[1]
+        return found
+    found = (utilization_condition(loads, settings, relax), memory_condition(loads, settings, relax))
+    history.kept[key] = (items, found)
+    return found
+
+
 # -- wording --------------------------------------------------------------------------------
 
 
@@ -468,10 +486,20 @@ def judge(conditions: list[Condition], loads: dict[int, GpuLoad], snapshot: Snap
 def trusted_loads(history: History, snapshot: Snapshot, settings: Settings) -> dict[int, GpuLoad]:
     """The windowed loads, without GPUs whose reading is suspect (100% busy, no process, no memory):
     a card that looks broken is no evidence of a pile-up (the alerts name it instead). Cards in MIG mode
-    are not whole GPUs and are left out too."""
-    loads = gpu_loads(history, whole_gpus(snapshot.gpus)[0], settings.imbalance_window)
+    are not whole GPUs and are left out too.
+
+    Computed once per poll for one tuple of GPUs and window (the imbalance judge and the imbalance
+    alert both ask, with the same snapshot's GPUs); each caller gets its own dict."""
+    gpus, window = snapshot.gpus, settings.imbalance_window
+    key = ("trusted_loads", window)
+    hit = history.memo.get(key)
+    if isinstance(hit, tuple) and hit[0] is gpus:  # a tuple of immutable GPUs: the same object, the same loads
+        return dict(hit[1])
+    loads = gpu_loads(history, whole_gpus(gpus)[0], window)
     bad = suspect_indices(snapshot)
-    return {i: g for i, g in loads.items() if i not in bad} if bad else loads
+    trusted = {i: g for i, g in loads.items() if i not in bad} if bad else loads
+    history.memo[key] = (gpus, trusted)
+    return dict(trusted)
 
 
 def observed_span(history: History, settings: Settings) -> float:
@@ -500,9 +528,8 @@ class ImbalanceJudge:
         hold = effective_hold(s.imbalance_hold, history.span)
         loads = trusted_loads(history, snapshot, s)
         active: list[Condition] = []
-        for kind, find in (("utilization", utilization_condition), ("memory", memory_condition)):
-            strict = find(loads, s, 0.0)
-            relaxed = find(loads, s, s.imbalance_margin)
+        stricts, relaxeds = conditions(history, loads, s), conditions(history, loads, s, s.imbalance_margin)
+        for kind, strict, relaxed in (("utilization", stricts[0], relaxeds[0]), ("memory", stricts[1], relaxeds[1])):
             latch = advance(self._latches[kind], now, strict is not None, relaxed is not None, hold)
             self._latches[kind] = latch
             if not latch.active:

@@ -93,7 +93,7 @@ class _RunningWindow:
     that left the window instead of reading the whole window again. Kept only while its samples
     follow each other in time and the history is fed poll after poll; otherwise rebuilt."""
 
-    __slots__ = ("last", "seq", "n", "util", "util_at", "mem", "mem_at", "free", "free_at")
+    __slots__ = ("last", "seq", "n", "util", "util_at", "mem", "mem_at", "free", "free_at", "same", "load")
 
     def __init__(self) -> None:
         #: the newest sample taken in, and its number (samples are numbered as they are taken in)
@@ -107,6 +107,11 @@ class _RunningWindow:
         self.mem_at: deque[tuple[int, float]] = deque()
         self.free: deque[int] = deque()
         self.free_at: deque[tuple[int, float]] = deque()
+        #: per figure (util, mem, free), how many of its newest values in a row equal the newest: a figure
+        #: whose every value is the same is known by that value and the count alone
+        self.same = [0, 0, 0]
+        #: the last GpuLoad made while every figure was all one value, and what it was made from
+        self.load: tuple[tuple[object, ...], GpuLoad] | None = None
 
     def take(self, s: GpuSample) -> None:
         self.seq += 1
@@ -115,15 +120,22 @@ class _RunningWindow:
             return
         at = (self.seq, s.t)
         self.n.append(at)
+        same = self.same
         if s.utilization is not None:
-            self.util.append(float(s.utilization))
+            value = float(s.utilization)
+            same[0] = same[0] + 1 if self.util and self.util[-1] == value else 1
+            self.util.append(value)
             self.util_at.append(at)
         used, total = s.memory_used, s.memory_total
         if used is not None and total is not None:
             if total:
-                self.mem.append(100.0 * used / total)
+                value = 100.0 * used / total
+                same[1] = same[1] + 1 if self.mem and self.mem[-1] == value else 1
+                self.mem.append(value)
                 self.mem_at.append(at)
-            self.free.append(max(0, total - used))
+            free = max(0, total - used)
+            same[2] = same[2] + 1 if self.free and self.free[-1] == free else 1
+            self.free.append(free)
             self.free_at.append(at)
 
     def expire(self, cutoff: float, oldest: int) -> None:
@@ -131,10 +143,29 @@ class _RunningWindow:
         n = self.n
         while n and (n[0][1] < cutoff or n[0][0] < oldest):
             n.popleft()
-        for values, at in ((self.util, self.util_at), (self.mem, self.mem_at), (self.free, self.free_at)):
+        same = self.same
+        for i, values, at in ((0, self.util, self.util_at), (1, self.mem, self.mem_at), (2, self.free, self.free_at)):
             while at and (at[0][1] < cutoff or at[0][0] < oldest):
                 at.popleft()
                 values.popleft()
+            if same[i] > len(values):
+                same[i] = len(values)
+
+    def uniform_load(self, g: Gpu) -> GpuLoad:
+        """:func:`_load` of this window, reused while every figure is all one value (the same value and
+        count as when it was made: the same sequences) and ``g``'s own fields it reads are the same."""
+        util, mem, free, same = self.util, self.mem, self.free, self.same
+        if same[0] != len(util) or same[1] != len(mem) or same[2] != len(free):
+            return _load(g, util, mem, free, len(self.n))
+        key = (len(util), util[-1] if util else None, len(mem), mem[-1] if mem else None, len(free),
+               free[-1] if free else None, len(self.n), g.index, g.uuid, g.lost, g.memory_free,
+               None if self.n else (g.utilization_gpu, g.memory_used, g.memory_total))  # _load's stand-in
+        kept = self.load
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        load = _load(g, util, mem, free, len(self.n))
+        self.load = (key, load)
+        return load
 
 
 def _running_window(history: History, index: int, window: float) -> _RunningWindow | None:
@@ -176,7 +207,7 @@ def _running_window(history: History, index: int, window: float) -> _RunningWind
 def _gpu_load(history: History, g: Gpu, window: float | None) -> GpuLoad:
     run = _running_window(history, g.index, window) if window is not None else None
     if run is not None:
-        return _load(g, run.util, run.mem, run.free, len(run.n))
+        return run.uniform_load(g)
     ring = history.gpu_ring(g.index)
     if window is not None and ring:
         cutoff = ring[-1].t - window

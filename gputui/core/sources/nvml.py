@@ -96,6 +96,12 @@ _DCGM: tuple[tuple[str, bool, str | None, str | None, int | None], ...] = (
     ("decoder_utilization", False, "decoder_utilization", "nvmlDeviceGetDecoderUtilization", 0),
 )
 
+#: temperature, fan speed, SM clock, memory clock and P-state: (field, function, arguments), read in one loop
+_SCALARS = (("temperature", "nvmlDeviceGetTemperature", (_TEMPERATURE_GPU,)),
+            ("fan_speed", "nvmlDeviceGetFanSpeed", ()), ("clock_sm", "nvmlDeviceGetClockInfo", (_CLOCK_SM,)),
+            ("clock_memory", "nvmlDeviceGetClockInfo", (_CLOCK_MEM,)), ("pstate", "nvmlDeviceGetPerformanceState", ()))
+
+
 #: Human names of fields for error sentences.
 _LABELS = {
     "utilization": "utilization", "memory": "memory", "temperature": "temperature", "power_draw": "power draw",
@@ -224,6 +230,8 @@ class NvmlSource:
         self._plausible: PlausibleMemo = {}
         #: per-poll fields not asked for (see leave_unread)
         self._unread: frozenset[str] = frozenset()
+        #: the unsigned-int getters of every poll, as NvmlQueries.scalars asks them (None: left unread)
+        self._scalars: tuple[tuple[str, str, tuple[int, ...]] | None, ...] = _SCALARS
         self._mig = MigReader(self._ask)
         self._xids = XidEvents()
 
@@ -300,6 +308,7 @@ class NvmlSource:
             extra = sorted(unread - OPTIONAL_FIELDS)
             raise ValueError(f"only {sorted(OPTIONAL_FIELDS)} can be left unread, not {extra}")
         self._unread = unread
+        self._scalars = tuple(None if a[0] in unread else a for a in _SCALARS)
 
     # -- reading --------------------------------------------------------------------
 
@@ -342,24 +351,27 @@ class NvmlSource:
         elif not dev.static_done:  # a static query that failed before: ask again until it answers
             self._read_static(dev)
         ask = self._ask
-        get, cached, scalar = ask.get, ask.cached, ask.scalar
+        get, cached = ask.get, ask.cached
         fields = self._field_values(dev)
         util = ask.utilization(dev)
         mem = ask.memory(dev)
-        temperature = scalar(dev, "temperature", "nvmlDeviceGetTemperature", _TEMPERATURE_GPU)
-        power = self._field(dev, fields, "power_draw", lambda d: get(
-            d, "power_draw", nv.nvmlDeviceGetPowerUsage, d.handle))
-        fan = scalar(dev, "fan_speed", "nvmlDeviceGetFanSpeed")
-        clock_sm = scalar(dev, "clock_sm", "nvmlDeviceGetClockInfo", _CLOCK_SM)
-        unread = self._unread
-        clock_mem = None if "clock_memory" in unread else scalar(dev, "clock_memory", "nvmlDeviceGetClockInfo",
-                                                                 _CLOCK_MEM)
-        pstate = None if "pstate" in unread else scalar(dev, "pstate", "nvmlDeviceGetPerformanceState")
-        reasons = self._throttle(dev)
-        power_limit = self._field(dev, fields, "power_limit", lambda d: cached(
-            d, "power_limit", now, self._power_limit))
-        ecc = self._field(dev, fields, "ecc_errors", lambda d: cached(d, "ecc_errors", now, lambda d: get(
-            d, "ecc_errors", nv.nvmlDeviceGetTotalEccErrors, d.handle, _ECC_UNCORRECTED, _ECC_VOLATILE)))
+        temperature, fan, clock_sm, clock_mem, pstate = ask.scalars(dev, self._scalars)
+        reasons = ask.throttle_reasons(dev)
+        # the batch's answers (what _field does first, inline); a getter closure only for a field it lacks
+        power, power_limit, ecc = fields.get("power_draw"), fields.get("power_limit"), fields.get("ecc_errors")
+        if dev.failures:
+            for name, value in (("power_draw", power), ("power_limit", power_limit), ("ecc_errors", ecc)):
+                if value is not None:
+                    dev.failures.pop(name, None)
+        if power is None:
+            power = self._field(dev, fields, "power_draw", lambda d: get(
+                d, "power_draw", nv.nvmlDeviceGetPowerUsage, d.handle))
+        if power_limit is None:
+            power_limit = self._field(dev, fields, "power_limit", lambda d: cached(
+                d, "power_limit", now, self._power_limit))
+        if ecc is None:
+            ecc = self._field(dev, fields, "ecc_errors", lambda d: cached(d, "ecc_errors", now, lambda d: get(
+                d, "ecc_errors", nv.nvmlDeviceGetTotalEccErrors, d.handle, _ECC_UNCORRECTED, _ECC_VOLATILE)))
         extra = self._dcgm_fields(dev, fields, now)
         persistence = cached(dev, "persistence_mode", now,
                              lambda d: get(d, "persistence_mode", nv.nvmlDeviceGetPersistenceMode, d.handle))
@@ -433,6 +445,10 @@ class NvmlSource:
 
     def _slow(self, dev: _Device, name: str, getter: str, part: int | None, now: float) -> Any:
         """A getter's answer (``part`` of it), asked once per ``slow_ttl`` (cached under ``name``)."""
+        hit = dev.slow.get(name)  # cached()'s hit, inline (most polls)
+        if hit is not None and now - hit[1] < self._ask.slow_ttl:
+            value = hit[0]
+            return value if part is None or value is None else value[part]
         fn = getattr(self._nv, getter)
         value = self._ask.cached(dev, name, now, lambda d: self._ask.get(d, name, fn, d.handle))
         return value if part is None or value is None else value[part]
@@ -524,12 +540,6 @@ class NvmlSource:
             getattr(dev, f) is not None or f in dev.unsupported
             for f in ("name", "uuid", "pci_bus_id", "minor_number", "clock_sm_max", "clock_memory_max")
         )
-
-    def _throttle(self, dev: _Device) -> int | None:
-        ask = self._ask
-        return ask.variant(dev, "throttle_reasons",
-                           ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
-                           lambda name: ask.kept_u64(dev, name))
 
     def _power_limit(self, dev: _Device) -> int | None:
         h, ask = dev.handle, self._ask

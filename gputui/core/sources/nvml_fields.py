@@ -79,24 +79,17 @@ _VALUES = {_DOUBLE: Struct("@d"), _UINT: Struct("@I"), _ULONG: Struct("@L"), _UL
 assert _ENTRY.size == ctypes.sizeof(_FieldValue)
 
 
-def _number(kind: int, raw: bytes) -> float | int | None:
-    """The value of one entry: its union's bytes read as ``kind`` says (None for a type not known)."""
-    reader = _VALUES.get(kind)
-    if reader is None:
-        return None
-    value: float | int = reader.unpack_from(raw)[0]
-    return value
-
-
 class FieldBatch:
     """The batch of one GPU: which fields are still asked, and the buffer they are read into."""
 
-    __slots__ = ("names", "buf", "off", "errors")
+    __slots__ = ("names", "buf", "count", "off", "errors")
 
     def __init__(self) -> None:
         #: fields still asked in the batch (an entry refused for good leaves)
         self.names: tuple[str, ...] = tuple(FIELDS)
         self.buf: Any = None
+        #: the call's count argument, made with the buffer
+        self.count: Any = None
         #: True once the GPU or driver refused the call as a whole: every field uses its getter
         self.off = False
         #: this poll's entries that failed for a reason that may pass (field -> NVML error code)
@@ -110,16 +103,18 @@ class FieldBatch:
             self.off = self.off or fn is None
             return {}
         names = self.names
-        self.errors = {}
+        if self.errors:
+            self.errors = {}
         buf = self.buf
         if buf is None or len(buf) != len(names):  # the ids are the call's input, set once per buffer
             buf = self.buf = (_FieldValue * len(names))()
+            self.count = ctypes.c_int32(len(names))
             for i, name in enumerate(names):
                 entry = buf[i]
                 entry.fieldId = FIELDS[name]
                 entry.scopeId = 0
         try:
-            ret = fn(handle, ctypes.c_int32(len(names)), buf)
+            ret = fn(handle, self.count, buf)
         except Exception:  # binding trouble: treat as a driver without the call
             ret = FUNCTION_NOT_FOUND
         if ret == GPU_IS_LOST:
@@ -136,9 +131,9 @@ class FieldBatch:
         entries = _ENTRY.iter_unpack(ctypes.string_at(buf, ctypes.sizeof(buf)))
         for name, (kind, code, raw) in zip(names, entries, strict=True):
             if code == SUCCESS:
-                value = _number(kind, raw)
-                if value is not None:
-                    out[name] = value
+                reader = _VALUES.get(kind)  # _number, inline (every field of every GPU, every poll)
+                if reader is not None:
+                    out[name] = reader.unpack_from(raw)[0]
             elif code == GPU_IS_LOST:
                 raise Lost
             elif code in _REFUSED:

@@ -53,6 +53,9 @@ NOT_AVAILABLE_ULL = 0xFFFFFFFFFFFFFFFF
 #: Process-utilization samples older than this (seconds) are not asked for.
 UTIL_WINDOW = 1.0
 
+#: ``NvmlQueries.again``'s answer when the getter is not kept (never asked, or its last call failed)
+MISS: Any = object()
+
 #: What a ``variant`` probe returns.
 _R = TypeVar("_R")
 
@@ -65,7 +68,7 @@ class Device:
     """What the query rules keep about one device (a GPU or a MIG device) between polls."""
 
     __slots__ = ("index", "handle", "unsupported", "failures", "last_error", "slow", "util_seen", "buffers",
-                 "lists", "outs")
+                 "lists", "outs", "calls")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -87,6 +90,10 @@ class Device:
         #: per-poll getters' out-parameters (a ctypes value or struct, and a pointer to it), made once
         #: per device and field and filled by every call (see ``NvmlQueries.uint``)
         self.outs: dict[str, tuple[Any, Any]] = {}
+        #: per-poll getters that answered their last call, by field or family: (C function, the kept
+        #: out-parameter, the whole argument tuple, handle first), called again as they are (see
+        #: ``NvmlQueries.again``); dropped at the first failure, so the full rules run again
+        self.calls: dict[str, tuple[Any, Any, tuple[Any, ...]]] = {}
 
 
 class ProcessInfoV1(ctypes.Structure):
@@ -278,6 +285,29 @@ class NvmlQueries:
         self.absent.add(family)  # the driver has none of them
         return None
 
+    def again(self, dev: Device, name: str) -> Any:
+        """A per-poll getter that answered its last call, called again with the same arguments (the
+        steady state: one dict lookup instead of the rules' lookups of the function, the out-parameter
+        and the refusals): its filled out-parameter, None when it failed now (remembered as
+        :meth:`failed` does; the next call runs the full rules), or :data:`MISS` when it is not kept
+        (or was kept for another handle). Raises Lost."""
+        fast = dev.calls.get(name)
+        if fast is None or fast[2][0] is not dev.handle:
+            return MISS
+        try:
+            ret = fast[0](*fast[2])
+        except Exception as exc:  # ctypes/binding trouble: N/A, never a crash
+            del dev.calls[name]
+            self.failed(dev, name, UNKNOWN, exc)
+            return None
+        if ret != SUCCESS:
+            del dev.calls[name]
+            self.failed(dev, name, ret, self.nv.NVMLError(ret))
+            return None
+        if dev.failures:
+            dev.failures.pop(name, None)
+        return fast[1]
+
     def u64(self, name: str, h: Any) -> int:
         """One ``unsigned long long`` out-parameter getter through its C function; raises NVMLError."""
         out = ctypes.c_ulonglong()
@@ -286,12 +316,17 @@ class NvmlQueries:
             raise self.nv.NVMLError(ret)
         return int(out.value)
 
-    def kept_u64(self, dev: Device, name: str) -> int:
-        """:meth:`u64` into an out-parameter kept per device (a per-poll getter); raises NVMLError."""
+    def kept_u64(self, dev: Device, name: str, family: str | None = None) -> int:
+        """:meth:`u64` into an out-parameter kept per device (a per-poll getter); raises NVMLError.
+        ``family``: on an answer, the call is kept under it for :meth:`again`."""
         kept = kept_out(dev, name, ctypes.c_ulonglong)
-        ret = self.function(name)(dev.handle, kept[1])
+        fn = self.function(name)
+        args = (dev.handle, kept[1])
+        ret = fn(*args)
         if ret != SUCCESS:
             raise self.nv.NVMLError(ret)
+        if family is not None:
+            dev.calls[family] = (fn, kept[0], args)
         return int(kept[0].value)
 
     def uint(self, name: str, h: Any) -> int:
@@ -308,11 +343,16 @@ class NvmlQueries:
         the function up under a lock and checks the return in three more calls, every time): the filled
         out-parameter, to be read at once (the next call refills it), or None with the failure remembered
         as :meth:`get` does. Raises Lost."""
+        value = self.again(dev, name)
+        if value is not MISS:
+            return value
         if name in dev.unsupported:
             return None
         kept = kept_out(dev, name, kind)
+        call_args = (dev.handle, *args, kept[1])
         try:
-            ret = self.function(function)(dev.handle, *args, kept[1])
+            fn = self.function(function)
+            ret = fn(*call_args)
         except self.nv.NVMLError as exc:  # the driver lacks the function
             self.failed(dev, name, getattr(exc, "value", UNKNOWN), exc)
             return None
@@ -324,12 +364,42 @@ class NvmlQueries:
             return None
         if dev.failures:
             dev.failures.pop(name, None)
+        dev.calls[name] = (fn, kept[0], call_args)  # answered: called as it is from now on (again)
         return kept[0]
 
     def scalar(self, dev: Device, name: str, function: str, *args: int) -> int | None:
         """An ``unsigned int`` getter (temperature, fan speed, a clock, the P-state) through :meth:`out`."""
         value = self.out(dev, name, function, ctypes.c_uint, *args)
-        return None if value is None else int(value.value)
+        return None if value is None else value.value  # a c_uint's value is an int
+
+    def scalars(self, dev: Device, asks: tuple[tuple[str, str, tuple[int, ...]] | None, ...]) -> list[int | None]:
+        """:meth:`scalar` for each (field, function, arguments) of ``asks`` (None: not asked, None back), in
+        one loop: the kept calls (:meth:`again`'s steady state, inline) one after the other. Raises Lost."""
+        calls, handle = dev.calls, dev.handle
+        out: list[int | None] = []
+        for ask in asks:
+            if ask is None:
+                out.append(None)
+                continue
+            name = ask[0]
+            fast = calls.get(name)
+            if fast is None or fast[2][0] is not handle:
+                out.append(self.scalar(dev, name, ask[1], *ask[2]))  # the full rules
+                continue
+            error: BaseException | None = None
+            try:
+                ret = fast[0](*fast[2])
+            except Exception as exc:  # ctypes/binding trouble: N/A, never a crash
+                ret, error = UNKNOWN, exc
+            if ret != SUCCESS:
+                del calls[name]
+                self.failed(dev, name, ret, error or self.nv.NVMLError(ret))
+                out.append(None)
+                continue
+            if dev.failures:
+                dev.failures.pop(name, None)
+            out.append(fast[1].value)
+        return out
 
     def utilization(self, dev: Device) -> tuple[int, int] | None:
         """(GPU %, memory %) from ``nvmlDeviceGetUtilizationRates`` through :meth:`out`."""
@@ -340,30 +410,72 @@ class NvmlQueries:
 
     def memory(self, dev: Device) -> tuple[int, int, int | None] | None:
         """(used, total, reserved or None) through ``_v2`` → v1, each read into a struct kept per device."""
+        m = self.again(dev, "memory")
+        if m is not MISS:
+            if m is None:
+                return None
+            return m.used, m.total, m.reserved if type(m) is MemoryV2 else None  # struct fields read as ints
         nv = self.nv
 
         def call(name: str) -> tuple[int, int, int | None]:
             v2 = name == "nvmlDeviceGetMemoryInfo_v2"
             kept = kept_out(dev, name, MemoryV2 if v2 else MemoryV1)
-            ret = self.function(name)(dev.handle, kept[1])
+            fn = self.function(name)
+            args = (dev.handle, kept[1])
+            ret = fn(*args)
             if ret != SUCCESS:
                 raise nv.NVMLError(ret)
             m = kept[0]
+            dev.calls["memory"] = (fn, m, args)
             return int(m.used), int(m.total), int(m.reserved) if v2 else None
 
         return self.variant(dev, "memory", ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"), call)
 
+    def throttle_reasons(self, dev: Device) -> int | None:
+        """The clock-event (throttle) reasons mask: ``…ClocksEventReasons`` → ``…ClocksThrottleReasons``."""
+        out = self.again(dev, "throttle_reasons")
+        if out is not MISS:
+            return None if out is None else out.value
+        return self.variant(dev, "throttle_reasons",
+                            ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+                            lambda name: self.kept_u64(dev, name, "throttle_reasons"))
+
     def running(self, dev: Device, graphics: bool) -> tuple[tuple[int, int | None], ...] | None:
         """The compute (or graphics) processes as (pid, memory or None), through ``_v3`` → ``_v2`` → v1."""
         family, structs, names = RUNNING[graphics]
+        chosen = self.variants.get(family)
+        if chosen is not None and family not in dev.unsupported:  # what variant() does once probed, inline
+            try:
+                value = self._list(dev, chosen, structs[chosen])
+            except self.nv.NVMLError as exc:
+                self.failed(dev, family, getattr(exc, "value", UNKNOWN), exc)
+                return None
+            except Exception as exc:
+                self.failed(dev, family, UNKNOWN, exc)
+                return None
+            if dev.failures:
+                dev.failures.pop(family, None)
+            return value
         return self.variant(dev, family, names, lambda name: self._list(dev, name, structs[name]))
 
     def _list(self, dev: Device, name: str, struct: Any) -> tuple[tuple[int, int | None], ...]:
         """One running-process list through a buffer kept per device (one C call when it fits). The
-        same bytes as the last call's give the same tuple back, without reading the entries again."""
-        fn = self.function(name)
+        same bytes as the last call's give the same tuple back, without reading the entries again.
+        A call that answered is kept (its function, count and buffer) and made again as it is."""
         size = ctypes.sizeof(struct)
         key = name  # one struct per function (RUNNING)
+        fast = dev.calls.get(key)
+        if fast is not None and fast[2][0] is dev.handle:  # the kept call; the buffer is the one it answered in
+            count, args = fast[1], fast[2]
+            buf = args[2]
+            count.value = len(buf)
+            ret = fast[0](*args)
+            if ret == SUCCESS:
+                return self._entries(dev, key, buf, min(count.value, len(buf)), size)
+            del dev.calls[key]
+            if ret != INSUFFICIENT_SIZE:
+                raise self.nv.NVMLError(ret)
+        fn = self.function(name)
         buf = dev.buffers.get(key)
         kept = kept_out(dev, key, ctypes.c_uint)  # the count in/out parameter, kept like the buffer
         count = kept[0]
@@ -371,28 +483,35 @@ class NvmlQueries:
             if buf is None:
                 buf = (struct * 32)()
             count.value = len(buf)
-            ret = fn(dev.handle, kept[1], buf)
+            args = (dev.handle, kept[1], buf)
+            ret = fn(*args)
             if ret == INSUFFICIENT_SIZE:
                 buf = (struct * (count.value * 2 + 16))()
                 continue
             if ret != SUCCESS:
                 raise self.nv.NVMLError(ret)
             dev.buffers[key] = buf
-            n = min(count.value, len(buf))
-            raw = ctypes.string_at(buf, n * size)
-            last = dev.lists.get(key)
-            if last is not None and last[0] == raw:
-                cached: tuple[tuple[int, int | None], ...] = last[1]
-                return cached
-            out = []
-            for i in range(n):
-                entry = buf[i]
-                mem = int(entry.usedGpuMemory)
-                out.append((int(entry.pid), None if mem == NOT_AVAILABLE_ULL else mem))
-            result = tuple(out)
-            dev.lists[key] = (raw, result)
-            return result
+            dev.calls[key] = (fn, count, args)
+            return self._entries(dev, key, buf, min(count.value, len(buf)), size)
         raise self.nv.NVMLError(INSUFFICIENT_SIZE)
+
+    @staticmethod
+    def _entries(dev: Device, key: str, buf: Any, n: int, size: int) -> tuple[tuple[int, int | None], ...]:
+        """The (pid, memory or None) of the first ``n`` entries of a filled process list (entries of
+        ``size`` bytes); the same bytes as last time give the same tuple back."""
+        raw = ctypes.string_at(buf, n * size)
+        last = dev.lists.get(key)
+        if last is not None and last[0] == raw:
+            cached: tuple[tuple[int, int | None], ...] = last[1]
+            return cached
+        out = []
+        for i in range(n):
+            entry = buf[i]
+            mem = int(entry.usedGpuMemory)
+            out.append((int(entry.pid), None if mem == NOT_AVAILABLE_ULL else mem))
+        result = tuple(out)
+        dev.lists[key] = (raw, result)
+        return result
 
     def process_utilization(self, dev: Device, wall: float) -> dict[int, int] | None:
         """Newest SM% sample per PID; {} when the driver has no recent samples; None when N/A.
@@ -409,22 +528,36 @@ class NvmlQueries:
         since = now_us - int(UTIL_WINDOW * 1_000_000)
         if dev.util_seen:
             since = min(since, dev.util_seen)
+        struct = UtilizationSample
+        fast = dev.calls.get(name)
+        ret = INSUFFICIENT_SIZE
         try:
-            fn = self.function("nvmlDeviceGetProcessUtilization")
-            struct = UtilizationSample
-            buf: Any = dev.buffers.get(name)  # a ctypes array of samples
-            kept = kept_out(dev, name, ctypes.c_uint)  # the count in/out parameter, kept like the buffer
-            count = kept[0]
-            for _ in range(4):
-                if buf is None:
-                    buf = (struct * 64)()
+            if fast is not None and fast[2][0] is dev.handle:  # the call that answered, made again as it is
+                count, args = fast[1], fast[2]
+                buf: Any = args[1]
                 count.value = len(buf)
-                ret = fn(dev.handle, buf, kept[1], ctypes.c_ulonglong(max(0, since)))
-                if ret == INSUFFICIENT_SIZE:
-                    buf = (struct * (count.value * 2 + 16))()
-                    continue
-                break
-            dev.buffers[name] = buf
+                args[3].value = max(0, since)
+                ret = fast[0](*args)
+                if ret != SUCCESS and ret != NOT_FOUND:
+                    del dev.calls[name]
+            if ret == INSUFFICIENT_SIZE:  # not kept (or the kept buffer is too small): the full call
+                fn = self.function("nvmlDeviceGetProcessUtilization")
+                buf = dev.buffers.get(name)  # a ctypes array of samples
+                kept = kept_out(dev, name, ctypes.c_uint)  # the count in/out parameter, kept like the buffer
+                count = kept[0]
+                for _ in range(4):
+                    if buf is None:
+                        buf = (struct * 64)()
+                    count.value = len(buf)
+                    args = (dev.handle, buf, kept[1], ctypes.c_ulonglong(max(0, since)))
+                    ret = fn(*args)
+                    if ret == INSUFFICIENT_SIZE:
+                        buf = (struct * (count.value * 2 + 16))()
+                        continue
+                    break
+                dev.buffers[name] = buf
+                if ret == SUCCESS or ret == NOT_FOUND:
+                    dev.calls[name] = (fn, count, args)
             if ret == NOT_FOUND:  # supported, but no sample in the window: every process is idle
                 self.succeeded(dev, name)
                 return {}
@@ -434,6 +567,7 @@ class NvmlQueries:
             self.failed(dev, name, getattr(exc, "value", UNKNOWN), exc)
             return None
         except Exception as exc:
+            dev.calls.pop(name, None)
             self.failed(dev, name, UNKNOWN, exc)
             return None
         self.succeeded(dev, name)
