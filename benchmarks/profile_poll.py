@@ -48,6 +48,19 @@ def _load_run_module() -> Any:
     return module
 
 
+#: --spin: wait between polls by spinning on the clock (the CPU stays busy, so no idle wake-up)
+SPIN = False
+
+
+def _wait(seconds: float) -> None:
+    if not SPIN:
+        time.sleep(seconds)
+        return
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def _cpu(fn: Any, runs: int, pause: float) -> list[float]:
     out = []
     for _ in range(runs):
@@ -55,7 +68,7 @@ def _cpu(fn: Any, runs: int, pause: float) -> list[float]:
         fn()
         out.append(1000 * (time.process_time() - c0))
         if pause:
-            time.sleep(pause)
+            _wait(pause)
     return out
 
 
@@ -106,7 +119,7 @@ def _phases(poller: Any, args: argparse.Namespace) -> dict[str, tuple[float, flo
                 per_poll[name].append(1000 * spent.get(name, 0.0))
             per_poll["rest"].append(1000 * (whole - sum(v for k, v in spent.items() if k in parts)))
             per_poll["whole poll"].append(1000 * whole)
-            time.sleep(args.pause)
+            _wait(args.pause)
     finally:
         imbalance_module.gpu_loads = inner  # type: ignore[assignment]
         for name, (obj, attr) in parts.items():
@@ -119,6 +132,8 @@ def _phases(poller: Any, args: argparse.Namespace) -> dict[str, tuple[float, flo
 
 def worker(args: argparse.Namespace) -> int:
     """Runs inside the fake driver's environment (LD_LIBRARY_PATH is read at process start)."""
+    global SPIN
+    SPIN = args.spin
     from prometheus_client import generate_latest
 
     from gputui.core.config import Settings
@@ -200,7 +215,7 @@ def worker(args: argparse.Namespace) -> int:
             prof.enable()
             poller.poll()
             prof.disable()
-            time.sleep(args.pause)
+            _wait(args.pause)
         for order in ("tottime", "cumulative"):
             buf = io.StringIO()
             stats = pstats.Stats(prof, stream=buf)
@@ -222,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", choices=sorted(CONFIGS), default="8x64")
     ap.add_argument("--ticks", type=int, default=50)
     ap.add_argument("--pause", type=float, default=0.1, help="real seconds between measured polls")
+    ap.add_argument("--spin", action="store_true",
+                    help="wait --pause by spinning, not sleeping: what time passing costs a poll without an idle CPU")
     ap.add_argument("--interval", type=float, default=1.0, help="simulated seconds between polls (the history's)")
     ap.add_argument("--warmup", type=int, default=120,
                     help="polls before measuring (720 fills the whole history ring)")
@@ -252,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--ticks", str(args.ticks),
                "--pause", str(args.pause), "--top", str(args.top), "--interval", str(args.interval),
                "--warmup", str(args.warmup), "--face", args.face]
+        cmd += ["--spin"] if args.spin else []
         cmd += ["--profile"] if args.profile else []
         cmd += ["--json"] if args.json else []
         return subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL).returncode
