@@ -476,24 +476,12 @@ class NvmlQueries:
             if ret != INSUFFICIENT_SIZE:
                 raise self.nv.NVMLError(ret)
         fn = self.function(name)
-        buf = dev.buffers.get(key)
-        kept = kept_out(dev, key, ctypes.c_uint)  # the count in/out parameter, kept like the buffer
-        count = kept[0]
-        for _ in range(4):
-            if buf is None:
-                buf = (struct * 32)()
-            count.value = len(buf)
-            args = (dev.handle, kept[1], buf)
-            ret = fn(*args)
-            if ret == INSUFFICIENT_SIZE:
-                buf = (struct * (count.value * 2 + 16))()
-                continue
-            if ret != SUCCESS:
-                raise self.nv.NVMLError(ret)
-            dev.buffers[key] = buf
-            dev.calls[key] = (fn, count, args)
-            return self._entries(dev, key, buf, min(count.value, len(buf)), size)
-        raise self.nv.NVMLError(INSUFFICIENT_SIZE)
+        ret, buf, count, args = _grown(dev, key, fn, struct, 32, lambda buf, n: (dev.handle, n, buf))
+        if ret != SUCCESS:
+            raise self.nv.NVMLError(ret)
+        dev.buffers[key] = buf
+        dev.calls[key] = (fn, count, args)
+        return self._entries(dev, key, buf, min(count.value, len(buf)), size)
 
     @staticmethod
     def _entries(dev: Device, key: str, buf: Any, n: int, size: int) -> tuple[tuple[int, int | None], ...]:
@@ -542,19 +530,8 @@ class NvmlQueries:
                     del dev.calls[name]
             if ret == INSUFFICIENT_SIZE:  # not kept (or the kept buffer is too small): the full call
                 fn = self.function("nvmlDeviceGetProcessUtilization")
-                buf = dev.buffers.get(name)  # a ctypes array of samples
-                kept = kept_out(dev, name, ctypes.c_uint)  # the count in/out parameter, kept like the buffer
-                count = kept[0]
-                for _ in range(4):
-                    if buf is None:
-                        buf = (struct * 64)()
-                    count.value = len(buf)
-                    args = (dev.handle, buf, kept[1], ctypes.c_ulonglong(max(0, since)))
-                    ret = fn(*args)
-                    if ret == INSUFFICIENT_SIZE:
-                        buf = (struct * (count.value * 2 + 16))()
-                        continue
-                    break
+                start = ctypes.c_ulonglong(max(0, since))
+                ret, buf, count, args = _grown(dev, name, fn, struct, 64, lambda buf, n: (dev.handle, buf, n, start))
                 dev.buffers[name] = buf
                 if ret == SUCCESS or ret == NOT_FOUND:
                     dev.calls[name] = (fn, count, args)
@@ -592,3 +569,25 @@ class NvmlQueries:
         result = {pid: min(100, sm) for pid, (_, sm) in newest.items()}
         dev.lists[name] = (raw, result)
         return result
+
+
+def _grown(dev: Device, key: str, fn: Any, struct: Any, first: int,
+           arguments: Callable[[Any, Any], tuple[Any, ...]]) -> tuple[int, Any, Any, tuple[Any, ...]]:
+    """Call ``fn`` with a buffer of ``struct`` entries kept per device under ``key`` (``first`` entries
+    when there is none yet) and the count in/out parameter kept beside it, growing the buffer while the
+    driver answers INSUFFICIENT_SIZE, four tries at most. ``arguments(buffer, count pointer)`` spells
+    the call. Returns (the last return code, the buffer, the count, the last call's arguments)."""
+    buf = dev.buffers.get(key)
+    kept = kept_out(dev, key, ctypes.c_uint)
+    count = kept[0]
+    ret, args = INSUFFICIENT_SIZE, ()
+    for _ in range(4):
+        if buf is None:
+            buf = (struct * first)()
+        count.value = len(buf)
+        args = arguments(buf, kept[1])
+        ret = fn(*args)
+        if ret != INSUFFICIENT_SIZE:
+            break
+        buf = (struct * (count.value * 2 + 16))()
+    return ret, buf, count, args
