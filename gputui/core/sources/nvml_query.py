@@ -256,19 +256,30 @@ class NvmlQueries:
         """
         if family in dev.unsupported or family in self.absent:
             return None
-        chosen = self.variants.get(family)
-        order = (chosen,) if chosen is not None else candidates
         nv = self.nv
+        chosen = self.variants.get(family)
+        if chosen is not None:  # probed: the kept variant alone (every poll after the first)
+            try:
+                value = call(chosen)
+            except nv.NVMLError as exc:
+                self.failed(dev, family, getattr(exc, "value", UNKNOWN), exc)
+                return None
+            except Exception as exc:
+                self.failed(dev, family, UNKNOWN, exc)
+                return None
+            if dev.failures:
+                dev.failures.pop(family, None)
+            return value
         refused: tuple[int, BaseException] | None = None
-        for name in order:
+        for name in candidates:
             try:
                 value = call(name)
             except nv.NVMLError as exc:
                 code = getattr(exc, "value", UNKNOWN)
-                if chosen is None and code in (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH):
+                if code in (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH):
                     self.missing.add(name)
                     continue
-                if chosen is None and code == NOT_SUPPORTED:
+                if code == NOT_SUPPORTED:
                     refused = (code, exc)
                     continue
                 self.failed(dev, family, code, exc)
@@ -374,31 +385,17 @@ class NvmlQueries:
 
     def scalars(self, dev: Device, asks: tuple[tuple[str, str, tuple[int, ...]] | None, ...]) -> list[int | None]:
         """:meth:`scalar` for each (field, function, arguments) of ``asks`` (None: not asked, None back), in
-        one loop: the kept calls (:meth:`again`'s steady state, inline) one after the other. Raises Lost."""
-        calls, handle = dev.calls, dev.handle
+        one loop: the kept calls (:meth:`again`) one after the other. Raises Lost."""
         out: list[int | None] = []
         for ask in asks:
             if ask is None:
                 out.append(None)
                 continue
-            name = ask[0]
-            fast = calls.get(name)
-            if fast is None or fast[2][0] is not handle:
-                out.append(self.scalar(dev, name, ask[1], *ask[2]))  # the full rules
-                continue
-            error: BaseException | None = None
-            try:
-                ret = fast[0](*fast[2])
-            except Exception as exc:  # ctypes/binding trouble: N/A, never a crash
-                ret, error = UNKNOWN, exc
-            if ret != SUCCESS:
-                del calls[name]
-                self.failed(dev, name, ret, error or self.nv.NVMLError(ret))
-                out.append(None)
-                continue
-            if dev.failures:
-                dev.failures.pop(name, None)
-            out.append(fast[1].value)
+            value = self.again(dev, ask[0])
+            if value is MISS:
+                out.append(self.scalar(dev, *ask[:2], *ask[2]))  # the full rules
+            else:
+                out.append(None if value is None else value.value)
         return out
 
     def utilization(self, dev: Device) -> tuple[int, int] | None:
@@ -443,19 +440,6 @@ class NvmlQueries:
     def running(self, dev: Device, graphics: bool) -> tuple[tuple[int, int | None], ...] | None:
         """The compute (or graphics) processes as (pid, memory or None), through ``_v3`` → ``_v2`` → v1."""
         family, structs, names = RUNNING[graphics]
-        chosen = self.variants.get(family)
-        if chosen is not None and family not in dev.unsupported:  # what variant() does once probed, inline
-            try:
-                value = self._list(dev, chosen, structs[chosen])
-            except self.nv.NVMLError as exc:
-                self.failed(dev, family, getattr(exc, "value", UNKNOWN), exc)
-                return None
-            except Exception as exc:
-                self.failed(dev, family, UNKNOWN, exc)
-                return None
-            if dev.failures:
-                dev.failures.pop(family, None)
-            return value
         return self.variant(dev, family, names, lambda name: self._list(dev, name, structs[name]))
 
     def _list(self, dev: Device, name: str, struct: Any) -> tuple[tuple[int, int | None], ...]:
