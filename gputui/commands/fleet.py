@@ -10,6 +10,7 @@ Prometheus unreachable, or not Prometheus: one sentence, exit 3.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import urllib.parse
 
@@ -110,6 +111,9 @@ def run(ctx) -> int:
     # On a terminal without --json, cli.py opens the fleet screen (gputui.ui.fleet_app). Like the local
     # dashboard, a pipe or a file gets the one-shot output: here, the JSON document.
     reader = open_reader(ctx)
+    # ~110,000 series over 2,000 hosts become dicts and tuples, none of them in a cycle, and the process
+    # exits after printing: the cyclic collector, run every 700 new containers, was a third of its CPU
+    gc.disable()
     try:
         snap = reader.read()
     except PrometheusError as exc:
