@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from typing import Any
 
 from gputui.core import metric_names
 from gputui.core.fleet.model import (
@@ -63,7 +64,7 @@ _SHORT = NAME_MAX // 4
 #: The suffix of ``gputui_source`` on a host seen in the last hour but not now (queries.Q_HOSTS).
 GONE = "-gone"
 #: Queries of a one-shot refresh, counted in FleetSnapshot.queries by default (queries.FLEET_QUERIES).
-ONE_SHOT_QUERIES = 6
+ONE_SHOT_QUERIES = 7
 
 DCGM_NOTE = ("dcgm-exporter reports no per-process data: run gputui exporter on this host "
              "to see processes, owners and containers.")
@@ -169,30 +170,48 @@ def _missing(targets: dict[tuple[str, str], bool], hosts: dict[tuple[str, str], 
     return not targets or any(is_up and k not in hosts for k, is_up in targets.items())
 
 
+#: What _gpu_drafts does with each GPU metric: one small number a name, looked up once a series (the
+#: names compared one after the other were a tenth of a 2,000-host refresh). dcgm-exporter's from _D_UTIL on.
+_UTIL, _USED, _TEMP, _TOTAL, _INFO, _LOST, _OTHER, _D_UTIL, _D_USED, _D_FREE, _D_RESERVED, _D_TEMP, _D_OTHER = range(13)
+_SKIP = -1
+_GPU_KIND = {_GPU_UTILIZATION: _UTIL, _GPU_MEMORY_USED: _USED, _GPU_TEMPERATURE: _TEMP, _GPU_MEMORY_TOTAL: _TOTAL,
+             _GPU_INFO: _INFO, _GPU_LOST: _LOST, _HOST_INFO: _SKIP, _DCGM_GPU_UTIL: _D_UTIL, _DCGM_FB_USED: _D_USED,
+             _DCGM_FB_FREE: _D_FREE, _DCGM_FB_RESERVED: _D_RESERVED, _DCGM_GPU_TEMP: _D_TEMP}
+_UNSEEN: object = object()
+
+
 def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDraft],
                 problems: Problems) -> dict[tuple[str, str], dict[int, _GpuDraft]]:
     out: dict[tuple[str, str], dict[str, _GpuDraft]] = {}
     #: (host, GPU index) -> the fields dropped as impossible, with the value sent
     dropped: dict[tuple[tuple[str, str], int], list[str]] = {}
 
-    def bad(where: tuple[tuple[str, str], int], field: str, value: float) -> bool:
+    def bad(k: tuple[str, str], g: _GpuDraft, field: str, value: float, sent: float) -> bool:
         if not implausible(field, value):
             return False
-        dropped.setdefault(where, []).append(f"{FIELD_LABEL[field]} ({value_text(v)})")
+        dropped.setdefault((k, g.index), []).append(f"{FIELD_LABEL[field]} ({value_text(sent)})")
         return True
-    for labels, v in samples:  # thousands per refresh: plain lookups, no helper calls
-        k = (labels.get("job", ""), labels.get("instance", ""))
-        host = hosts.get(k)
-        if host is None:
+    #: (job, instance) -> its GPU drafts by gpu label and whether it is a dcgm-exporter host; None: no host
+    books: dict[tuple[str, str], Any] = {}
+    kinds = _GPU_KIND
+    for labels, v in samples:  # tens of thousands per refresh: plain lookups, no helper calls
+        get = labels.get
+        metric = get("__name__", "")
+        kind = kinds.get(metric)
+        if kind is None:  # a name not read here still makes its GPU known
+            kind = _D_OTHER if metric.startswith("DCGM_") else _OTHER
+        elif kind == _SKIP:
             continue
-        metric = labels.get("__name__", "")
-        dcgm = metric.startswith("DCGM_")
-        if dcgm != (host.source == "dcgm") or metric == _HOST_INFO:
-            continue
-        gpu = labels.get("gpu", "")
-        per_host = out.get(k)
-        if per_host is None:
-            per_host = out[k] = {}
+        k = (get("job", ""), get("instance", ""))
+        book = books.get(k, _UNSEEN)
+        if book is _UNSEEN:
+            host = hosts.get(k)
+            book = books[k] = None if host is None else (out.setdefault(k, {}), host.source == "dcgm")
+        dcgm = kind >= _D_UTIL
+        if book is None or dcgm != book[1]:
+            continue  # not a host, or a gputui exporter's --dcgm-names copies
+        per_host = book[0]
+        gpu = get("gpu", "")
         g = per_host.get(gpu)
         if g is None:
             index = label_int(gpu)
@@ -202,45 +221,44 @@ def _gpu_drafts(samples: Sequence[Sample], hosts: dict[tuple[str, str], _HostDra
                 continue
             g = per_host[gpu] = _GpuDraft(index)
         if not g.uuid:
-            uuid = labels.get("UUID" if dcgm else "uuid") or ""
+            uuid = get("UUID" if dcgm else "uuid") or ""
             g.uuid = uuid if len(uuid) <= _SHORT else problems.cut(k, uuid)
         if v != v:  # NaN: not reported
             continue
-        where = (k, g.index)
         # the driver's limits inline (the common case: thousands of values, each in range); out of
         # range, bad() says why
-        if metric == _GPU_INFO:
-            name = labels.get("name") or ""
-            g.name = (name if len(name) <= _SHORT else problems.cut(k, name)) or g.name
-        elif metric == _GPU_UTILIZATION:
-            if _UTIL_LOW <= v * 100 <= _UTIL_HIGH or not bad(where, "utilization_gpu", v * 100):
+        if kind == _UTIL:
+            if _UTIL_LOW <= v * 100 <= _UTIL_HIGH or not bad(k, g, "utilization_gpu", v * 100, v):
                 g.util = round(v * 100)
-        elif metric == _GPU_MEMORY_USED:
-            if _USED_LOW <= v <= _USED_HIGH or not bad(where, "memory_used", v):
+        elif kind == _USED:
+            if _USED_LOW <= v <= _USED_HIGH or not bad(k, g, "memory_used", v, v):
                 g.used = int(v)
-        elif metric == _GPU_MEMORY_TOTAL:
-            if _TOTAL_LOW <= v <= _TOTAL_HIGH or not bad(where, "memory_total", v):
-                g.total = int(v)
-        elif metric == _GPU_TEMPERATURE:
-            if _TEMP_LOW <= v <= _TEMP_HIGH or not bad(where, "temperature", v):
+        elif kind == _TEMP:
+            if _TEMP_LOW <= v <= _TEMP_HIGH or not bad(k, g, "temperature", v, v):
                 g.temperature = round(v)
-        elif metric == _GPU_LOST:
+        elif kind == _TOTAL:
+            if _TOTAL_LOW <= v <= _TOTAL_HIGH or not bad(k, g, "memory_total", v, v):
+                g.total = int(v)
+        elif kind == _INFO:
+            name = get("name") or ""
+            g.name = (name if len(name) <= _SHORT else problems.cut(k, name)) or g.name
+        elif kind == _LOST:
             g.lost = v >= 1
-        elif metric == _DCGM_GPU_UTIL:
-            g.name = g.name or problems.cut(k, labels.get("modelName") or "") or None
-            if not bad(where, "utilization_gpu", v):
+        elif kind == _D_UTIL:
+            g.name = g.name or problems.cut(k, get("modelName") or "") or None
+            if not bad(k, g, "utilization_gpu", v, v):
                 g.util = round(v)
-        elif metric == _DCGM_FB_USED:
-            if not bad(where, "memory_used", v * MIB):
+        elif kind == _D_USED:
+            if not bad(k, g, "memory_used", v * MIB, v):
                 g.used = int(v * MIB)
-        elif metric == _DCGM_FB_FREE:
-            if not bad(where, "memory_used", v * MIB):
+        elif kind == _D_FREE:
+            if not bad(k, g, "memory_used", v * MIB, v):
                 g.free = int(v * MIB)
-        elif metric == _DCGM_FB_RESERVED:
-            if not bad(where, "memory_used", v * MIB):
+        elif kind == _D_RESERVED:
+            if not bad(k, g, "memory_used", v * MIB, v):
                 g.reserved = int(v * MIB)
-        elif metric == _DCGM_GPU_TEMP:
-            if not bad(where, "temperature", v):
+        elif kind == _D_TEMP:
+            if not bad(k, g, "temperature", v, v):
                 g.temperature = round(v)
     result: dict[tuple[str, str], dict[int, _GpuDraft]] = {}
     for k, per_host in out.items():  # keyed by the label text above; by index from here on
