@@ -299,7 +299,7 @@ def query_costs(url: str) -> dict[str, dict[str, float]]:
     now = time.time()
     seen = PromClient(url, timeout=60).query(queries.Q_HOSTS, now)
     gone = queries.gone_query(seen)
-    parts = ("up", "hosts", "gpu_info", "gpu_use", "gpu_temperature_total", "processes", "state")
+    parts = ("up", "hosts", "gpu_info", "gpu_memory", "gpu_temperature_utilization", "processes", "state")
     named = dict(zip(parts, queries.FLEET_QUERIES, strict=True))
     if gone:
         named["hosts_down_last_seen"] = gone

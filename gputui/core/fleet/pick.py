@@ -140,8 +140,8 @@ def pick_fleet(reader: FleetReader, count: int = 1, min_free: int | None = None,
     """Read the fleet and choose (for ``user``: see :func:`choose`). Raises PrometheusError."""
     now = reader.clock()
     results = reader.run_queries(FLEET_QUERIES + windowed_queries(window), now)
-    up, seen, info, use, rest, procs, state = results[:len(FLEET_QUERIES)]
-    gpus = one_shot_gpus(seen, info, use + rest)
+    up, seen, info, memory, rest, procs, state = results[:len(FLEET_QUERIES)]
+    gpus = one_shot_gpus(seen, info, memory + rest)
     seen, extra = reader.last_seen(seen, now)
     snap = build_fleet(reader.client.url, now, up, seen, gpus, procs, state, queries=PICK_QUERIES + extra)
     per_gpu = []

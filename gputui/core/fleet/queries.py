@@ -169,14 +169,17 @@ LIVE_QUERIES = (Q_UP, Q_HOSTS, Q_GPU_LIVE, Q_PROCESSES, Q_STATE)
 #: side by side. Over 2,000 hosts each selected series costs Prometheus ~13 µs and gputui ~3 µs, and a
 #: query runs on one core, so each series is selected once and the three are of a size: each GPU's UUID
 #: and name once, on its ``gputui_gpu_info`` series, without the metric name (the query says it), with
-#: dcgm-exporter's series and ``gputui_gpu_lost`` where it is 1; its utilization and memory used; its
-#: temperature and total memory (each one aggregation: no ``or`` to hash them for). Host info is not
+#: dcgm-exporter's series and ``gputui_gpu_lost`` where it is 1; its total memory and memory used; its
+#: temperature and utilization (each one aggregation: no ``or`` to hash them for). Host info is not
 #: read again: the hosts query carries every live host's hostname. :func:`one_shot_gpus` turns the
 #: answers into the GPU series Q_GPU_STATIC and Q_GPU_LIVE answer.
 Q_GPU_INFO = " or ".join((f"max by (job, instance, gpu, uuid, name) ({_GPU_INFO})", names(DCGM_GPU_METRICS),
                           f"max by (__name__, job, instance, gpu) ({_GPU_LOST} == 1)"))
 _VALUE_METRICS = (_GPU_UTILIZATION, _GPU_MEMORY_USED, _GPU_TEMPERATURE)
-Q_GPU_VALUES = (_slim((_GPU_UTILIZATION, _GPU_MEMORY_USED), "gpu"), _slim((_GPU_TEMPERATURE, _GPU_MEMORY_TOTAL), "gpu"))
+#: (total memory and memory used; temperature and utilization): Prometheus answers an aggregation's
+#: series in its input's order, by metric name, so the two answers one after the other come in the
+#: order Q_GPU_STATIC's and Q_GPU_LIVE's did (a GPU's impossible values are named in that order).
+Q_GPU_VALUES = (_slim((_GPU_MEMORY_TOTAL, _GPU_MEMORY_USED), "gpu"), _slim((_GPU_TEMPERATURE, _GPU_UTILIZATION), "gpu"))
 FLEET_QUERIES = (Q_UP, Q_HOSTS, Q_GPU_INFO, *Q_GPU_VALUES, Q_PROCESSES, Q_STATE)
 assert len(FLEET_QUERIES) == ONE_SHOT_QUERIES  # build_fleet's default count
 
@@ -267,8 +270,8 @@ class FleetReader:
         if self.summary is not None:
             return self.summary(self, now)
         if not self.cache_static:
-            up, seen, info, use, rest, procs, state = self.run_queries(FLEET_QUERIES, now)
-            gpus = one_shot_gpus(seen, info, use + rest)
+            up, seen, info, memory, rest, procs, state = self.run_queries(FLEET_QUERIES, now)
+            gpus = one_shot_gpus(seen, info, memory + rest)
             seen, extra = self.last_seen(seen, now)
             return build_fleet(self.client.url, now, up, seen, gpus, procs, state,
                                queries=len(FLEET_QUERIES) + extra)
