@@ -125,12 +125,17 @@ def run(ctx) -> int:
     return EXIT_OK
 
 
+#: json.dumps's encoder without its cycle check (a dict of every container it enters): the document
+#: is built from records, never cyclic.
+_encode = json.JSONEncoder(check_circular=False).encode
+
+
 def document(doc: dict) -> str:
     """The fleet document as text: one host a line (json's C encoder runs only without ``indent``:
     indented, 2,000 hosts took half a second to write), still one JSON document."""
     head = {k: v for k, v in doc.items() if k != "hosts"}
-    hosts = ",\n".join(json.dumps(h) for h in doc["hosts"])
-    parts = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in head.items()]
+    hosts = ",\n".join(_encode(h) for h in doc["hosts"])
+    parts = [f"{_encode(k)}: {_encode(v)}" for k, v in head.items()]
     at = list(doc).index("hosts")
     parts.insert(at, '"hosts": [' + (f"\n{hosts}\n" if hosts else "") + "]")
     return "{" + ",\n".join(parts) + "}\n"
