@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from gputui.core import metric_names
 
@@ -247,9 +247,15 @@ class FleetReader:
     def run_queries(self, queries: Sequence[str], at: float) -> list[list[Sample]]:
         if not self.parallel:
             return [self.client.query(q, at) for q in queries]
+        return self._gather([self._submit(q, at) for q in queries])
+
+    def _submit(self, query: str, at: float) -> Future[list[Sample]]:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="gputui-prom")
-        futures = [self._pool.submit(self.client.query, q, at) for q in queries]
+        return self._pool.submit(self.client.query, query, at)
+
+    @staticmethod
+    def _gather(futures: Sequence[Future[list[Sample]]]) -> list[list[Sample]]:
         results: list[list[Sample]] = []
         errors: list[PrometheusError] = []
         for f in futures:
@@ -269,6 +275,21 @@ class FleetReader:
         now = self.clock()
         if self.summary is not None:
             return self.summary(self, now)
+        if not self.cache_static and self.parallel:
+            # the down hosts' last-seen query goes as soon as the hosts query answers (a tenth of a
+            # second), not after the GPU queries (a second over 2,000 hosts)
+            futures = [self._submit(q, now) for q in FLEET_QUERIES]
+            try:
+                hosts = futures[1].result()
+            except PrometheusError:
+                hosts = []  # _gather raises it
+            gone = gone_query(hosts)
+            if gone is not None:
+                futures.append(self._submit(gone, now))
+            up, seen, info, memory, rest, procs, state, *last = self._gather(futures)
+            return build_fleet(self.client.url, now, up, seen + (last[0] if last else []),
+                               one_shot_gpus(seen, info, memory + rest), procs, state,
+                               queries=len(futures))
         if not self.cache_static:
             up, seen, info, memory, rest, procs, state = self.run_queries(FLEET_QUERIES, now)
             gpus = one_shot_gpus(seen, info, memory + rest)
