@@ -105,7 +105,6 @@ def _seen(metric_selector: str, by: str, source: str) -> str:
     return f'label_replace({recent} or {hour}, "gputui_source", "{source}", "", "")'
 
 
-
 def _hosts(metric: str, by: str, source: str) -> str:
     """Every target that sent ``metric`` in the last hour: those that send it now with the time of
     their newest sample (``timestamp()`` at the instant: one sample per series), the others (down, or
