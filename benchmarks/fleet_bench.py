@@ -23,15 +23,23 @@ answer the same question from a terminal. Results go to
 
 ``--baseline REF`` measures the same figures for the commit REF too (its tree unpacked to a
 temporary folder and put first on ``PYTHONPATH``), side by side against the same Prometheus.
+``fleet --json`` is timed alternately (this tree, the baseline, the baseline, this tree, ...):
+on this machine whichever runs first after the other is slower. Both trees' documents are
+compared at one fixed clock (``same_document``: the same keys and values for the same Prometheus).
+
+``--json-only`` measures ``fleet --json`` alone (no screen): wall, the command's CPU and, when the
+Prometheus is this machine's, Prometheus's CPU per run, and each query's cost.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import statistics
@@ -148,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                          "so; a scraping Prometheus spreads its targets over the interval)")
     ap.add_argument("--baseline", metavar="REF",
                     help="measure this commit's gputui too, side by side (e.g. main)")
+    ap.add_argument("--json-only", action="store_true",
+                    help="measure fleet --json only (alternated with --baseline's), not the screen")
     args = ap.parse_args(argv)
     HOSTS = args.hosts
     STAGGER = not args.aligned
@@ -159,12 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, object] = {"hosts": HOSTS, "gpus_per_host": GPUS, "step_s": STEP, "span_s": SPAN,
                                   "down_hosts": DOWN, "scrapes_staggered": STAGGER,
                                   "time": datetime.now(timezone.utc).isoformat()}
+    if args.url and args.json_only:
+        results.update(measure_json(args.url, args))
+        return report_json(results, args, f"fleet --json against {args.url}:")
     if args.url:
         tmux = ui.Tmux()
         try:
-            results.update(measure(args.url, args, ui, tmux))
-            if args.baseline:
-                results["baseline"] = measure_baseline(args.url, args, ui, tmux)
+            measure_both(args.url, args, ui, tmux, results)
         finally:
             tmux.close()
         results["hosts"] = results["hosts_seen"]  # whatever that Prometheus serves
@@ -188,9 +199,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.hold:
                 time.sleep(args.hold)
                 return 0
-            results.update(measure(prom.url, args, ui, tmux))
-            if args.baseline:
-                results["baseline"] = measure_baseline(prom.url, args, ui, tmux)
+            if args.json_only:
+                results.update(measure_json(prom.url, args))
+                return report_json(results, args, f"fleet --json over {HOSTS} hosts x {GPUS} GPUs "
+                                                  f"({results['samples']} samples backfilled):")
+            measure_both(prom.url, args, ui, tmux, results)
         finally:
             tmux.close()
             prom.stop()
@@ -251,6 +264,10 @@ def report(results: dict, args, title: str) -> int:
         print(f"  baseline {args.baseline}, same Prometheus: fleet --json wall {base['json_wall_s']:.3f} s, idle CPU "
               f"{base['idle_cpu_percent']:.2f} %, scrolling {base['scroll_cpu_percent']:.2f} % of a core, "
               f"keypress-to-frame median {base['key_to_frame_ms_median']:.0f} ms")
+        ratio = results["json_wall_s"] / base["json_wall_s"]
+        print(f"  fleet --json alternated with the baseline's: wall ratio {ratio:.2f}, "
+              f"CPU {results['json_cpu_s']:.3f} s against {base['json_cpu_s']:.3f} s; the same document at one "
+              f"clock: {results.get('same_document')}")
     print("  all goals of this round met" if ok else "  some goal of this round missed (exit status 1)")
     return 0 if ok else 1
 
@@ -282,7 +299,7 @@ def query_costs(url: str) -> dict[str, dict[str, float]]:
     now = time.time()
     seen = PromClient(url, timeout=60).query(queries.Q_HOSTS, now)
     gone = queries.gone_query(seen)
-    parts = ("up", "hosts", "gpu_static", "gpu_live", "processes", "state")
+    parts = ("up", "hosts", "gpu_info", "gpu_memory", "gpu_temperature_utilization", "processes", "state")
     named = dict(zip(parts, queries.FLEET_QUERIES, strict=True))
     if gone:
         named["hosts_down_last_seen"] = gone
@@ -320,15 +337,173 @@ def screen_queries(url: str) -> dict[str, int]:
     return out
 
 
-def measure_baseline(url: str, args, ui, tmux) -> dict[str, object]:
-    """fleet --json wall and the screen's CPU for the commit ``args.baseline`` (PYTHONPATH first)."""
+@contextlib.contextmanager
+def baseline_tree(ref: str | None):
+    """The tree of commit ``ref`` unpacked to a temporary folder (None without a ref)."""
+    if not ref:
+        yield None
+        return
     with tempfile.TemporaryDirectory(prefix="gputui-fleet-baseline-") as tree:
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline], capture_output=True, check=True)
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
-        return measure(url, args, ui, tmux, pythonpath=tree)
+        yield tree
 
 
-def measure(url: str, args, ui, tmux, pythonpath: str | None = None) -> dict[str, object]:
+def measure_both(url: str, args, ui, tmux, results: dict) -> None:
+    """Every figure for this tree and (``--baseline``) the baseline's, fleet --json alternated."""
+    with baseline_tree(args.baseline) as tree:
+        walls = json_runs(url, args.runs, tree)
+        results.update(measure(url, args, ui, tmux, walls=walls["this"]))
+        if tree is not None:
+            results["baseline"] = measure(url, args, ui, tmux, pythonpath=tree, walls=walls["baseline"])
+            results["same_document"] = same_document(url, tree)
+
+
+def measure_json(url: str, args) -> dict[str, object]:
+    """fleet --json alone: this tree's (and the baseline's, alternated) wall and CPU, the queries' costs."""
+    from gputui.core.fleet.prom import PromClient
+    from gputui.core.fleet.queries import FleetReader
+
+    reader = FleetReader(PromClient(url, timeout=30))
+    snap = reader.read()
+    out: dict[str, object] = {"queries_per_refresh": reader.client.queries, "hosts_seen": len(snap.hosts),
+                              "gpus_seen": sum(len(h.gpus) for h in snap.hosts)}
+    reader.close()
+    out["hosts"] = out["hosts_seen"]
+    out["query_costs"] = query_costs(url)
+    with baseline_tree(args.baseline) as tree:
+        walls = json_runs(url, args.runs, tree)
+        out.update(walls["this"])
+        if tree is not None:
+            out["baseline"] = walls["baseline"]
+            out["same_document"] = same_document(url, tree)
+    return out
+
+
+def report_json(results: dict, args, title: str) -> int:
+    """--json-only: the figures beside their goals and the baseline's; exit 0 exactly when the goals hold."""
+    goals = goals_for(int(results["hosts"]))  # type: ignore[call-overload]
+    ok = results["json_wall_s"] <= goals["json_wall_s"] and results["queries_per_refresh"] <= goals["queries"]
+    if "same_document" in results:
+        ok = ok and results["same_document"] is True
+    results["goals"], results["ok"] = goals, ok
+    out_dir = BENCH / "results"
+    out_dir.mkdir(exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for name in (f"fleet-json-{stamp}.json", "fleet-json-latest.json"):
+        (out_dir / name).write_text(json.dumps(results, indent=2) + "\n")
+    print(title)
+    print(f"  PromQL queries: {results['queries_per_refresh']} (goal <= {goals['queries']:g})")
+    for name, figures in (("this tree", results), (f"baseline {args.baseline}", results.get("baseline"))):
+        if isinstance(figures, dict):
+            print(f"  {name:20} wall median {figures['json_wall_s']:.3f} s (min {min(figures['json_wall_all_s']):.3f}, "
+                  f"max {max(figures['json_wall_all_s']):.3f}; goal <= {goals['json_wall_s']:g} s), gputui CPU median "
+                  f"{figures['json_cpu_s']:.3f} s, Prometheus CPU median {figures.get('prometheus_cpu_s', 'n/a')}")
+    if isinstance(results.get("baseline"), dict):
+        print(f"  wall ratio this/baseline: {results['json_wall_s'] / results['baseline']['json_wall_s']:.2f}, "
+              f"same document at one clock: {results['same_document']}")
+    for name, cost in results["query_costs"].items():
+        print(f"    {name:22} {cost['s']:.3f} s  {cost['bytes']:>10,} bytes")
+    print("  all goals met" if ok else "  some goal missed (exit status 1)")
+    return 0 if ok else 1
+
+
+def prometheus_pid(url: str) -> int | None:
+    """The Prometheus process serving ``url`` on this machine, if it is one (its CPU is then read)."""
+    port = url.rstrip("/").rsplit(":", 1)[-1]
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"prometheus") and any(
+                a.startswith(b"--web.listen-address=") and a.endswith(b":" + port.encode()) for a in argv):
+            return int(entry.name)
+    return None
+
+
+def _cpu_s(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _json_env(pythonpath: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "PYTHONDONTWRITEBYTECODE")}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    return env
+
+
+def json_runs(url: str, runs: int, tree: str | None) -> dict[str, dict[str, object]]:
+    """``fleet --json`` ``runs`` times for this tree and (``tree``) the baseline's, alternated: this,
+    baseline, baseline, this, ... (whichever runs second after the other is faster on this machine).
+    Wall, the command's CPU (user + sys) and, for a Prometheus on this machine, Prometheus's CPU."""
+    exe = str(Path(sys.executable).parent / "gputui")
+    trees: dict[str, str | None] = {"this": None} | ({"baseline": tree} if tree is not None else {})
+    envs = {name: _json_env(path) for name, path in trees.items()}
+    pid = prometheus_pid(url)
+    figures: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": [], "prom": []} for name in trees}
+    command = [exe, "fleet", "--prometheus", url, "--json"]
+    for name in trees:  # warm: the files read, Prometheus's caches
+        subprocess.run(command, capture_output=True, env=envs[name], check=True)
+    for i in range(runs):
+        for name in (list(trees) if i % 2 == 0 else list(reversed(trees))):
+            before, prom = resource.getrusage(resource.RUSAGE_CHILDREN), _cpu_s(pid)
+            t = time.perf_counter()
+            res = subprocess.run(command, capture_output=True, env=envs[name], check=False)
+            wall = time.perf_counter() - t
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            assert res.returncode == 0, res.stderr
+            figures[name]["wall"].append(wall)
+            figures[name]["cpu"].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+            figures[name]["prom"].append(_cpu_s(pid) - prom)
+    out: dict[str, dict[str, object]] = {}
+    for name, f in figures.items():
+        out[name] = {"json_wall_s": round(statistics.median(f["wall"]), 3),
+                     "json_wall_all_s": [round(w, 3) for w in f["wall"]],
+                     "json_cpu_s": round(statistics.median(f["cpu"]), 3)}
+        if pid is not None:
+            out[name]["prometheus_cpu_s"] = round(statistics.median(f["prom"]), 3)
+    return out
+
+
+#: ``gputui fleet --json`` with the clock fixed at argv[1] (both trees read the same instant).
+_AT_ONE_CLOCK = """import sys, time
+at = float(sys.argv[1])
+time.time = lambda: at
+from gputui.cli import main
+sys.exit(main(["fleet", "--prometheus", sys.argv[2], "--json"]))
+"""
+
+
+def same_document(url: str, tree: str) -> bool | str:
+    """Whether this tree's and the baseline's ``fleet --json`` write the same document for the same
+    Prometheus at one instant: True, or the first line that differs."""
+    at = f"{time.time() - 30:.3f}"
+    docs = []
+    for path in (None, tree):
+        res = subprocess.run([sys.executable, "-c", _AT_ONE_CLOCK, at, url], capture_output=True, text=True,
+                             env=_json_env(path), check=False)
+        assert res.returncode == 0, res.stderr
+        docs.append(res.stdout)
+    if docs[0] == docs[1]:
+        return True
+    for mine, theirs in zip(docs[0].splitlines(), docs[1].splitlines(), strict=False):
+        if mine != theirs:
+            return f"this tree: {mine[:300]} | baseline: {theirs[:300]}"
+    return f"{len(docs[0])} against {len(docs[1])} characters"
+
+
+def measure(url: str, args, ui, tmux, pythonpath: str | None = None,
+            walls: dict[str, object] | None = None) -> dict[str, object]:
     from gputui.core.fleet.prom import PromClient
     from gputui.core.fleet.queries import FleetReader
 
@@ -352,19 +527,8 @@ def measure(url: str, args, ui, tmux, pythonpath: str | None = None) -> dict[str
         out["query_costs"] = query_costs(url)
 
     exe = str(Path(sys.executable).parent / "gputui")
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = pythonpath
-    subprocess.run([exe, "fleet", "--prometheus", url, "--json"], capture_output=True, env=env, check=True)
-    walls = []
-    for _ in range(args.runs):
-        t = time.perf_counter()
-        res = subprocess.run([exe, "fleet", "--prometheus", url, "--json"], capture_output=True, env=env, check=False)
-        walls.append(time.perf_counter() - t)
-        assert res.returncode == 0, res.stderr
-    out["json_wall_s"] = round(statistics.median(walls), 3)
-    out["json_wall_all_s"] = [round(w, 3) for w in walls]
+    env = _json_env(pythonpath)
+    out.update(walls if walls is not None else json_runs(url, args.runs, None)["this"])
 
     keep = {k: env[k] for k in ("HOME", "PATH", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "PYTHONPATH") if k in env}
     tmux.start("fleet", [exe, "fleet", "--prometheus", url, "--interval", "2"], keep)

@@ -26,6 +26,7 @@ from gputui.core.fleet.queries import (
     FleetReader,
     build_fleet,
     names,
+    one_shot_gpus,
     target_key,
 )
 from gputui.core.fleet.remote import gpu_uuid_ok, ssh_command, ssh_host, url_host
@@ -139,9 +140,10 @@ def pick_fleet(reader: FleetReader, count: int = 1, min_free: int | None = None,
     """Read the fleet and choose (for ``user``: see :func:`choose`). Raises PrometheusError."""
     now = reader.clock()
     results = reader.run_queries(FLEET_QUERIES + windowed_queries(window), now)
-    up, seen, static, live, procs, state = results[:len(FLEET_QUERIES)]
+    up, seen, info, memory, rest, procs, state = results[:len(FLEET_QUERIES)]
+    gpus = one_shot_gpus(seen, info, memory + rest)
     seen, extra = reader.last_seen(seen, now)
-    snap = build_fleet(reader.client.url, now, up, seen, static + live, procs, state, queries=PICK_QUERIES + extra)
+    snap = build_fleet(reader.client.url, now, up, seen, gpus, procs, state, queries=PICK_QUERIES + extra)
     per_gpu = []
     for samples in results[len(FLEET_QUERIES):]:
         values: dict[tuple[str, str, int], float] = {}

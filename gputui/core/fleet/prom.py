@@ -68,6 +68,9 @@ class Sample(NamedTuple):
     value: float
 
 
+_new_tuple = tuple.__new__
+
+
 @record
 class RangeSeries:
     """One series of a range query: its labels and (time, value) points, oldest first."""
@@ -162,8 +165,8 @@ class PromClient:
                 if type(labels) is not dict:  # noqa: E721 - JSON objects are exactly dict
                     continue
                 "".join(labels.values())  # TypeError unless every label value is a string: one C call
-
-                append(Sample(labels, float(item["value"][1])))
+                # Sample(labels, value) without its Python-level __new__: a third of this loop's time
+                append(_new_tuple(Sample, (labels, float(item["value"][1]))))
             except (KeyError, IndexError, TypeError, ValueError):
                 continue  # one malformed series is left out, not the whole answer
         return out
