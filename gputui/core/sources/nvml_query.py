@@ -640,8 +640,18 @@ class NvmlQueries:
         if last is not None and last[0] == raw:  # the same samples: the same answer, util_seen already past them
             cached: dict[int, int] = last[1]
             return cached
-        newest: dict[int, tuple[int, int]] = {}
         seen = dev.util_seen
+        whole = _samples_struct(n) if _SAMPLE.size == ctypes.sizeof(struct) else None
+        if whole is not None:  # the whole answer in one unpack: (pid, timeStamp, smUtil) per sample
+            values = whole.unpack(raw)
+            pids, stamps = values[0::3], values[1::3]
+            if len(set(pids)) == n:  # one sample per process (the driver's usual answer): each is its newest
+                if n and max(stamps) > seen:
+                    dev.util_seen = max(stamps)
+                result = {pid: sm if sm < 100 else 100 for pid, sm in zip(pids, values[2::3], strict=True)}
+                dev.lists[name] = (raw, result, buf, view, n)
+                return result
+        newest: dict[int, tuple[int, int]] = {}
         # the samples' (pid, timeStamp, smUtil) unpacked from the bytes in one pass (a ctypes struct per
         # sample costs several times more); the layout is checked against the struct at import
         for pid, ts, sm in _SAMPLE.iter_unpack(raw) if _SAMPLE.size == ctypes.sizeof(struct) else (
@@ -655,6 +665,18 @@ class NvmlQueries:
         result = {pid: min(100, sm) for pid, (_, sm) in newest.items()}
         dev.lists[name] = (raw, result, buf, view, n)
         return result
+
+
+#: Structs reading n process-utilization samples at once, by n
+_SAMPLES: dict[int, Struct] = {}
+
+
+def _samples_struct(n: int) -> Struct | None:
+    """A Struct reading ``n`` samples' (pid, timeStamp, smUtil) in one call (None past 4096 samples)."""
+    whole = _SAMPLES.get(n)
+    if whole is None and n <= 4096:
+        whole = _SAMPLES[n] = Struct("@" + _SAMPLE.format[1:] * n)
+    return whole
 
 
 def _grown(dev: Device, key: str, fn: Any, struct: Any, first: int,
