@@ -552,7 +552,8 @@ class NvmlSource:
             return ()
         samples = self._ask.process_utilization(dev, self._wall())
         last_procs = dev.procs
-        if last_procs is not None and last_procs[0] is merged and last_procs[1] == samples:
+        if last_procs is not None and last_procs[0] is merged \
+                and (last_procs[1] is samples or last_procs[1] == samples):
             return last_procs[2]
         out = []
         last = dev.raws
@@ -576,6 +577,11 @@ class NvmlSource:
     # -- errors ---------------------------------------------------------------------
 
     def _error_sentences(self) -> tuple[str, ...]:
+        for dev in self._devices:  # most polls: no failure counted anywhere, nothing to say
+            if dev.failures:
+                break
+        else:
+            return ()
         out = []
         for dev in self._devices:
             bad = [f for f, n in dev.failures.items() if n >= FAIL_THRESHOLD]

@@ -180,6 +180,8 @@ class XidEvents:
         self._set: Any = None
         self._data = _EventData()
         self._wait: Any = None
+        #: the wait call's arguments (the event set, the event data's pointer, a timeout of 0)
+        self._args: tuple[Any, Any, Any] | None = None
         #: handle address -> GPU index, for the GPUs registered
         self._index: dict[int, int] = {}
         #: GPU index -> the last XID seen (0: none since registration)
@@ -211,9 +213,12 @@ class XidEvents:
         if self._set is None:
             return
         data = self._data
+        args = self._args
+        if args is None or args[0] is not self._set:  # the call's arguments, made once per event set
+            args = self._args = (self._set, ctypes.byref(data), ctypes.c_uint(0))
         for _ in range(MAX_EVENTS_PER_POLL):
             try:
-                ret = self._wait(self._set, ctypes.byref(data), ctypes.c_uint(0))
+                ret = self._wait(*args)
             except Exception:
                 return
             if ret != SUCCESS:  # TIMEOUT: nothing waiting; anything else: try again next poll

@@ -86,8 +86,9 @@ class Device:
         self.buffers: dict[str, Any] = {}
         #: per list (process lists, utilization samples): the bytes the driver filled last, what they
         #: were read as (the same bytes are the same answer, so it is not read again), the buffer, a view
-        #: of those bytes in it (read again without a foreign call) and the entries they hold
-        self.lists: dict[str, tuple[bytes, Any, Any, Any, int]] = {}
+        #: of those bytes in it (read again without a foreign call) and the entries they hold (and, for the
+        #: samples, their PIDs and SM % in order)
+        self.lists: dict[str, tuple[Any, ...]] = {}
         #: per-poll getters' out-parameters (a ctypes value or struct, and a pointer to it), made once
         #: per device and field and filled by every call (see ``NvmlQueries.uint``)
         self.outs: dict[str, tuple[Any, Any]] = {}
@@ -644,12 +645,17 @@ class NvmlQueries:
         whole = _samples_struct(n) if _SAMPLE.size == ctypes.sizeof(struct) else None
         if whole is not None:  # the whole answer in one unpack: (pid, timeStamp, smUtil) per sample
             values = whole.unpack(raw)
-            pids, stamps = values[0::3], values[1::3]
-            if len(set(pids)) == n:  # one sample per process (the driver's usual answer): each is its newest
+            pids, stamps, sms = values[0::3], values[1::3], values[2::3]
+            same = last is not None and len(last) > 5 and last[5] == pids and last[6] == sms
+            if same or len(set(pids)) == n:  # one sample per process (the driver's usual answer): each its newest
                 if n and max(stamps) > seen:
                     dev.util_seen = max(stamps)
-                result = {pid: sm if sm < 100 else 100 for pid, sm in zip(pids, values[2::3], strict=True)}
-                dev.lists[name] = (raw, result, buf, view, n)
+                result: dict[int, int]
+                if same and last is not None:  # the same processes at the same SM %, newer samples: the same answer
+                    result = last[1]
+                else:
+                    result = {pid: sm if sm < 100 else 100 for pid, sm in zip(pids, sms, strict=True)}
+                dev.lists[name] = (raw, result, buf, view, n, pids, sms)
                 return result
         newest: dict[int, tuple[int, int]] = {}
         # the samples' (pid, timeStamp, smUtil) unpacked from the bytes in one pass (a ctypes struct per
