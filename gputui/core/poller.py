@@ -147,6 +147,8 @@ class Poller:
         #: the container inventory of the last poll and its records by id: while the watcher hands out
         #: the same inventory, a process's container (``attribute``) cannot have changed
         self._inventory: ContainerInventory | None = None
+        #: the process tuples of the last reading and their PIDs
+        self._pids: tuple[tuple[tuple[RawProcess, ...], ...], set[int]] = ((), set())
         self._records: dict[str, ContainerRecord] = {}
 
     def close(self) -> None:
@@ -177,7 +179,13 @@ class Poller:
             records = self._records = {r.id: r for r in inventory.containers}
             self._inventory = inventory
 
-        pids = {p.pid for procs in reading.processes.values() for p in procs}
+        # The PIDs asked about: the last poll's set while the source hands in the very same process tuples
+        # (immutable: the same PIDs), else collected again.
+        lists = tuple(reading.processes.values())
+        last_lists, pids = self._pids
+        if len(lists) != len(last_lists) or not all(a is b for a, b in zip(lists, last_lists, strict=True)):
+            pids = {p.pid for procs in lists for p in procs}
+            self._pids = (lists, pids)
         facts = self.process_source.facts(pids) if pids else {}
 
         warnings = list(reading.errors)

@@ -156,6 +156,10 @@ class _RunningWindow:
         count as when it was made: the same sequences) and ``g``'s own fields it reads are the same."""
         util, mem, free, same = self.util, self.mem, self.free, self.same
         if same[0] != len(util) or same[1] != len(mem) or same[2] != len(free):
+            if self.n and not g.lost:  # _load, inline (a GPU whose figures move: every poll)
+                return GpuLoad(index=g.index, uuid=g.uuid, lost=False, util=sum(util) / len(util) if util else None,
+                               memory=sum(mem) / len(mem) if mem else None, free=g.memory_free,
+                               free_min=min(free) if free else None, samples=len(self.n))
             return _load(g, util, mem, free, len(self.n))
         key = (len(util), util[-1] if util else None, len(mem), mem[-1] if mem else None, len(free),
                free[-1] if free else None, len(self.n), g.index, g.uuid, g.lost, g.memory_free,
@@ -182,7 +186,43 @@ def _running_window(history: History, index: int, window: float) -> _RunningWind
         return run
     if (isinstance(run, _RunningWindow) and run.last is not None and len(ring) >= 2 and ring[-2] is run.last
             and newest.t > run.last.t):
-        run.take(newest)
+        # take() and expire() of the one new sample, inline (every GPU, every poll)
+        run.seq += 1
+        run.last = s = newest
+        cutoff, oldest = s.t - window, run.seq - len(ring) + 1
+        same = run.same
+        if not s.lost:
+            at = (run.seq, s.t)
+            run.n.append(at)
+            if s.utilization is not None:
+                value = float(s.utilization)
+                util = run.util
+                same[0] = same[0] + 1 if util and util[-1] == value else 1
+                util.append(value)
+                run.util_at.append(at)
+            used, total = s.memory_used, s.memory_total
+            if used is not None and total is not None:
+                if total:
+                    value = 100.0 * used / total
+                    mem = run.mem
+                    same[1] = same[1] + 1 if mem and mem[-1] == value else 1
+                    mem.append(value)
+                    run.mem_at.append(at)
+                free = max(0, total - used)
+                frees = run.free
+                same[2] = same[2] + 1 if frees and frees[-1] == free else 1
+                frees.append(free)
+                run.free_at.append(at)
+        n = run.n
+        while n and (n[0][1] < cutoff or n[0][0] < oldest):
+            n.popleft()
+        for i, values, at_of in ((0, run.util, run.util_at), (1, run.mem, run.mem_at), (2, run.free, run.free_at)):
+            while at_of and (at_of[0][1] < cutoff or at_of[0][0] < oldest):
+                at_of.popleft()
+                values.popleft()
+            if same[i] > len(values):
+                same[i] = len(values)
+        return run
     else:
         run = _RunningWindow()
         cutoff = newest.t - window
