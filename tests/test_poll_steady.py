@@ -15,7 +15,7 @@ from gputui.core.judges.placement import GpuLoad, gpu_loads
 from gputui.core.model import Gpu, GpuReading, ProcessFacts, RawProcess
 from gputui.core.poller import Poller
 from gputui.core.record import replace
-from tests.fixtures.synthetic import GIB, T0, gpu, proc, snapshot
+from tests.fixtures.synthetic import GIB, T0, cid, gpu, proc, snapshot
 
 
 class _Still:
@@ -309,3 +309,48 @@ def test_imbalance_conditions_kept_while_the_loads_hold_follow_each_threshold_th
     assert conditions(h, moved, s)[0].coldest == 7
     # one more sample in every window, the same figures: the conditions kept
     assert conditions(h, {i: replace(g, samples=2) for i, g in moved.items()}, s)[0].coldest == 7
+
+
+def test_the_pids_asked_about_follow_a_new_process_tuple_from_the_source():
+    src = _Still()
+    poller = _poller(src)
+    poller.poll()
+    poller.poll()  # the same tuple twice: the PIDs asked are the last poll's
+    src.facts_by_pid[103] = replace(src.facts_by_pid[102], pid=103, user="carol")
+    src.raws = (*src.raws, RawProcess(pid=103, type="compute", gpu_memory=GIB // 4, sm_utilization=0))
+    row = {p.pid: p for p in poller.poll().gpus[0].processes}[103]
+    assert row.visible and row.user == "carol"
+
+
+def test_a_row_that_enters_a_container_is_listed_with_it_without_a_container_source():
+    src = _Still()
+    poller = _poller(src)
+    assert poller.poll().containers == () and poller.poll().containers == ()
+    docker = cid("trainer")
+    src.facts_by_pid[102] = replace(src.facts_by_pid[102], cgroup=f"0::/system.slice/docker-{docker}.scope\n")
+    snap = poller.poll()
+    assert [c.id for c in snap.containers] == [docker] and snap.containers[0].pids == (102,)
+    assert poller.poll().containers == snap.containers  # and on the polls after, while it stays
+
+
+def test_uuid_problems_kept_for_the_same_cards_follow_each_figure_they_are_found_from():
+    from gputui.core.model import MigDevice
+    from gputui.core.plausible import uuid_problems
+
+    good = [Gpu(index=i, uuid=f"GPU-{i}", name="Test GPU") for i in range(2)]
+    assert uuid_problems(good) == {} and uuid_problems(good) == {}
+    assert set(uuid_problems([good[0], replace(good[1], uuid="GPU-0")])) == {0, 1}  # a UUID changed
+    assert uuid_problems(good) == {}
+    assert set(uuid_problems([good[0], replace(good[1], uuid="")])) == {1}
+    assert set(uuid_problems([good[0], replace(good[1], index=5, uuid="")])) == {5}  # the index alone
+    assert uuid_problems([good[0], replace(good[1], uuid="", lost=True)]) == {}  # lost: not suspect
+    assert set(uuid_problems([good[0], replace(good[1], uuid="")])) == {1}  # the lost flag alone
+    a = MigDevice(index=0, uuid="MIG-a", gpu_instance_id=1, compute_instance_id=0, profile="1g.10gb")
+    b = replace(a, uuid="MIG-b")
+    assert uuid_problems([replace(good[0], mig_devices=(a,)), replace(good[1], mig_devices=(b,))]) == {}
+    shared = uuid_problems([replace(good[0], mig_devices=(a,)), replace(good[1], mig_devices=(a,))])
+    assert set(shared) == {0, 1}  # a MIG device's UUID alone
+    for index in (3, 4):  # a MIG device's index alone
+        found = uuid_problems([replace(good[0], mig_devices=(replace(a, index=index),)),
+                               replace(good[1], mig_devices=(a,))])
+        assert f"0:{index}" in found[0]
