@@ -354,3 +354,31 @@ def test_uuid_problems_kept_for_the_same_cards_follow_each_figure_they_are_found
         found = uuid_problems([replace(good[0], mig_devices=(replace(a, index=index),)),
                                replace(good[1], mig_devices=(a,))])
         assert f"0:{index}" in found[0]
+
+
+def test_a_running_window_load_equals_its_window_read_afresh_poll_after_poll():
+    """The running window keeps the utilization's sum and the least free memory as samples come and
+    go: after every poll of a long, changing series (whole and fractional utilization, figures
+    missing, lost samples) each figure equals the one read from the window's samples afresh."""
+    import random
+
+    rnd = random.Random(29)
+    h = History()
+    window = 7.5
+    g = gpu(0, util=50, used_gib=8, total_gib=80)
+    for t in range(120):
+        util = rnd.choice([None, rnd.randrange(101), rnd.randrange(101), 12.3 if t > 90 else 3])
+        used = rnd.choice([None, rnd.randrange(81) * GIB, rnd.randrange(81) * GIB])
+        lost = rnd.random() < 0.05
+        g = replace(g, utilization_gpu=util, memory_used=used, lost=lost)
+        h.add(snapshot(T0 + t, [g]))
+        load = gpu_loads(h, (g,), window)[0]
+        samples = [s for s in h.gpu_ring(0) if s.t >= T0 + t - window and not s.lost]
+        if g.lost or not samples:
+            continue
+        utils = [float(s.utilization) for s in samples if s.utilization is not None]
+        frees = [max(0, s.memory_total - s.memory_used) for s in samples
+                 if s.memory_used is not None and s.memory_total is not None]
+        assert load.util == (sum(utils) / len(utils) if utils else None), t
+        assert load.free_min == (min(frees) if frees else None), t
+        assert load.samples == len(samples), t
