@@ -25,8 +25,18 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
-from struct import Struct
 from typing import Any, TypeVar
+
+from gputui.core.sources.nvml_structs import (
+    MEMORY_V2,
+    RUNNING,
+    SAMPLE,
+    MemoryV1,
+    MemoryV2,
+    Utilization,
+    UtilizationSample,
+    samples_struct,
+)
 
 __all__ = ["Device", "Lost", "NvmlQueries", "PERMANENT"]
 
@@ -96,62 +106,6 @@ class Device:
         #: out-parameter, the whole argument tuple, handle first), called again as they are (see
         #: ``NvmlQueries.again``); dropped at the first failure, so the full rules run again
         self.calls: dict[str, tuple[Any, Any, tuple[Any, ...]]] = {}
-
-
-class ProcessInfoV1(ctypes.Structure):
-    """nvmlProcessInfo_v1_t: what drivers before R450 fill (nvidia-ml-py no longer defines it)."""
-
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
-
-
-class ProcessInfoV2(ctypes.Structure):
-    """nvmlProcessInfo_v2_t, also what the ``_v3`` functions fill (nvml.h's nvmlProcessInfo_t)."""
-
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
-                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
-
-
-class Utilization(ctypes.Structure):
-    """nvmlUtilization_t."""
-
-    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
-
-
-class MemoryV1(ctypes.Structure):
-    """nvmlMemory_t."""
-
-    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-
-
-class MemoryV2(ctypes.Structure):
-    """nvmlMemory_v2_t; ``version`` must be set to :data:`MEMORY_V2` before the call."""
-
-    _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong), ("reserved", ctypes.c_ulonglong),
-                ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-
-
-#: nvml.h's nvmlMemory_v2: NVML_STRUCT_VERSION(Memory, 2), the struct's size and version 2
-MEMORY_V2 = ctypes.sizeof(MemoryV2) | (2 << 24)
-
-
-class UtilizationSample(ctypes.Structure):
-    """nvmlProcessUtilizationSample_t."""
-
-    _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong), ("smUtil", ctypes.c_uint),
-                ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
-
-
-#: nvmlProcessUtilizationSample_t's pid, timeStamp and smUtil in native layout (memUtil, encUtil, decUtil skipped)
-_SAMPLE = Struct(f"@I{UtilizationSample.timeStamp.offset - 4}xQI12x")
-
-
-#: compute (False) and graphics (True) process lists: the family, and each function's struct, newest first
-RUNNING = {
-    graphics: (f"{kind}_processes", {f"{base}_v3": ProcessInfoV2, f"{base}_v2": ProcessInfoV2, base: ProcessInfoV1},
-               (f"{base}_v3", f"{base}_v2", base))
-    for graphics, kind, base in ((False, "compute", "nvmlDeviceGetComputeRunningProcesses"),
-                                 (True, "graphics", "nvmlDeviceGetGraphicsRunningProcesses"))
-}
 
 
 def kept_out(dev: Device, name: str, kind: Any) -> tuple[Any, Any]:
@@ -642,7 +596,7 @@ class NvmlQueries:
             cached: dict[int, int] = last[1]
             return cached
         seen = dev.util_seen
-        whole = _samples_struct(n) if _SAMPLE.size == ctypes.sizeof(struct) else None
+        whole = samples_struct(n) if SAMPLE.size == ctypes.sizeof(struct) else None
         if whole is not None:  # the whole answer in one unpack: (pid, timeStamp, smUtil) per sample
             values = whole.unpack(raw)
             pids, stamps, sms = values[0::3], values[1::3], values[2::3]
@@ -660,7 +614,7 @@ class NvmlQueries:
         newest: dict[int, tuple[int, int]] = {}
         # the samples' (pid, timeStamp, smUtil) unpacked from the bytes in one pass (a ctypes struct per
         # sample costs several times more); the layout is checked against the struct at import
-        for pid, ts, sm in _SAMPLE.iter_unpack(raw) if _SAMPLE.size == ctypes.sizeof(struct) else (
+        for pid, ts, sm in SAMPLE.iter_unpack(raw) if SAMPLE.size == ctypes.sizeof(struct) else (
                 (e.pid, e.timeStamp, e.smUtil) for e in buf[:n]):
             prev = newest.get(pid)
             if prev is None or ts >= prev[0]:
@@ -671,18 +625,6 @@ class NvmlQueries:
         result = {pid: min(100, sm) for pid, (_, sm) in newest.items()}
         dev.lists[name] = (raw, result, buf, view, n)
         return result
-
-
-#: Structs reading n process-utilization samples at once, by n
-_SAMPLES: dict[int, Struct] = {}
-
-
-def _samples_struct(n: int) -> Struct | None:
-    """A Struct reading ``n`` samples' (pid, timeStamp, smUtil) in one call (None past 4096 samples)."""
-    whole = _SAMPLES.get(n)
-    if whole is None and n <= 4096:
-        whole = _SAMPLES[n] = Struct("@" + _SAMPLE.format[1:] * n)
-    return whole
 
 
 def _grown(dev: Device, key: str, fn: Any, struct: Any, first: int,
