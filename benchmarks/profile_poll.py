@@ -28,6 +28,7 @@ import io
 import json
 import os
 import pstats
+import shutil
 import statistics
 import subprocess
 import sys
@@ -128,6 +129,73 @@ def _phases(poller: Any, args: argparse.Namespace) -> dict[str, tuple[float, flo
             else:
                 delattr(obj, attr)  # back to the class's method
     return {name: (statistics.median(values), statistics.fmean(values)) for name, values in per_poll.items()}
+
+
+#: cachegrind's simulated caches: 32 KiB L1s and an 8 MiB last level, emptied before each poll by
+#: writing a buffer three times its size (what a second of other tenants does to a shared host's caches)
+CACHES = ("--I1=32768,8,64", "--D1=32768,8,64", "--LL=8388608,16,64")
+EVICT_BYTES = 3 * 8388608
+
+
+def cold_worker(args: argparse.Namespace) -> int:
+    """--cachegrind's worker: ``--ticks`` polls, each after emptying the caches (``--cg-mode poll``), or
+    the emptying alone (``evict``), with every clock simulated (one second per poll) and the garbage
+    collector off while they run, so that the two runs under cachegrind differ by exactly the polls."""
+    from gputui.core.poller import Poller
+    from gputui.core.sources.nvml import NvmlSource
+    from gputui.core.sources.processes import HostProcessSource
+
+    tick = [0]
+    start, mono = time.time(), time.monotonic()
+
+    def wall() -> float:
+        tick[0] += 1
+        return start + tick[0] * args.interval
+
+    nvml = NvmlSource(clock=lambda: mono + tick[0] * args.interval)
+    nvml.open()
+    poller = Poller(nvml, HostProcessSource(clock=lambda: mono + tick[0] * args.interval), clock=wall)
+    for _ in range(args.warmup):
+        poller.poll()
+    big = bytearray(EVICT_BYTES)
+    gc.disable()
+    for _ in range(args.ticks):
+        big[::64] = b"\1" * len(big[::64])  # every cache line of the buffer written
+        bytes(big)
+        if args.cg_mode == "poll":
+            poller.poll()
+    gc.enable()
+    poller.close()
+    return 0
+
+
+def _cachegrind(cmd: list[str], env: dict[str, str], tmp: Path, ticks: int) -> int:
+    """Run the cold worker under cachegrind with and without the polls; print the difference per poll."""
+    totals = {}
+    for mode in ("poll", "evict"):
+        out = tmp / f"cachegrind.{mode}"
+        res = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=yes", *CACHES,
+                              f"--cachegrind-out-file={out}", *cmd, "--cg-mode", mode], env=env,
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if res.returncode != 0:
+            print(res.stderr[-2000:], file=sys.stderr)
+            return res.returncode
+        events: list[str] = []
+        for line in out.read_text().splitlines():
+            if line.startswith("events:"):
+                events = line.split()[1:]
+            elif line.startswith("summary:"):
+                totals[mode] = dict(zip(events, map(int, line.split()[1:]), strict=True))
+    d = {k: (totals["poll"][k] - totals["evict"][k]) / ticks for k in totals["poll"]}
+    l1 = d["I1mr"] + d["D1mr"] + d["D1mw"]
+    ll = d["ILmr"] + d["DLmr"] + d["DLmw"]
+    print(f"per poll with every cache emptied before it (cachegrind, {ticks} polls, simulated 32 KiB L1s, 8 MiB LL):")
+    print(f"  instructions      {d['Ir']:>12,.0f}")
+    print(f"  data reads/writes {d['Dr']:>12,.0f} / {d['Dw']:,.0f}")
+    print(f"  L1 misses         {l1:>12,.0f}  (instructions {d['I1mr']:,.0f}, data {d['D1mr'] + d['D1mw']:,.0f})")
+    print(f"  last-level misses {ll:>12,.0f}  (instructions {d['ILmr']:,.0f}, data {d['DLmr'] + d['DLmw']:,.0f}): "
+          f"lines fetched from memory, {64 * ll / 1024:,.0f} KiB")
+    return 0
 
 
 def worker(args: argparse.Namespace) -> int:
@@ -248,10 +316,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="also print a cProfile of the polls")
     ap.add_argument("--top", type=int, default=30, help="functions shown per cProfile table")
     ap.add_argument("--json", action="store_true", help="also print the raw timings as JSON")
+    ap.add_argument("--cachegrind", action="store_true",
+                    help="count instructions and cache misses per poll with every cache emptied before it "
+                         "(valgrind's cachegrind; deterministic, unlike times on a shared machine)")
+    ap.add_argument("--tree", type=Path, default=REPO,
+                    help="with --cachegrind: the source tree whose gputui is measured (e.g. a 'git worktree add' "
+                         "of a baseline commit)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--cg-mode", choices=("poll", "evict"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        return worker(args)
+        return cold_worker(args) if args.cg_mode else worker(args)
 
     run_mod = _load_run_module()
     run_mod._ensure_project_python()
@@ -272,6 +347,12 @@ def main(argv: list[str] | None = None) -> int:
         cmd += ["--spin"] if args.spin else []
         cmd += ["--profile"] if args.profile else []
         cmd += ["--json"] if args.json else []
+        if args.cachegrind:
+            if shutil.which("valgrind") is None:
+                print("profile_poll: --cachegrind needs valgrind (apt-get install valgrind)", file=sys.stderr)
+                return 2
+            env["PYTHONPATH"] = str(args.tree.resolve())
+            return _cachegrind(cmd, env, Path(tmp), args.ticks)
         return subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL).returncode
 
 

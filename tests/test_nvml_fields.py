@@ -18,6 +18,7 @@ class _Driver:
         self.answers = answers  # field id -> return code (0: success, value = the id)
         self.ret = ret
         self.asked: list[list[int]] = []
+        self.doubles: set[int] = set()  # ids answered as doubles (value = the id + 0.5)
 
     def __call__(self, handle: Any, count: Any, buf: Any) -> int:
         ids = [buf[i].fieldId for i in range(count.value)]
@@ -27,8 +28,12 @@ class _Driver:
         for i, fid in enumerate(ids):
             code = self.answers.get(fid, 0)
             buf[i].nvmlReturn = code
-            buf[i].valueType = 1
-            buf[i].value.uiVal = fid
+            if fid in self.doubles:
+                buf[i].valueType = 0
+                buf[i].value.dVal = fid + 0.5
+            else:
+                buf[i].valueType = 1
+                buf[i].value.uiVal = fid
         return 0
 
 
@@ -43,6 +48,25 @@ def test_a_refused_id_leaves_the_batch_and_a_failing_one_is_asked_again() -> Non
     assert FIELDS["memory_temperature"] in driver.asked[1]  # may answer next time
     assert "power_draw" not in batch.names and "memory_temperature" in batch.names
     assert second.keys() == first.keys()
+
+
+def test_steady_answers_still_show_a_failing_entry_and_a_value_of_another_type() -> None:
+    """Once every entry answered, answers of the same types are read in one unpack: an entry that
+    fails later, or answers with another value type, is still seen in the very poll it happens."""
+    driver = _Driver({})
+    batch = FieldBatch()
+    every = {name: fid for name, fid in FIELDS.items()}
+    assert batch.read(driver, None) == every and batch.read(driver, None) == every
+    driver.answers = {FIELDS["memory_temperature"]: UNKNOWN}
+    failing = batch.read(driver, None)
+    assert "memory_temperature" not in failing and batch.errors == {"memory_temperature": UNKNOWN}
+    driver.answers = {}
+    driver.doubles = {FIELDS["power_draw"]}
+    typed = batch.read(driver, None)
+    assert typed["power_draw"] == FIELDS["power_draw"] + 0.5 and batch.errors == {}
+    assert batch.read(driver, None) == typed  # steady again, with the new type
+    driver.doubles = set()
+    assert batch.read(driver, None) == every
 
 
 def test_a_driver_without_the_call_is_not_asked_again() -> None:

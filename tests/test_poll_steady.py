@@ -15,7 +15,7 @@ from gputui.core.judges.placement import GpuLoad, gpu_loads
 from gputui.core.model import Gpu, GpuReading, ProcessFacts, RawProcess
 from gputui.core.poller import Poller
 from gputui.core.record import replace
-from tests.fixtures.synthetic import GIB, T0, gpu, proc, snapshot
+from tests.fixtures.synthetic import GIB, T0, cid, gpu, proc, snapshot
 
 
 class _Still:
@@ -309,3 +309,76 @@ def test_imbalance_conditions_kept_while_the_loads_hold_follow_each_threshold_th
     assert conditions(h, moved, s)[0].coldest == 7
     # one more sample in every window, the same figures: the conditions kept
     assert conditions(h, {i: replace(g, samples=2) for i, g in moved.items()}, s)[0].coldest == 7
+
+
+def test_the_pids_asked_about_follow_a_new_process_tuple_from_the_source():
+    src = _Still()
+    poller = _poller(src)
+    poller.poll()
+    poller.poll()  # the same tuple twice: the PIDs asked are the last poll's
+    src.facts_by_pid[103] = replace(src.facts_by_pid[102], pid=103, user="carol")
+    src.raws = (*src.raws, RawProcess(pid=103, type="compute", gpu_memory=GIB // 4, sm_utilization=0))
+    row = {p.pid: p for p in poller.poll().gpus[0].processes}[103]
+    assert row.visible and row.user == "carol"
+
+
+def test_a_row_that_enters_a_container_is_listed_with_it_without_a_container_source():
+    src = _Still()
+    poller = _poller(src)
+    assert poller.poll().containers == () and poller.poll().containers == ()
+    docker = cid("trainer")
+    src.facts_by_pid[102] = replace(src.facts_by_pid[102], cgroup=f"0::/system.slice/docker-{docker}.scope\n")
+    snap = poller.poll()
+    assert [c.id for c in snap.containers] == [docker] and snap.containers[0].pids == (102,)
+    assert poller.poll().containers == snap.containers  # and on the polls after, while it stays
+
+
+def test_uuid_problems_kept_for_the_same_cards_follow_each_figure_they_are_found_from():
+    from gputui.core.model import MigDevice
+    from gputui.core.plausible import uuid_problems
+
+    good = [Gpu(index=i, uuid=f"GPU-{i}", name="Test GPU") for i in range(2)]
+    assert uuid_problems(good) == {} and uuid_problems(good) == {}
+    assert set(uuid_problems([good[0], replace(good[1], uuid="GPU-0")])) == {0, 1}  # a UUID changed
+    assert uuid_problems(good) == {}
+    assert set(uuid_problems([good[0], replace(good[1], uuid="")])) == {1}
+    assert set(uuid_problems([good[0], replace(good[1], index=5, uuid="")])) == {5}  # the index alone
+    assert uuid_problems([good[0], replace(good[1], uuid="", lost=True)]) == {}  # lost: not suspect
+    assert set(uuid_problems([good[0], replace(good[1], uuid="")])) == {1}  # the lost flag alone
+    a = MigDevice(index=0, uuid="MIG-a", gpu_instance_id=1, compute_instance_id=0, profile="1g.10gb")
+    b = replace(a, uuid="MIG-b")
+    assert uuid_problems([replace(good[0], mig_devices=(a,)), replace(good[1], mig_devices=(b,))]) == {}
+    shared = uuid_problems([replace(good[0], mig_devices=(a,)), replace(good[1], mig_devices=(a,))])
+    assert set(shared) == {0, 1}  # a MIG device's UUID alone
+    for index in (3, 4):  # a MIG device's index alone
+        found = uuid_problems([replace(good[0], mig_devices=(replace(a, index=index),)),
+                               replace(good[1], mig_devices=(a,))])
+        assert f"0:{index}" in found[0]
+
+
+def test_a_running_window_load_equals_its_window_read_afresh_poll_after_poll():
+    """The running window keeps the utilization's sum and the least free memory as samples come and
+    go: after every poll of a long, changing series (whole and fractional utilization, figures
+    missing, lost samples) each figure equals the one read from the window's samples afresh."""
+    import random
+
+    rnd = random.Random(29)
+    h = History()
+    window = 7.5
+    g = gpu(0, util=50, used_gib=8, total_gib=80)
+    for t in range(120):
+        util = rnd.choice([None, rnd.randrange(101), rnd.randrange(101), 12.3 if t > 90 else 3])
+        used = rnd.choice([None, rnd.randrange(81) * GIB, rnd.randrange(81) * GIB])
+        lost = rnd.random() < 0.05
+        g = replace(g, utilization_gpu=util, memory_used=used, lost=lost)
+        h.add(snapshot(T0 + t, [g]))
+        load = gpu_loads(h, (g,), window)[0]
+        samples = [s for s in h.gpu_ring(0) if s.t >= T0 + t - window and not s.lost]
+        if g.lost or not samples:
+            continue
+        utils = [float(s.utilization) for s in samples if s.utilization is not None]
+        frees = [max(0, s.memory_total - s.memory_used) for s in samples
+                 if s.memory_used is not None and s.memory_total is not None]
+        assert load.util == (sum(utils) / len(utils) if utils else None), t
+        assert load.free_min == (min(frees) if frees else None), t
+        assert load.samples == len(samples), t

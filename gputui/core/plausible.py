@@ -67,11 +67,29 @@ def _uuid_text_ok(uuid: str) -> bool:
     return 0 < len(uuid) <= UUID_MAX and all(c.isascii() and (c.isalnum() or c == "-") for c in uuid)
 
 
+#: the last uuid_problems() answer and what it was found from (one slot: a poll asks twice, then the next
+#: poll asks about the same cards; the tuple is replaced whole, so threads see one or the other)
+_UUID_LAST: tuple[list[tuple[int, str, bool, tuple[tuple[int, str], ...]]], dict[int, str]] | None = None
+
+
 def uuid_problems(gpus: Iterable[Gpu]) -> dict[int, str]:
     """GPU index -> why its UUID cannot name it (empty, shared with another card, not a name), for
     the cards whose UUID is suspect; empty when every card has a UUID of its own. A lost card that
-    never answered has no UUID: it is lost, not suspect."""
+    never answered has no UUID: it is lost, not suspect. Reused while every card's index, UUID, lost
+    flag and MIG devices' indices and UUIDs (all it reads) are the last call's."""
+    global _UUID_LAST
     gpus = list(gpus)
+    key = [(g.index, g.uuid, g.lost, tuple([(m.index, m.uuid) for m in g.mig_devices]) if g.mig_devices else ())
+           for g in gpus]
+    last = _UUID_LAST
+    if last is not None and last[0] == key:
+        return dict(last[1])
+    problems = _uuid_problems(gpus)
+    _UUID_LAST = (key, problems)
+    return dict(problems)
+
+
+def _uuid_problems(gpus: list[Gpu]) -> dict[int, str]:
     seen: dict[str, list[int]] = {}
     for g in gpus:
         if g.uuid:

@@ -147,6 +147,8 @@ class Poller:
         #: the container inventory of the last poll and its records by id: while the watcher hands out
         #: the same inventory, a process's container (``attribute``) cannot have changed
         self._inventory: ContainerInventory | None = None
+        #: the process tuples of the last reading and their PIDs
+        self._pids: tuple[tuple[tuple[RawProcess, ...], ...], set[int]] = ((), set())
         self._records: dict[str, ContainerRecord] = {}
 
     def close(self) -> None:
@@ -177,12 +179,18 @@ class Poller:
             records = self._records = {r.id: r for r in inventory.containers}
             self._inventory = inventory
 
-        pids = {p.pid for procs in reading.processes.values() for p in procs}
+        # The PIDs asked about: the last poll's set while the source hands in the very same process tuples
+        # (immutable: the same PIDs), else collected again.
+        lists = tuple(reading.processes.values())
+        last_lists, pids = self._pids
+        if len(lists) != len(last_lists) or not all(a is b for a, b in zip(lists, last_lists, strict=True)):
+            pids = {p.pid for procs in lists for p in procs}
+            self._pids = (lists, pids)
         facts = self.process_source.facts(pids) if pids else {}
 
         warnings = list(reading.errors)
-        invisible_ns = [f for f in facts.values() if f.invisible_reason == "other-namespace"]
-        if invisible_ns and len(invisible_ns) == len(facts):
+        # every process's PID unseen (all() stops at the first that is not: one fact on most polls)
+        if facts and all(f.invisible_reason == "other-namespace" for f in facts.values()):
             warnings.append(
                 "gputui cannot see the GPU processes' PIDs: it runs in a container without the host's PID "
                 "namespace; start it with --pid=host."
@@ -202,7 +210,8 @@ class Poller:
                 fact_list = list(map(facts_get, last.pids))
                 if fact_list == last.facts:
                     with_procs = last.with_procs if last.gpu is g else replace(g, processes=last.procs)
-                    gpus_built[index] = _GpuRows(g, raws, last.pids, last.facts, last.rows, last.procs, with_procs)
+                    gpus_built[index] = _GpuRows(g, raws, last.pids, last.facts, last.rows, last.procs, with_procs,
+                                                 last.containered)
                     built.append(with_procs)
                     continue
             last_rows = last.rows if last is not None else {}
@@ -228,7 +237,10 @@ class Poller:
                 with_procs = last.with_procs
             else:
                 with_procs = replace(g, processes=procs)
-            gpus_built[index] = _GpuRows(g, raws, tuple(r.pid for r in raws), fact_list, rows, procs, with_procs)
+            containered = last.containered if last is not None and procs is last.procs else \
+                any(p.container is not None for p in procs)
+            gpus_built[index] = _GpuRows(g, raws, tuple(r.pid for r in raws), fact_list, rows, procs, with_procs,
+                                         containered)
             built.append(with_procs)
         self._gpus = gpus_built
         all_gpus = tuple(built)
@@ -252,7 +264,12 @@ class Poller:
         )
         # History first: the judges read windows that end with this poll.
         self.history.add(snap, records.keys())
-        containers = build_containers(tuple(records.values()), all_gpus, self.history, self.settings, now)
+        # (the Slurm join may rebuild the GPUs: then their rows are asked)
+        if not records and not (any(r.containered for r in gpus_built.values()) if self.slurm is None
+                                else any(p.container is not None for g in all_gpus for p in g.processes)):
+            containers: tuple[Container, ...] = ()  # build_containers' answer when it has nothing to build
+        else:
+            containers = build_containers(tuple(records.values()), all_gpus, self.history, self.settings, now)
         by_id = {c.id: c for c in containers}
         judged_gpus = tuple(self._judge_stale(g, by_id, records) for g in all_gpus)
         self._idle.prune(self.history)
@@ -375,14 +392,14 @@ class Poller:
 class _GpuRows:
     """What one poll built one GPU's rows from, and what it built: the source's Gpu and process tuple,
     their PIDs, each PID's facts (in order), per PID the row's inputs and the row, the rows, and the
-    Gpu carrying them. A plain slotted class: one per GPU per poll."""
+    Gpu carrying them, and whether any row is in a container. A plain slotted class: one per GPU per poll."""
 
-    __slots__ = ("gpu", "raws", "pids", "facts", "rows", "procs", "with_procs")
+    __slots__ = ("gpu", "raws", "pids", "facts", "rows", "procs", "with_procs", "containered")
 
     def __init__(self, gpu: Gpu, raws: tuple[RawProcess, ...], pids: tuple[int, ...],
                  facts: list[ProcessFacts | None],
                  rows: dict[int, tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]],
-                 procs: tuple[Process, ...], with_procs: Gpu) -> None:
+                 procs: tuple[Process, ...], with_procs: Gpu, containered: bool) -> None:
         self.gpu = gpu
         self.raws = raws
         self.pids = pids
@@ -390,6 +407,7 @@ class _GpuRows:
         self.rows = rows
         self.procs = procs
         self.with_procs = with_procs
+        self.containered = containered
 
 
 def _stale_candidate(p: Process, idle_holder_memory: int) -> bool:

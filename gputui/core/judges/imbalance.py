@@ -114,7 +114,7 @@ def conditions(history: History, loads: dict[int, GpuLoad], settings: Settings,
     in the history from poll to poll while every GPU's figures a condition reads (its index, lost flag,
     utilization and memory) and the thresholds are the same: not the samples counted, which grow while
     the window fills."""
-    items = tuple([(g.index, g.lost, g.util, g.memory) for g in loads.values()])
+    items = _items(history, loads)
     key = ("imbalance.conditions", relax, settings.util_high, settings.util_low, settings.util_spread,
            settings.memory_high, settings.memory_low)
     kept = history.kept.get(key)
@@ -124,6 +124,18 @@ def conditions(history: History, loads: dict[int, GpuLoad], settings: Settings,
     found = (utilization_condition(loads, settings, relax), memory_condition(loads, settings, relax))
     history.kept[key] = (items, found)
     return found
+
+
+def _items(history: History, loads: dict[int, GpuLoad]) -> tuple[tuple[int, bool, float | None, float | None], ...]:
+    """What the conditions read of each load (index, lost, utilization, memory), made once per loads dict
+    (the judge asks for the strict and the relaxed conditions of one dict)."""
+    last = history.memo.get("imbalance.items")
+    if isinstance(last, tuple) and last[0] is loads:
+        items: tuple[tuple[int, bool, float | None, float | None], ...] = last[1]
+        return items
+    items = tuple([(g.index, g.lost, g.util, g.memory) for g in loads.values()])
+    history.memo["imbalance.items"] = (loads, items)
+    return items
 
 
 # -- wording --------------------------------------------------------------------------------
@@ -403,8 +415,10 @@ def _movers(cond: Condition, snapshot: Snapshot, history: History,
 
     def bare() -> Iterator[_Mover]:
         for p in order:
-            if cond.kind == "utilization" and not _computes(history, [p], window):
-                continue
+            if cond.kind == "utilization":  # _computes(history, [p], window), for one process
+                mean = _sm_mean(history, p, window)
+                if mean is not None and mean <= 0:
+                    continue
             yield _Mover(f"PID {p.pid}", None, p.pid, _process_peak(history, p), False, p.create_time)
 
     return containers, bare()

@@ -93,7 +93,8 @@ class _RunningWindow:
     that left the window instead of reading the whole window again. Kept only while its samples
     follow each other in time and the history is fed poll after poll; otherwise rebuilt."""
 
-    __slots__ = ("last", "seq", "n", "util", "util_at", "mem", "mem_at", "free", "free_at", "same", "load")
+    __slots__ = ("last", "seq", "n", "util", "util_at", "mem", "mem_at", "free", "free_at", "same", "load", "util_sum",
+                 "free_low")
 
     def __init__(self) -> None:
         #: the newest sample taken in, and its number (samples are numbered as they are taken in)
@@ -112,6 +113,12 @@ class _RunningWindow:
         self.same = [0, 0, 0]
         #: the last GpuLoad made while every figure was all one value, and what it was made from
         self.load: tuple[tuple[object, ...], GpuLoad] | None = None
+        #: the sum of ``util``, kept as values come and go while every one is a whole number (then it is
+        #: exactly what sum(util) adds up, without reading every sample's value again); None after any other
+        self.util_sum: float | None = 0.0
+        #: (number, free) of the free-memory values that can still be the window's least (increasing
+        #: left to right): its first is min(free) without reading every value
+        self.free_low: deque[tuple[int, int]] = deque()
 
     def take(self, s: GpuSample) -> None:
         self.seq += 1
@@ -126,6 +133,8 @@ class _RunningWindow:
             same[0] = same[0] + 1 if self.util and self.util[-1] == value else 1
             self.util.append(value)
             self.util_at.append(at)
+            if self.util_sum is not None:
+                self.util_sum = self.util_sum + value if value.is_integer() and abs(value) < 2**40 else None
         used, total = s.memory_used, s.memory_total
         if used is not None and total is not None:
             if total:
@@ -137,6 +146,10 @@ class _RunningWindow:
             same[2] = same[2] + 1 if self.free and self.free[-1] == free else 1
             self.free.append(free)
             self.free_at.append(at)
+            low = self.free_low
+            while low and low[-1][1] >= free:
+                low.pop()
+            low.append((self.seq, free))
 
     def expire(self, cutoff: float, oldest: int) -> None:
         """Drop the samples older than ``cutoff`` or numbered before ``oldest`` (out of the ring)."""
@@ -144,18 +157,33 @@ class _RunningWindow:
         while n and (n[0][1] < cutoff or n[0][0] < oldest):
             n.popleft()
         same = self.same
-        for i, values, at in ((0, self.util, self.util_at), (1, self.mem, self.mem_at), (2, self.free, self.free_at)):
+        util, util_at = self.util, self.util_at
+        while util_at and (util_at[0][1] < cutoff or util_at[0][0] < oldest):
+            util_at.popleft()
+            value = util.popleft()
+            if self.util_sum is not None:
+                self.util_sum -= value
+        for i, values, at in ((0, util, util_at), (1, self.mem, self.mem_at), (2, self.free, self.free_at)):
             while at and (at[0][1] < cutoff or at[0][0] < oldest):
                 at.popleft()
                 values.popleft()
             if same[i] > len(values):
                 same[i] = len(values)
+        low, free_at = self.free_low, self.free_at
+        while low and (not free_at or low[0][0] < free_at[0][0]):  # left the window with its sample
+            low.popleft()
 
     def uniform_load(self, g: Gpu) -> GpuLoad:
         """:func:`_load` of this window, reused while every figure is all one value (the same value and
         count as when it was made: the same sequences) and ``g``'s own fields it reads are the same."""
         util, mem, free, same = self.util, self.mem, self.free, self.same
         if same[0] != len(util) or same[1] != len(mem) or same[2] != len(free):
+            if self.n and not g.lost:  # _load, inline (a GPU whose figures move: every poll)
+                # (the kept sum of the utilization values and the least free value: neither reads every sample)
+                total = self.util_sum if self.util_sum is not None else sum(util)
+                return GpuLoad(index=g.index, uuid=g.uuid, lost=False, util=total / len(util) if util else None,
+                               memory=sum(mem) / len(mem) if mem else None, free=g.memory_free,
+                               free_min=self.free_low[0][1] if free else None, samples=len(self.n))
             return _load(g, util, mem, free, len(self.n))
         key = (len(util), util[-1] if util else None, len(mem), mem[-1] if mem else None, len(free),
                free[-1] if free else None, len(self.n), g.index, g.uuid, g.lost, g.memory_free,

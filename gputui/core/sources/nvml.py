@@ -53,8 +53,9 @@ from typing import Any
 
 from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
 from gputui.core.plausible import PlausibleMemo, plausible_reading
-from gputui.core.record import record, replace
+from gputui.core.record import replace
 from gputui.core.sources import NvmlUnavailable
+from gputui.core.sources.nvml_doctor import NvmlLibraryInfo, binding_version, health, loaded_library_path
 from gputui.core.sources.nvml_fields import FieldBatch, XidEvents
 from gputui.core.sources.nvml_mig import MigReader
 from gputui.core.sources.nvml_query import (
@@ -140,6 +141,10 @@ def format_cuda_version(value: int | None) -> str | None:
     return f"{major}.{minor}"
 
 
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
@@ -172,42 +177,6 @@ class _Device(Device):
         self.batch = FieldBatch()
 
 
-@record
-class DeviceHealth:
-    """Per-GPU facts for ``gputui doctor``; None where the GPU cannot say."""
-
-    index: int
-    name: str | None
-    uuid: str | None
-    lost: bool
-    persistence_mode: bool | None
-    ecc_mode: bool | None
-    retired_pages_single_bit: int | None
-    retired_pages_double_bit: int | None
-    retired_pages_pending: bool | None
-    remapped_rows_correctable: int | None
-    remapped_rows_uncorrectable: int | None
-    remapped_rows_pending: bool | None
-    remapped_rows_failure: bool | None
-
-
-@record
-class NvmlLibraryInfo:
-    """The NVML library and driver as ``gputui doctor`` reports them."""
-
-    driver_version: str | None
-    cuda_driver_version: str | None
-    nvml_version: str | None
-    nvidia_ml_py_version: str | None
-    #: where libnvidia-ml.so.1 was loaded from, when it can be found
-    library_path: str | None
-    #: NVML functions this driver lacks that gputui asked for (fallbacks were used)
-    missing_functions: tuple[str, ...]
-    #: the process-list struct version in use: "v3", "v2", "v1" or None (none worked yet)
-    process_struct: str | None
-    devices: tuple[DeviceHealth, ...]
-
-
 class NvmlSource:
     """A :class:`~gputui.core.sources.GpuSource` reading NVML through nvidia-ml-py.
 
@@ -230,7 +199,7 @@ class NvmlSource:
         self._plausible: PlausibleMemo = {}
         #: per-poll fields not asked for (see leave_unread)
         self._unread: frozenset[str] = frozenset()
-        #: the unsigned-int getters of every poll, as NvmlQueries.scalars asks them (None: left unread)
+        #: the unsigned-int getters of every poll, as NvmlQueries.per_poll asks them (None: left unread)
         self._scalars: tuple[tuple[str, str, tuple[int, ...]] | None, ...] = _SCALARS
         self._mig = MigReader(self._ask)
         self._xids = XidEvents()
@@ -353,10 +322,7 @@ class NvmlSource:
         ask = self._ask
         get, cached = ask.get, ask.cached
         fields = self._field_values(dev)
-        util = ask.utilization(dev)
-        mem = ask.memory(dev)
-        temperature, fan, clock_sm, clock_mem, pstate = ask.scalars(dev, self._scalars)
-        reasons = ask.throttle_reasons(dev)
+        util, mem, (temperature, fan, clock_sm, clock_mem, pstate), reasons = ask.per_poll(dev, self._scalars)
         # the batch's answers (what _field does first, inline); a getter closure only for a field it lacks
         power, power_limit, ecc = fields.get("power_draw"), fields.get("power_limit"), fields.get("ecc_errors")
         if dev.failures:
@@ -373,8 +339,12 @@ class NvmlSource:
             ecc = self._field(dev, fields, "ecc_errors", lambda d: cached(d, "ecc_errors", now, lambda d: get(
                 d, "ecc_errors", nv.nvmlDeviceGetTotalEccErrors, d.handle, _ECC_UNCORRECTED, _ECC_VOLATILE)))
         extra = self._dcgm_fields(dev, fields, now)
-        persistence = cached(dev, "persistence_mode", now,
-                             lambda d: get(d, "persistence_mode", nv.nvmlDeviceGetPersistenceMode, d.handle))
+        hit = dev.slow.get("persistence_mode")  # cached()'s hit, inline (most polls)
+        if hit is not None and now - hit[1] < ask.slow_ttl:
+            persistence = hit[0]
+        else:
+            persistence = cached(dev, "persistence_mode", now,
+                                 lambda d: get(d, "persistence_mode", nv.nvmlDeviceGetPersistenceMode, d.handle))
         procs = self._processes(dev)
         mig_mode, mig_devices, procs = self._mig.read(dev, now, procs)
         # Every input of the Gpu below: when none changed since the last poll, the last Gpu is it.
@@ -456,6 +426,19 @@ class NvmlSource:
     def _dcgm_fields(self, dev: _Device, fields: dict[str, float | int], now: float) -> dict[str, Any]:
         """The readings dcgm-exporter's default counters add: batched where NVML has a field id,
         else through their getters every ``slow_ttl`` seconds (:data:`_DCGM`)."""
+        get = fields.get
+        rf, mt, te = get("remapped_rows_failure"), get("memory_temperature"), get("total_energy_consumption")
+        pr, rc, ru = get("pcie_replay_counter"), get("remapped_rows_correctable"), get("remapped_rows_uncorrectable")
+        if not dev.failures and rf is not None and mt is not None and te is not None and pr is not None \
+                and rc is not None and ru is not None:  # the batch answered every batched one: the loop below, inline
+            return {"remapped_rows_failure": bool(rf), "memory_temperature": int(mt),
+                    "total_energy_consumption": int(te), "pcie_replay_counter": int(pr),
+                    "remapped_rows_correctable": int(rc), "remapped_rows_uncorrectable": int(ru),
+                    "encoder_utilization": _int(self._slow(dev, "encoder_utilization",
+                                                           "nvmlDeviceGetEncoderUtilization", 0, now)),
+                    "decoder_utilization": _int(self._slow(dev, "decoder_utilization",
+                                                           "nvmlDeviceGetDecoderUtilization", 0, now)),
+                    "xid_last": self._xids.last.get(dev.index)}
         out: dict[str, Any] = {}
         for field, batched, name, getter, part in _DCGM:
             if not batched:
@@ -551,8 +534,7 @@ class NvmlSource:
     def _processes(self, dev: _Device) -> tuple[RawProcess, ...]:
         """The GPU's processes. Steady state (the same lists and SM samples as the last poll, which
         ``NvmlQueries.running`` and ``process_utilization`` hand back as the same objects): the last tuple."""
-        compute = self._ask.running(dev, graphics=False)
-        graphics = self._ask.running(dev, graphics=True)
+        compute, graphics = self._ask.running_both(dev)
         if dev.merged is not None and dev.merged[0] is compute and dev.merged[1] is graphics:
             merged = dev.merged[2]
         else:
@@ -570,7 +552,8 @@ class NvmlSource:
             return ()
         samples = self._ask.process_utilization(dev, self._wall())
         last_procs = dev.procs
-        if last_procs is not None and last_procs[0] is merged and last_procs[1] == samples:
+        if last_procs is not None and last_procs[0] is merged \
+                and (last_procs[1] is samples or last_procs[1] == samples):
             return last_procs[2]
         out = []
         last = dev.raws
@@ -594,6 +577,11 @@ class NvmlSource:
     # -- errors ---------------------------------------------------------------------
 
     def _error_sentences(self) -> tuple[str, ...]:
+        for dev in self._devices:  # most polls: no failure counted anywhere, nothing to say
+            if dev.failures:
+                break
+        else:
+            return ()
         out = []
         for dev in self._devices:
             bad = [f for f, n in dev.failures.items() if n >= FAIL_THRESHOLD]
@@ -615,7 +603,7 @@ class NvmlSource:
             raise NvmlUnavailable("NVML is not initialised (NvmlSource.open() was not called or it was closed).")
         nv = self._nv
         with self._lock:
-            devices = tuple(self._health(dev) for dev in self._devices)
+            devices = tuple(health(nv, dev) for dev in self._devices)
             process_struct = None
             variant = self._ask.variants.get("compute_processes")
             if variant is not None:
@@ -624,75 +612,9 @@ class NvmlSource:
                 driver_version=self.driver_version,
                 cuda_driver_version=self.cuda_driver_version,
                 nvml_version=self.nvml_version,
-                nvidia_ml_py_version=_binding_version(),
-                library_path=_loaded_library_path(nv),
+                nvidia_ml_py_version=binding_version(),
+                library_path=loaded_library_path(nv),
                 missing_functions=tuple(sorted(self._ask.missing)),
                 process_struct=process_struct,
                 devices=devices,
             )
-
-    def _health(self, dev: _Device) -> DeviceHealth:
-        nv = self._nv
-
-        def ask(fn: Callable[..., Any], *args: Any) -> Any:
-            try:
-                return fn(*args)
-            except nv.NVMLError as exc:
-                if getattr(exc, "value", None) == GPU_IS_LOST:
-                    raise Lost from None
-                return None
-            except Exception:
-                return None
-
-        lost = dev.handle is None
-        values: dict[str, Any] = {}
-        if not lost:
-            h = dev.handle
-            try:
-                persistence = ask(nv.nvmlDeviceGetPersistenceMode, h)
-                ecc = ask(nv.nvmlDeviceGetEccMode, h)
-                sbe = ask(nv.nvmlDeviceGetRetiredPages, h, 0)
-                dbe = ask(nv.nvmlDeviceGetRetiredPages, h, 1)
-                pending = ask(nv.nvmlDeviceGetRetiredPagesPendingStatus, h)
-                rows = ask(nv.nvmlDeviceGetRemappedRows, h)
-                values = dict(
-                    persistence_mode=bool(persistence) if persistence is not None else None,
-                    ecc_mode=bool(ecc[0]) if ecc is not None else None,
-                    retired_pages_single_bit=len(sbe) if sbe is not None else None,
-                    retired_pages_double_bit=len(dbe) if dbe is not None else None,
-                    retired_pages_pending=bool(pending) if pending is not None else None,
-                    remapped_rows_correctable=int(rows[0]) if rows is not None else None,
-                    remapped_rows_uncorrectable=int(rows[1]) if rows is not None else None,
-                    remapped_rows_pending=bool(rows[2]) if rows is not None else None,
-                    remapped_rows_failure=bool(rows[3]) if rows is not None else None,
-                )
-            except Lost:
-                lost = True
-        empty = dict.fromkeys(
-            ("persistence_mode", "ecc_mode", "retired_pages_single_bit", "retired_pages_double_bit",
-             "retired_pages_pending", "remapped_rows_correctable", "remapped_rows_uncorrectable",
-             "remapped_rows_pending", "remapped_rows_failure"))
-        empty.update(values)
-        return DeviceHealth(index=dev.index, name=dev.name, uuid=dev.uuid, lost=lost, **empty)
-
-
-def _binding_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("nvidia-ml-py")
-    except PackageNotFoundError:
-        return None
-
-
-def _loaded_library_path(nv: Any) -> str | None:
-    """The file libnvidia-ml.so.1 was loaded from, from this process's memory map."""
-    del nv
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if "libnvidia-ml.so" in line:
-                    return line.split(None, 5)[-1].strip()
-    except OSError:
-        return None
-    return None

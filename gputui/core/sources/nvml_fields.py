@@ -77,12 +77,27 @@ _ENTRY = Struct(f"@{_FieldValue.valueType.offset}xII{_FieldValue.value.offset - 
 _VALUES = {_DOUBLE: Struct("@d"), _UINT: Struct("@I"), _ULONG: Struct("@L"), _ULL: Struct("@Q"), _SLL: Struct("@q"),
            _SINT: Struct("@i"), _USHORT: Struct("@H")}
 assert _ENTRY.size == ctypes.sizeof(_FieldValue)
+#: each nvmlValueType_t's reading of the union's 8 bytes inside one whole-answer Struct (FieldBatch.plan)
+_TYPED = {_DOUBLE: "d", _UINT: "I4x", _ULONG: "Q" if ctypes.sizeof(ctypes.c_ulong) == 8 else "I4x", _ULL: "Q",
+          _SLL: "q", _SINT: "i4x", _USHORT: "H6x"}
+
+
+def _plan(kinds: list[int]) -> Struct | None:
+    """One Struct reading a whole answer whose entries have these value types: (valueType, nvmlReturn,
+    value) per entry, the value read as its type (what _VALUES reads it as); None where it cannot."""
+    head = _FieldValue.valueType.offset
+    gap = _FieldValue.value.offset - head - 8
+    tail = ctypes.sizeof(_FieldValue) - _FieldValue.value.offset - 8
+    if ctypes.sizeof(_Value) != 8 or gap < 0 or tail < 0 or any(k not in _TYPED for k in kinds):
+        return None
+    plan = Struct("=" + "".join(f"{head}xII{gap}x{_TYPED[k]}{tail}x" for k in kinds))
+    return plan if plan.size == ctypes.sizeof(_FieldValue) * len(kinds) else None
 
 
 class FieldBatch:
     """The batch of one GPU: which fields are still asked, and the buffer they are read into."""
 
-    __slots__ = ("names", "buf", "count", "off", "errors")
+    __slots__ = ("names", "buf", "count", "off", "errors", "plan")
 
     def __init__(self) -> None:
         #: fields still asked in the batch (an entry refused for good leaves)
@@ -94,6 +109,9 @@ class FieldBatch:
         self.off = False
         #: this poll's entries that failed for a reason that may pass (field -> NVML error code)
         self.errors: dict[str, int] = {}
+        #: after an answer in which every entry answered: a Struct reading a whole answer of the same value
+        #: types, and those types (an answer of other types or with a failed entry is read entry by entry)
+        self.plan: tuple[Struct, tuple[int, ...]] | None = None
 
     def read(self, fn: Callable[..., int] | None, handle: Any) -> dict[str, float | int]:
         """One ``nvmlDeviceGetFieldValues`` call: field -> value for each entry that answered.
@@ -109,6 +127,7 @@ class FieldBatch:
         if buf is None or len(buf) != len(names):  # the ids are the call's input, set once per buffer
             buf = self.buf = (_FieldValue * len(names))()
             self.count = ctypes.c_int32(len(names))
+            self.plan = None
             for i, name in enumerate(names):
                 entry = buf[i]
                 entry.fieldId = FIELDS[name]
@@ -125,10 +144,19 @@ class FieldBatch:
             else:
                 self.errors = dict.fromkeys(names, ret)
             return {}
+        plan = self.plan
+        if plan is not None:  # the steady state: the whole answer in one unpack, every entry answered
+            values = plan[0].unpack_from(buf)
+            if values[0::3] == plan[1] and not any(values[1::3]):
+                return dict(zip(names, values[2::3], strict=True))
         out: dict[str, float | int] = {}
         refused: list[str] = []
         # each entry's (valueType, nvmlReturn, value bytes) unpacked in one pass over the answer's bytes
-        entries = _ENTRY.iter_unpack(ctypes.string_at(buf, ctypes.sizeof(buf)))
+        entries = list(_ENTRY.iter_unpack(ctypes.string_at(buf, ctypes.sizeof(buf))))
+        if all(code == SUCCESS and kind in _VALUES for kind, code, _ in entries):
+            kinds = [kind for kind, _, _ in entries]
+            whole = _plan(kinds)
+            self.plan = None if whole is None else (whole, tuple(kinds))
         for name, (kind, code, raw) in zip(names, entries, strict=True):
             if code == SUCCESS:
                 reader = _VALUES.get(kind)  # _number, inline (every field of every GPU, every poll)
@@ -152,6 +180,8 @@ class XidEvents:
         self._set: Any = None
         self._data = _EventData()
         self._wait: Any = None
+        #: the wait call's arguments (the event set, the event data's pointer, a timeout of 0)
+        self._args: tuple[Any, Any, Any] | None = None
         #: handle address -> GPU index, for the GPUs registered
         self._index: dict[int, int] = {}
         #: GPU index -> the last XID seen (0: none since registration)
@@ -183,9 +213,12 @@ class XidEvents:
         if self._set is None:
             return
         data = self._data
+        args = self._args
+        if args is None or args[0] is not self._set:  # the call's arguments, made once per event set
+            args = self._args = (self._set, ctypes.byref(data), ctypes.c_uint(0))
         for _ in range(MAX_EVENTS_PER_POLL):
             try:
-                ret = self._wait(self._set, ctypes.byref(data), ctypes.c_uint(0))
+                ret = self._wait(*args)
             except Exception:
                 return
             if ret != SUCCESS:  # TIMEOUT: nothing waiting; anything else: try again next poll

@@ -58,6 +58,10 @@ class _MigState:
     listed_at: float
 
 
+#: the four MigMode values, made once (a record is immutable: one object serves every GPU and poll)
+_MODES: dict[tuple[bool, bool], MigMode] = {}
+
+
 class MigReader:
     """Reads MIG mode and MIG devices of one source's GPUs (called with the source's lock held)."""
 
@@ -111,11 +115,19 @@ class MigReader:
         fn = getattr(ask.nv, "nvmlDeviceGetMigMode", None)
         if fn is None:  # a binding without MIG: N/A
             return None
-        value = ask.cached(dev, "mig_mode", now, lambda d: ask.get(d, "mig_mode", fn, d.handle))
+        hit = dev.slow.get("mig_mode")  # cached()'s hit, inline (most polls)
+        if hit is not None and now - hit[1] < ask.slow_ttl:
+            value = hit[0]
+        else:
+            value = ask.cached(dev, "mig_mode", now, lambda d: ask.get(d, "mig_mode", fn, d.handle))
         if value is None:
             return None
         current, pending = value
-        return MigMode(current=bool(current), pending=bool(pending))
+        key = (bool(current), bool(pending))
+        mode = _MODES.get(key)
+        if mode is None:
+            mode = _MODES[key] = MigMode(current=key[0], pending=key[1])
+        return mode
 
     def _list(self, dev: Device) -> list[_MigEntry]:
         """Every MIG device of the card now: handles and the facts that do not change while it exists."""

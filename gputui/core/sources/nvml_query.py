@@ -25,8 +25,18 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
-from struct import Struct
 from typing import Any, TypeVar
+
+from gputui.core.sources.nvml_structs import (
+    MEMORY_V2,
+    RUNNING,
+    SAMPLE,
+    MemoryV1,
+    MemoryV2,
+    Utilization,
+    UtilizationSample,
+    samples_struct,
+)
 
 __all__ = ["Device", "Lost", "NvmlQueries", "PERMANENT"]
 
@@ -84,9 +94,11 @@ class Device:
         self.util_seen = 0
         #: reusable ctypes buffers for the process and sample lists
         self.buffers: dict[str, Any] = {}
-        #: per list (process lists, utilization samples): the bytes the driver filled last and what
-        #: they were read as; the same bytes are the same answer, so it is not read again
-        self.lists: dict[str, tuple[bytes, Any]] = {}
+        #: per list (process lists, utilization samples): the bytes the driver filled last, what they
+        #: were read as (the same bytes are the same answer, so it is not read again), the buffer, a view
+        #: of those bytes in it (read again without a foreign call) and the entries they hold (and, for the
+        #: samples, their PIDs and SM % in order)
+        self.lists: dict[str, tuple[Any, ...]] = {}
         #: per-poll getters' out-parameters (a ctypes value or struct, and a pointer to it), made once
         #: per device and field and filled by every call (see ``NvmlQueries.uint``)
         self.outs: dict[str, tuple[Any, Any]] = {}
@@ -94,62 +106,6 @@ class Device:
         #: out-parameter, the whole argument tuple, handle first), called again as they are (see
         #: ``NvmlQueries.again``); dropped at the first failure, so the full rules run again
         self.calls: dict[str, tuple[Any, Any, tuple[Any, ...]]] = {}
-
-
-class ProcessInfoV1(ctypes.Structure):
-    """nvmlProcessInfo_v1_t: what drivers before R450 fill (nvidia-ml-py no longer defines it)."""
-
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
-
-
-class ProcessInfoV2(ctypes.Structure):
-    """nvmlProcessInfo_v2_t, also what the ``_v3`` functions fill (nvml.h's nvmlProcessInfo_t)."""
-
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
-                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
-
-
-class Utilization(ctypes.Structure):
-    """nvmlUtilization_t."""
-
-    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
-
-
-class MemoryV1(ctypes.Structure):
-    """nvmlMemory_t."""
-
-    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-
-
-class MemoryV2(ctypes.Structure):
-    """nvmlMemory_v2_t; ``version`` must be set to :data:`MEMORY_V2` before the call."""
-
-    _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong), ("reserved", ctypes.c_ulonglong),
-                ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-
-
-#: nvml.h's nvmlMemory_v2: NVML_STRUCT_VERSION(Memory, 2), the struct's size and version 2
-MEMORY_V2 = ctypes.sizeof(MemoryV2) | (2 << 24)
-
-
-class UtilizationSample(ctypes.Structure):
-    """nvmlProcessUtilizationSample_t."""
-
-    _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong), ("smUtil", ctypes.c_uint),
-                ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
-
-
-#: nvmlProcessUtilizationSample_t's pid, timeStamp and smUtil in native layout (memUtil, encUtil, decUtil skipped)
-_SAMPLE = Struct(f"@I{UtilizationSample.timeStamp.offset - 4}xQI12x")
-
-
-#: compute (False) and graphics (True) process lists: the family, and each function's struct, newest first
-RUNNING = {
-    graphics: (f"{kind}_processes", {f"{base}_v3": ProcessInfoV2, f"{base}_v2": ProcessInfoV2, base: ProcessInfoV1},
-               (f"{base}_v3", f"{base}_v2", base))
-    for graphics, kind, base in ((False, "compute", "nvmlDeviceGetComputeRunningProcesses"),
-                                 (True, "graphics", "nvmlDeviceGetGraphicsRunningProcesses"))
-}
 
 
 def kept_out(dev: Device, name: str, kind: Any) -> tuple[Any, Any]:
@@ -180,6 +136,8 @@ class NvmlQueries:
         self.absent: set[str] = set()
         #: NVML functions this driver lacks that were asked for
         self.missing: set[str] = set()
+        #: per_poll's fields for each tuple of scalar asks
+        self._per_poll_names: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     # -- the rules -------------------------------------------------------------------
 
@@ -383,20 +341,62 @@ class NvmlQueries:
         value = self.out(dev, name, function, ctypes.c_uint, *args)
         return None if value is None else value.value  # a c_uint's value is an int
 
-    def scalars(self, dev: Device, asks: tuple[tuple[str, str, tuple[int, ...]] | None, ...]) -> list[int | None]:
-        """:meth:`scalar` for each (field, function, arguments) of ``asks`` (None: not asked, None back), in
-        one loop: the kept calls (:meth:`again`) one after the other. Raises Lost."""
-        out: list[int | None] = []
-        for ask in asks:
-            if ask is None:
-                out.append(None)
-                continue
-            value = self.again(dev, ask[0])
-            if value is MISS:
-                out.append(self.scalar(dev, *ask[:2], *ask[2]))  # the full rules
+    def per_poll(self, dev: Device, asks: tuple[tuple[str, str, tuple[int, ...]] | None, ...]
+                 ) -> tuple[tuple[int, int] | None, tuple[int, int, int | None] | None, list[int | None], int | None]:
+        """(utilization, memory, the :meth:`scalar` of each (field, function, arguments) of ``asks`` — None: not
+        asked, None back —, throttle reasons), the per-poll getters of a device in one loop over its kept
+        calls, in that order: each is what :meth:`again` answers, or what the full rules of
+        :meth:`utilization`, :meth:`memory`, :meth:`scalar` and :meth:`throttle_reasons` answer where the
+        call is not kept. One frame for the device's eight calls instead of two or three each. Raises Lost."""
+        calls, handle = dev.calls, dev.handle
+        names = self._per_poll_names.get(asks)
+        if names is None:
+            names = self._per_poll_names[asks] = (
+                "utilization", "memory", *[a[0] if a is not None else None for a in asks], "throttle_reasons")
+        got: list[Any] = []
+        answered: list[str] = []
+        for name in names:  # again(), inline, for each; the answers' bookkeeping after the loop
+            fast = calls.get(name)  # (None: a field left unread, never kept)
+            if fast is not None and fast[2][0] is handle:
+                try:
+                    ret = fast[0](*fast[2])
+                except Exception as exc:  # ctypes/binding trouble: N/A, never a crash
+                    ret = exc
+                if ret == SUCCESS:
+                    got.append(fast[1])
+                    answered.append(name)
+                    continue
+                del calls[name]
+                if isinstance(ret, Exception):
+                    self.failed(dev, name, UNKNOWN, ret)
+                else:
+                    self.failed(dev, name, ret, self.nv.NVMLError(ret))
+                got.append(None)
             else:
-                out.append(None if value is None else value.value)
-        return out
+                got.append(None if name is None else MISS)
+        if dev.failures:
+            for name in answered:
+                dev.failures.pop(name, None)
+        u, m, reasons = got[0], got[1], got[-1]
+        if u is MISS:
+            util = self.utilization(dev)
+        else:
+            util = None if u is None else (int(u.gpu), int(u.memory))
+        if m is MISS:
+            mem = self.memory(dev)
+        else:
+            mem = None if m is None else (m.used, m.total, m.reserved if type(m) is MemoryV2 else None)
+        scalars: list[int | None] = []
+        for ask, value in zip(asks, got[2:-1], strict=True):
+            if value is MISS:
+                scalars.append(self.scalar(dev, *ask[:2], *ask[2]))  # type: ignore[index]  # the full rules
+            else:
+                scalars.append(None if value is None else value.value)
+        if reasons is MISS:
+            reasons = self.throttle_reasons(dev)
+        elif reasons is not None:
+            reasons = reasons.value
+        return util, mem, scalars, reasons
 
     def utilization(self, dev: Device) -> tuple[int, int] | None:
         """(GPU %, memory %) from ``nvmlDeviceGetUtilizationRates`` through :meth:`out`."""
@@ -442,18 +442,64 @@ class NvmlQueries:
         family, structs, names = RUNNING[graphics]
         return self.variant(dev, family, names, lambda name: self._list(dev, name, structs[name]))
 
-    def _list(self, dev: Device, name: str, struct: Any) -> tuple[tuple[int, int | None], ...]:
+    def running_both(self, dev: Device) -> list[tuple[tuple[int, int | None], ...] | None]:
+        """[compute, graphics]: :meth:`running` of both lists, the kept calls made inline (what
+        :meth:`variant` and :meth:`_list` do for them, without their frames); the full rules for a list
+        whose call is not kept or did not answer. Raises Lost."""
+        out: list[tuple[tuple[int, int | None], ...] | None] = []
+        calls, handle, lists = dev.calls, dev.handle, dev.lists
+        for graphics in (False, True):
+            family, structs, names = RUNNING[graphics]
+            chosen = self.variants.get(family)
+            fast = calls.get(chosen) if chosen is not None else None
+            if chosen is None or fast is None or fast[2][0] is not handle or family in dev.unsupported \
+                    or family in self.absent:
+                out.append(self.running(dev, graphics))
+                continue
+            count, args = fast[1], fast[2]
+            buf = args[2]
+            count.value = len(buf)
+            try:
+                ret = fast[0](*args)
+            except Exception as exc:  # what variant() makes of it
+                self.failed(dev, family, UNKNOWN, exc)
+                out.append(None)
+                continue
+            if ret != SUCCESS:  # the rest of the rules, with this answer
+                def answered(name: str, s: Any = structs[chosen], r: int = ret
+                             ) -> tuple[tuple[int, int | None], ...]:
+                    return self._list(dev, name, s, r)
+
+                out.append(self.variant(dev, family, names, answered))
+                continue
+            if dev.failures:
+                dev.failures.pop(family, None)
+            n = min(count.value, len(buf))
+            last = lists.get(chosen)
+            # _entries' hit, inline: the same entries, read through the kept view of this buffer's first n
+            if last is not None and last[2] is buf and last[4] == n and last[3].raw == last[0]:
+                out.append(last[1])
+            else:
+                out.append(self._entries(dev, chosen, buf, n, ctypes.sizeof(buf._type_)))
+        return out
+
+    def _list(self, dev: Device, name: str, struct: Any, answered: int | None = None
+              ) -> tuple[tuple[int, int | None], ...]:
         """One running-process list through a buffer kept per device (one C call when it fits). The
         same bytes as the last call's give the same tuple back, without reading the entries again.
-        A call that answered is kept (its function, count and buffer) and made again as it is."""
+        A call that answered is kept (its function, count and buffer) and made again as it is.
+        ``answered``: what the kept call answered when the caller made it (not SUCCESS)."""
         size = ctypes.sizeof(struct)
         key = name  # one struct per function (RUNNING)
         fast = dev.calls.get(key)
         if fast is not None and fast[2][0] is dev.handle:  # the kept call; the buffer is the one it answered in
             count, args = fast[1], fast[2]
             buf = args[2]
-            count.value = len(buf)
-            ret = fast[0](*args)
+            if answered is None:
+                count.value = len(buf)
+                ret = fast[0](*args)
+            else:
+                ret = answered
             if ret == SUCCESS:
                 return self._entries(dev, key, buf, min(count.value, len(buf)), size)
             del dev.calls[key]
@@ -471,8 +517,14 @@ class NvmlQueries:
     def _entries(dev: Device, key: str, buf: Any, n: int, size: int) -> tuple[tuple[int, int | None], ...]:
         """The (pid, memory or None) of the first ``n`` entries of a filled process list (entries of
         ``size`` bytes); the same bytes as last time give the same tuple back."""
-        raw = ctypes.string_at(buf, n * size)
         last = dev.lists.get(key)
+        if last is not None and last[2] is buf and last[4] == n:
+            raw = last[3].raw
+        else:
+            view = (ctypes.c_char * (n * size)).from_buffer(buf)
+            raw = view.raw
+            if last is not None and last[0] == raw:
+                dev.lists[key] = (raw, last[1], buf, view, n)
         if last is not None and last[0] == raw:
             cached: tuple[tuple[int, int | None], ...] = last[1]
             return cached
@@ -482,7 +534,9 @@ class NvmlQueries:
             mem = int(entry.usedGpuMemory)
             out.append((int(entry.pid), None if mem == NOT_AVAILABLE_ULL else mem))
         result = tuple(out)
-        dev.lists[key] = (raw, result)
+        # the bytes read, the tuple read from them, and a view of those bytes in this buffer (read again
+        # next time without a foreign call)
+        dev.lists[key] = (raw, result, buf, (ctypes.c_char * (n * size)).from_buffer(buf), n)
         return result
 
     def process_utilization(self, dev: Device, wall: float) -> dict[int, int] | None:
@@ -533,16 +587,34 @@ class NvmlQueries:
             return None
         self.succeeded(dev, name)
         n = min(count.value, len(buf))
-        raw = ctypes.string_at(buf, n * ctypes.sizeof(struct))
         last = dev.lists.get(name)
+        # the answer's bytes through a view of them kept with the buffer (no foreign call to copy them)
+        view = last[3] if last is not None and last[2] is buf and last[4] == n else \
+            (ctypes.c_char * (n * ctypes.sizeof(struct))).from_buffer(buf)
+        raw = view.raw
         if last is not None and last[0] == raw:  # the same samples: the same answer, util_seen already past them
             cached: dict[int, int] = last[1]
             return cached
-        newest: dict[int, tuple[int, int]] = {}
         seen = dev.util_seen
+        whole = samples_struct(n) if SAMPLE.size == ctypes.sizeof(struct) else None
+        if whole is not None:  # the whole answer in one unpack: (pid, timeStamp, smUtil) per sample
+            values = whole.unpack(raw)
+            pids, stamps, sms = values[0::3], values[1::3], values[2::3]
+            same = last is not None and len(last) > 5 and last[5] == pids and last[6] == sms
+            if same or len(set(pids)) == n:  # one sample per process (the driver's usual answer): each its newest
+                if n and max(stamps) > seen:
+                    dev.util_seen = max(stamps)
+                result: dict[int, int]
+                if same and last is not None:  # the same processes at the same SM %, newer samples: the same answer
+                    result = last[1]
+                else:
+                    result = {pid: sm if sm < 100 else 100 for pid, sm in zip(pids, sms, strict=True)}
+                dev.lists[name] = (raw, result, buf, view, n, pids, sms)
+                return result
+        newest: dict[int, tuple[int, int]] = {}
         # the samples' (pid, timeStamp, smUtil) unpacked from the bytes in one pass (a ctypes struct per
         # sample costs several times more); the layout is checked against the struct at import
-        for pid, ts, sm in _SAMPLE.iter_unpack(raw) if _SAMPLE.size == ctypes.sizeof(struct) else (
+        for pid, ts, sm in SAMPLE.iter_unpack(raw) if SAMPLE.size == ctypes.sizeof(struct) else (
                 (e.pid, e.timeStamp, e.smUtil) for e in buf[:n]):
             prev = newest.get(pid)
             if prev is None or ts >= prev[0]:
@@ -551,7 +623,7 @@ class NvmlQueries:
                 seen = ts
         dev.util_seen = seen
         result = {pid: min(100, sm) for pid, (_, sm) in newest.items()}
-        dev.lists[name] = (raw, result)
+        dev.lists[name] = (raw, result, buf, view, n)
         return result
 
 
