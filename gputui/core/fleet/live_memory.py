@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.fleet.prom import Sample
+
+if TYPE_CHECKING:
+    from gputui.core.fleet.scrapes import Targets
 
 #: Static figures by (job, instance): numbers by name, and texts (GPU names) by name.
 Figures = tuple[dict[tuple[str, str], dict[str, float]], dict[tuple[str, str], list[str]]]
@@ -14,13 +19,15 @@ Groups = dict[tuple[str, str] | None, list[Sample]]
 
 class Kept:
     """What one refresh of the live screen keeps for the next (held by the reader, as ``reader.kept``):
-    each target's scrape stamp, the summary and state series by host, the parsed static figures, the
-    last snapshot and its hosts by key."""
+    every target's ``up`` and hosts-query row, the summary and state series by host, the parsed static
+    figures, the last snapshot and its hosts by key."""
 
-    __slots__ = ("stamps", "groups", "static_figures", "last", "hosts")
+    __slots__ = ("targets", "groups", "static_figures", "last", "hosts")
 
     def __init__(self) -> None:
-        self.stamps: dict[object, object] = {}
+        from gputui.core.fleet.scrapes import Targets  # scrapes reads the queries module, which reads this one
+
+        self.targets: Targets = Targets()
         self.groups: tuple[Groups, Groups] | None = None
         self.static_figures: Figures = ({}, {})
         self.last: FleetSnapshot | None = None

@@ -252,40 +252,6 @@ def _by_host(samples: Iterable[Sample]) -> Groups:
     return out
 
 
-def _stamps(up: Sequence[Sample], seen: Sequence[Sample]) -> tuple[dict[object, object], set[tuple[str, str]]]:
-    """What says a target was scraped again or changed state: its newest sample's time (the hosts
-    query), its name and whether it is gone, its ``up``; and the targets ``up`` says are up.
-
-    Every refresh reads every target's two series (4,000 over 2,000 hosts): :func:`target_key` is
-    spelled out here, and each target's ``up`` goes in the same entry as its hosts-query stamp."""
-    out: dict[object, object] = {}
-    for s in seen:
-        labels = s.labels
-        get = labels.get
-        instance = get("instance")
-        out[(get("job", ""), instance) if instance else None] = (s.value, get("gputui_source"), get("hostname"),
-                                                                  get("Hostname"))
-    live: set[tuple[str, str]] = set()
-    for s in up:
-        get = s.labels.get
-        instance = get("instance")
-        k = (get("job", ""), instance) if instance else None
-        out[("up", k)] = s.value
-        if k is not None and s.value >= 1:
-            live.add(k)
-    return out, live
-
-
-_NONE = object()  # a stamp no target had
-
-
-def _instance(stamp_key: object) -> str | None:
-    """The instance a key of :func:`_stamps` is about (None: a series without one)."""
-    if isinstance(stamp_key, tuple) and stamp_key[:1] == ("up",) and not isinstance(stamp_key[1], str):
-        stamp_key = stamp_key[1]  # ("up", (job, instance))
-    return stamp_key[1] if isinstance(stamp_key, tuple) else None
-
-
 def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
     """One refresh of the live screen (see the module's docstring). Raises PrometheusError.
 
@@ -298,20 +264,17 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
     if reader.kept is None:
         reader.kept = Kept()
     kept = reader.kept
-    up, seen = reader.run_queries((Q_UP, Q_HOSTS), now)
-    stamps, live_targets = _stamps(up, seen)
-    before = kept.stamps
-    changed = {k for k, v in stamps.items() if before.get(k, _NONE) != v}
-    changed.update(k for k in before if k not in stamps)
-    instances = {_instance(c) for c in changed}
-    groups = kept.groups
+    targets = kept.targets
     stale = time.monotonic() - reader._static_at >= STATIC_TTL
+    sent = targets.refresh(reader.client.query, now, full=stale)
+    instances = targets.changed | targets.newer
+    groups = kept.groups
     detail = detail_query(reader.detail) if reader.detail is not None else None
     last = kept.last
-    if (groups is not None and last is not None and not changed and not stale and detail is None
+    if (groups is not None and last is not None and not instances and not stale and detail is None
             and not reader.words):
-        return replace(last, time=datetime.fromtimestamp(now, timezone.utc), queries=2)
-    full = groups is None or len(instances) * 4 > len(stamps) or None in instances
+        return replace(last, time=datetime.fromtimestamp(now, timezone.utc), queries=sent)
+    full = groups is None or len(instances) * 4 > len(targets) or None in instances
     queries: list[str] = []
     if full:
         queries += [Q_SUMMARY, Q_STATE]
@@ -325,23 +288,33 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
     if reader.words:
         queries.append(Q_PROCESSES)
     rest = reader.run_queries(queries, now) if queries else []
+    rebuilt: set[str | None] = instances
     if full:
         groups = (_by_host(rest.pop(0)), _by_host(rest.pop(0)))
     elif instances:
         assert groups is not None
-        new_live, new_state = _by_host(rest.pop(0)), _by_host(rest.pop(0))
-        for mine, new in zip(groups, (new_live, new_state), strict=True):
-            for k in [k for k in mine if k is not None and k[1] in instances]:
+        new_groups = (_by_host(rest.pop(0)), _by_host(rest.pop(0)))
+        # a host that only sent newer samples of the same figures stays as it is (unless its screen is
+        # open: that screen reads more than the figures)
+        steady = targets.newer - targets.changed - {reader.detail[1] if reader.detail else None}
+        for mine, new in zip(groups, new_groups, strict=True):
+            old = [k for k in mine if k is not None and k[1] in instances]
+            steady.difference_update([k[1] for k in old if k[1] in steady and mine[k] != new.get(k)] +
+                                     [k[1] for k in new if k is not None and k[1] in steady and k not in mine])
+            for k in old:
                 del mine[k]  # scraped again: what it sends now replaces all it sent
             mine.update(new)
+        rebuilt = instances - steady
     assert groups is not None
-    kept.groups, kept.stamps = groups, stamps
+    kept.groups = groups
     static = rest.pop(0) if stale else None
     detailed = rest.pop(0) if detail is not None else None
     processes = rest.pop(0) if reader.words else None
-    seen, extra = reader.last_seen(seen, now)
-    sent = 2 + len(queries) + extra
-    if static is None and not live_targets <= reader._static_targets:
+    up = targets.up_rows()
+    gone, extra = reader.last_seen(targets.gone_rows(), now)  # the down hosts' last-seen times
+    seen = [*targets.live.values(), *gone]
+    sent += len(queries) + extra
+    if static is None and not targets.live_targets() <= reader._static_targets:
         static = reader.client.query(Q_SUMMARY_STATIC, now)  # a new target: its GPUs now
         sent += 1
     if static is not None:
@@ -351,7 +324,7 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
         reader._static_targets = {target_key(s.labels) for s in (*static, *up)} - {None}  # type: ignore[assignment]
     snap = None
     if not full and static is None and processes is None and last is not None:
-        snap = _rebuild_some(reader.client.url, now, last, instances, up, seen, groups, sent,
+        snap = _rebuild_some(reader.client.url, now, last, rebuilt, up, seen, groups, sent,
                              kept.static_figures)
     if snap is None:  # every host built again: every host's series
         live = [s for group in groups[0].values() for s in group]
@@ -377,6 +350,8 @@ def _rebuild_some(url: str, now: float, last: FleetSnapshot, instances: set[str 
     """``last`` with the hosts of ``instances`` built again from their new series and the others kept
     as they were; None when that cannot be told apart from a whole build (a series without an
     instance, two targets sharing a hostname: their labels depend on each other)."""
+    if not instances:
+        return replace(last, time=datetime.fromtimestamp(now, timezone.utc), queries=sent)
     if None in instances or any(h.label != h.host for h in last.hosts):
         return None
 
