@@ -13,7 +13,7 @@ import pytest
 
 from gputui.core.fleet import queries, scrapes
 from gputui.core.fleet.prom import PromClient
-from gputui.core.fleet.queries import FleetReader
+from gputui.core.fleet.queries import STATIC_TTL, FleetReader
 from gputui.core.fleet.scrapes import MARGIN
 from gputui.core.fleet.summary import read_summary
 from tests.fleet_exposition import GIB, Card, Host, StaticTarget, gputui_text
@@ -43,9 +43,9 @@ class HeldTarget(StaticTarget):
         self._text = value
 
 
-def page(name: str, used_gib: int, busy: bool = False) -> str:
-    return gputui_text(Host(name, [Card(0, f"GPU-{name}-0", 0.9 if busy else 0.0, used_gib * GIB),
-                                   Card(1, f"GPU-{name}-1", 0.0, GIB)]))
+def page(name: str, used_gib: int, busy: bool = False, cards: int = 2) -> str:
+    return gputui_text(Host(name, [Card(0, f"GPU-{name}-0", 0.9 if busy else 0.0, used_gib * GIB)] +
+                            [Card(i, f"GPU-{name}-{i}", 0.0, GIB if i == 1 else 0) for i in range(1, cards)]))
 
 
 def live_reader(url: str, clock: list[float]) -> FleetReader:
@@ -75,10 +75,15 @@ def host(snap, target: StaticTarget):
 
 
 def test_every_change_shows_in_the_next_refresh_as_a_fresh_read_shows_it(prometheus_factory):
+    """Three hosts scraped every second among sixteen scraped every ten: a refresh reads again only
+    the few scraped since the last (as over a large fleet), and builds again only those that changed."""
     a, b, c = (HeldTarget(page(f"node-{x}", 1)) for x in "abc")
+    fillers = [StaticTarget(page(f"filler-{i:02d}", 1)) for i in range(16)]
+    slow_job = ('  - job_name: "fillers"\n    scrape_interval: 10s\n    scrape_timeout: 10s\n    static_configs:\n'
+                f'      - targets: [{", ".join(repr(f.address) for f in fillers)}]\n')
     try:
-        prom = prometheus_factory([a.address, b.address], scrape_interval="1s")
-        prom.wait_for("gputui_host_info", lambda r: len(r) == 2)
+        prom = prometheus_factory([a.address, b.address], scrape_interval="1s", extra_config=slow_job)
+        prom.wait_for("gputui_host_info", lambda r: len(r) == 18)
         clock = [time.time()]
         reader = live_reader(prom.url, clock)
         reader.read()
@@ -112,6 +117,13 @@ def test_every_change_shows_in_the_next_refresh_as_a_fresh_read_shows_it(prometh
         prom.wait_for(f'gputui_host_info{{instance="{c.address}"}}')
         snap = refresh()
         assert host(snap, c).up and host(snap, c).memory_used == 2 * GIB
+        # an idle GPU more on it (the figures read every refresh stay the same): GPU models and sizes are
+        # read again every STATIC_TTL seconds (not waited for here)
+        c.text = page("node-c", 1, cards=3)
+        prom.wait_for(f'gputui_gpu_info{{instance="{c.address}"}}', lambda r: len(r) == 3)
+        reader._static_at -= STATIC_TTL
+        snap = refresh()
+        assert (host(snap, c).gpu_count, host(snap, c).memory_total) == (3, 240 * GIB)
         # a target dropped from it: its series end at once, and it is listed as gone
         prom.targets_spec = [t for t in prom.targets_spec if t[0] != a.address]
         prom.reload()
@@ -120,7 +132,7 @@ def test_every_change_shows_in_the_next_refresh_as_a_fresh_read_shows_it(prometh
         assert not host(snap, a).up and host(snap, c).up
         reader.close()
     finally:
-        for t in (a, b, c):
+        for t in (a, b, c, *fillers):
             t.stop()
 
 

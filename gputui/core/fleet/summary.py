@@ -319,11 +319,17 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
         sent += 1
     if static is not None:
         reader._static = static
-        kept.static_figures = parse_figures(static)
+        before, kept.static_figures = kept.static_figures, parse_figures(static)
         reader._static_at = time.monotonic()
         reader._static_targets = {target_key(s.labels) for s in (*static, *up)} - {None}  # type: ignore[assignment]
+        # GPU models and sizes seldom change: only the hosts whose did are built again for them
+        (sizes, models), (new_sizes, new_models) = before, kept.static_figures
+        moved = {k[1] for k in sizes.keys() | new_sizes.keys() if sizes.get(k) != new_sizes.get(k)}
+        moved.update(k[1] for k in models.keys() | new_models.keys() if models.get(k) != new_models.get(k))
+        rebuilt = rebuilt | moved
+        full = full or len(moved) * 4 > len(targets)
     snap = None
-    if not full and static is None and processes is None and last is not None:
+    if not full and processes is None and last is not None:
         snap = _rebuild_some(reader.client.url, now, last, rebuilt, up, seen, groups, sent,
                              kept.static_figures)
     if snap is None:  # every host built again: every host's series
