@@ -8,11 +8,12 @@ host whose screen is open are read with a ``job``/``instance`` matcher (:func:`d
 dcgm-exporter hosts (their memory total is used + free + reserved, their busy rule reads the
 memory percent) keep sending their GPU series, slimmed, to :func:`build_fleet`.
 
-One refresh: ``up``, the hosts query, :data:`Q_SUMMARY` and the state query (the last two for the
-targets scraped since the last refresh only: :func:`read_summary`); GPU counts, totals
-and names (:data:`Q_SUMMARY_STATIC`) every :data:`STATIC_TTL` seconds or when a target appears;
-one query for the open host; one for the processes while the `/` filter is in use (it matches
-users, executables and containers); one for down hosts' last-seen time. Eight at most.
+One refresh: the targets scraped since the last refresh (:class:`~gputui.core.fleet.scrapes.Targets`:
+one query, two when its counts do not add up), :data:`Q_SUMMARY` and the state query for those
+targets only (:func:`read_summary`); GPU counts, totals and names (:data:`Q_SUMMARY_STATIC`) every
+:data:`STATIC_TTL` seconds or when a target appears; one query for the open host; one for the
+processes while the `/` filter is in use (it matches users, executables and containers); one for
+down hosts' last-seen time. Eight at most.
 
 An up host whose figures did not change stays the same object from one refresh to the next (the
 screen redraws a row only for another object), with the ``last_seen`` it had then: the list shows
@@ -255,10 +256,11 @@ def _by_host(samples: Iterable[Sample]) -> Groups:
 def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
     """One refresh of the live screen (see the module's docstring). Raises PrometheusError.
 
-    A target's series all carry the time of its newest scrape, which the hosts query returns: the
-    summary and state series are asked again only for the targets scraped (or gone, or come) since
-    the last refresh — for all when more than a quarter were — and when none was and nothing else
-    is asked for, the last snapshot stands."""
+    A target's series all carry the time of its newest scrape: the summary and state series are
+    asked again only for the targets scraped (or gone, or come) since the last refresh — for all when
+    more than a quarter were — and when none was and nothing else is asked for, the last snapshot
+    stands. A host whose series are what they were is not built again, nor a host whose GPU models
+    and sizes did not change when those are read again."""
     import time
 
     if reader.kept is None:
