@@ -20,9 +20,9 @@ Groups = dict[tuple[str, str] | None, list[Sample]]
 class Kept:
     """What one refresh of the live screen keeps for the next (held by the reader, as ``reader.kept``):
     every target's ``up`` and hosts-query row, the summary and state series by host, the parsed static
-    figures, the last snapshot and its hosts by key."""
+    figures, the last snapshot, its hosts by key and their places."""
 
-    __slots__ = ("targets", "groups", "static_figures", "last", "hosts")
+    __slots__ = ("targets", "groups", "static_figures", "last", "hosts", "jobs", "places", "labelled")
 
     def __init__(self) -> None:
         from gputui.core.fleet.scrapes import Targets  # scrapes reads the queries module, which reads this one
@@ -32,3 +32,9 @@ class Kept:
         self.static_figures: Figures = ({}, {})
         self.last: FleetSnapshot | None = None
         self.hosts: dict[tuple[str, str], FleetHost] = {}
+        #: every job label of a key in ``groups`` or the static figures
+        self.jobs: set[str] = set()
+        #: each host's place in ``last.hosts`` (None: not known)
+        self.places: dict[tuple[str, str], int] | None = None
+        #: some host of ``last`` is labelled with its instance (two share a hostname)
+        self.labelled = False

@@ -97,7 +97,7 @@ class Targets:
     instance label."""
 
     __slots__ = ("up", "up_at", "down", "live", "gone", "at", "margin", "changed", "newer", "_up_list",
-                 "_live_targets")
+                 "_live_targets", "_index")
 
     def __init__(self) -> None:
         #: up series -> its row (value: 1, or the value ``up != 1`` said); and the time of its newest sample
@@ -116,6 +116,8 @@ class Targets:
         self.newer: set[str | None] = set()
         self._up_list: list[Sample] | None = None
         self._live_targets: set[tuple[str, str]] | None = None
+        #: by instance: the up rows, the live rows' identities; every job
+        self._index: tuple[dict[str | None, list[Sample]], dict[str | None, list[Ident]], set[str]] | None = None
 
     # -- what the refresh reads --------------------------------------------------------
     def up_rows(self) -> list[Sample]:
@@ -141,6 +143,29 @@ class Targets:
                     out.add((s.labels.get("job", ""), instance))
             self._live_targets = out
         return self._live_targets
+
+    def rows_of(self, instances: Iterable[str | None]) -> tuple[list[Sample], list[Sample]]:
+        """The ``up`` rows and the live rows of the hosts query of these instances."""
+        up, live, _ = self._indexed()
+        rows = self.live
+        return ([s for i in instances for s in up.get(i, ())],
+                [rows[ident] for i in instances for ident in live.get(i, ())])
+
+    def jobs(self) -> set[str]:
+        """Every ``job`` label of a row (a target's key is its job and instance)."""
+        return self._indexed()[2] | {s.labels.get("job", "") for s in self.gone.values()}
+
+    def _indexed(self) -> tuple[dict[str | None, list[Sample]], dict[str | None, list[Ident]], set[str]]:
+        if self._index is None:
+            up: dict[str | None, list[Sample]] = {}
+            live: dict[str | None, list[Ident]] = {}
+            for s in self.up.values():
+                up.setdefault(s.labels.get("instance"), []).append(s)
+            for ident, s in self.live.items():
+                live.setdefault(s.labels.get("instance"), []).append(ident)
+            jobs = {s.labels.get("job", "") for s in (*self.up.values(), *self.live.values())}
+            self._index = (up, live, jobs)
+        return self._index
 
     def __len__(self) -> int:
         return len(self.up) + len(self.live) + len(self.gone)
@@ -204,7 +229,7 @@ class Targets:
                     (newer if old is self.live else changed).add(s.labels.get("instance"))
             changed.update(s.labels.get("instance") for ident, s in old.items() if ident not in new)
         self.up, self.up_at, self.down, self.live, self.gone = up, up_at, down, live, gone
-        self._up_list = self._live_targets = None
+        self._up_list = self._live_targets = self._index = None
 
     def _apply(self, rows: Sequence[Sample], base: float) -> bool:
         """The kept rows with the newer ones of ``rows`` (:func:`delta_query`'s answer), kept only when
@@ -226,6 +251,7 @@ class Targets:
                 before = live.get(ident)
                 if before is None:
                     changed.add(labels.get("instance"))
+                    self._index = None
                 elif before.value != s.value:
                     newer.add(labels.get("instance"))
                 else:
@@ -244,6 +270,7 @@ class Targets:
         for ident, s in gone.items():  # down or dropped since: its live row is gone with it
             if live.pop(ident, None) is not None or ident not in self.gone:
                 changed.add(s.labels.get("instance"))
+                self._index = None
         for ident, s in self.gone.items():
             new = gone.get(ident)
             if new is None or new.value != s.value:
@@ -264,7 +291,7 @@ class Targets:
             changed.add(s.labels.get("instance"))
         if added or fixes:
             self.up = {**up, **added, **fixes}
-            self._up_list = self._live_targets = None
+            self._up_list = self._live_targets = self._index = None
         self.up_at, self.down, self.live, self.gone = up_at, down, live, gone
         return True
 
