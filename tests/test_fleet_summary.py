@@ -263,6 +263,27 @@ def test_a_refresh_asks_again_only_for_the_hosts_scraped_since_the_last():
     assert all("node-3:9835" in q.replace("\\\\", "") and "node-4" not in q for q in client.sent[1:])
     assert [h.memory_used for h in third.hosts] == [GIB] * 3 + [3 * GIB] + [GIB] * 4
     assert all(a is b for a, b in zip(first.hosts, third.hosts, strict=True) if a.host != "node-3")
+    # node-6 scraped again with more memory used, but Prometheus fails the summary query: the next
+    # refresh asks for node-6 again, though no newer sample of it came since
+    from gputui.core.fleet.prom import QueryFailed
+
+    failing = [True]
+
+    def flaky(promql):
+        if failing[0] and summary.Q_SUMMARY in promql and "node-6" in promql.replace(chr(92), ""):
+            failing[0] = False
+            raise QueryFailed("Prometheus refused a query (execution): too many samples.")
+        return answers(promql)
+
+    client.answers = flaky
+    scraped["node-6"], used["node-6"], clock[0] = 105.5, 5 * GIB, 106.0
+    with pytest.raises(QueryFailed):
+        reader.read()
+    clock[0] = 106.5
+    assert reader.read().host(("gputui", "node-6:9835")).memory_used == 5 * GIB
+    used["node-6"], scraped["node-6"] = GIB, 106.2
+    clock[0] = 106.8
+    third = reader.read()
     # node-5 scraped again with the same figures: its host stays the same object
     scraped["node-5"], clock[0] = 106.0, 107.0
     fourth = reader.read()

@@ -22,12 +22,14 @@ class Kept:
     every target's ``up`` and hosts-query row, the summary and state series by host, the parsed static
     figures, the last snapshot, its hosts by key and their places."""
 
-    __slots__ = ("targets", "groups", "static_figures", "last", "hosts", "jobs", "places", "labelled")
+    __slots__ = ("targets", "pending", "groups", "static_figures", "last", "hosts", "jobs", "places", "labelled")
 
     def __init__(self) -> None:
         from gputui.core.fleet.scrapes import Targets  # scrapes reads the queries module, which reads this one
 
         self.targets: Targets = Targets()
+        #: instances whose new rows a refresh that failed half-way did not read: read at the next
+        self.pending: set[str | None] = set()
         self.groups: tuple[Groups, Groups] | None = None
         self.static_figures: Figures = ({}, {})
         self.last: FleetSnapshot | None = None

@@ -270,12 +270,25 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
     targets = kept.targets
     stale = time.monotonic() - reader._static_at >= STATIC_TTL
     sent = targets.refresh(reader.client.query, now, full=stale)
-    instances = targets.changed | targets.newer
+    # what a refresh that failed half-way (Prometheus refused a query) had to read again is read now,
+    # as changed: its series may have been kept, its host not built again
+    targets.changed |= kept.pending
+    kept.pending = targets.changed | targets.newer
+    return _refresh(reader, kept, now, stale, sent)
+
+
+def _refresh(reader: FleetReader, kept: Kept, now: float, stale: bool, sent: int) -> FleetSnapshot:
+    """read_summary once the targets are listed: ``kept.pending`` are the instances to read again."""
+    import time
+
+    targets = kept.targets
+    instances = set(kept.pending)
     groups = kept.groups
     detail = detail_query(reader.detail) if reader.detail is not None else None
     last = kept.last
     if (groups is not None and last is not None and not instances and not stale and detail is None
             and not reader.words):
+        kept.pending = set()
         return replace(last, time=datetime.fromtimestamp(now, timezone.utc), queries=sent)
     full = groups is None or len(instances) * 4 > len(targets) or None in instances
     queries: list[str] = []
@@ -333,6 +346,7 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
         moved = {k[1] for k in sizes.keys() | new_sizes.keys() if sizes.get(k) != new_sizes.get(k)}
         moved.update(k[1] for k in models.keys() | new_models.keys() if models.get(k) != new_models.get(k))
         rebuilt = rebuilt | moved
+        kept.pending |= moved
         full = full or len(moved) * 4 > len(targets)
     snap, only = None, None
     if not full and processes is None and last is not None:
@@ -358,7 +372,7 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
                             groups[1].get(reader.detail, []), now)
         only = None
     snap = _reuse(kept, snap, only)
-    kept.last = snap
+    kept.last, kept.pending = snap, set()
     return snap
 
 
