@@ -249,3 +249,19 @@ async def test_a_frame_that_reuses_the_last_frames_lines_draws_what_a_fresh_fram
             step()
             await pilot.pause()
             assert frame() == fresh()
+
+
+async def test_a_refresh_that_moves_a_host_in_the_order_shows_the_new_order():
+    """A refresh that changes a few hosts updates their rows in place only while none of them moves in
+    the sort order: sorted by memory, a host whose memory grows goes to the top."""
+    memory = {f"node-{i:02d}": 10 + i for i in range(12)}
+    fleet = _Swappable(memory)
+    async with fleet.app.run_test(size=(120, 24)) as pilot:
+        table = fleet.app.screen.query_one("#fleet-hosts", HostTable)
+        await until(pilot, lambda: table.row_count == 12, "twelve hosts")
+        await pilot.press("s", "s", "s")  # host, state, GPUs, memory: the fullest first
+        await until(pilot, lambda: table.get_row_at(0)[0].plain == "node-11", "the sort by memory")
+        await fleet.show(pilot, {**memory, "node-03": 70})
+        assert [table.get_row_at(i)[0].plain for i in range(3)] == ["node-03", "node-11", "node-10"]
+        await fleet.show(pilot, {**memory, "node-03": 70, "node-07": 71})  # one more, the others as they were
+        assert [table.get_row_at(i)[0].plain for i in range(3)] == ["node-07", "node-03", "node-11"]

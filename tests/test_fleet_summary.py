@@ -187,26 +187,54 @@ class CannedClient:
         pass
 
 
-@pytest.mark.unit
-def test_a_refresh_asks_again_only_for_the_hosts_scraped_since_the_last():
-    from gputui.core.fleet import summary
-    from gputui.core.fleet.prom import Sample
-    from gputui.core.fleet.queries import Q_HOSTS, Q_STATE, Q_UP
+def listing(names, scraped, up=None):
+    """Answers to the live refresh's listing queries (:mod:`gputui.core.fleet.scrapes`) as Prometheus
+    gives them for targets ``names`` (instance ``NAME:9835``) last scraped at ``scraped[name]``, ``up``
+    1 unless ``up`` says otherwise."""
+    import re
 
-    names = [f"node-{i}" for i in range(8)]
-    scraped = {n: 100.0 for n in names}
-    used = {n: GIB for n in names}
+    from gputui.core.fleet.prom import Sample
+    from gputui.core.fleet.scrapes import PART, full_query
+
+    up = up or {}
 
     def k(n):
         return {"job": "gputui", "instance": f"{n}:9835"}
 
     def answers(promql):
+        if promql == full_query():
+            since, base = None, None
+        else:
+            since = float(re.search(r"timestamp\(up\) > ([0-9.]+)", promql).group(1))
+            base = float(re.search(r"sum\(timestamp\(up\) - ([0-9.]+)\)", promql).group(1))
+        new = [n for n in names if since is None or scraped[n] > since]
+        rows = [Sample({**k(n), PART: "up"}, scraped[n]) for n in new]
+        rows += [Sample({"__name__": "up", **k(n), PART: "down"}, up[n]) for n in names if up.get(n, 1.0) != 1]
+        rows += [Sample({**k(n), "hostname": n, "gputui_source": "gputui"}, scraped[n]) for n in new
+                 if up.get(n, 1.0) == 1]
+        if base is not None:
+            live = [n for n in names if up.get(n, 1.0) == 1]
+            rows += [Sample({PART: "up_count"}, len(names)), Sample({PART: "live_count"}, len(live)),
+                     Sample({PART: "up_sum"}, sum(scraped[n] - base for n in names)),
+                     Sample({PART: "live_sum"}, sum(scraped[n] - base for n in live))]
+        return rows
+    return answers, k
+
+
+@pytest.mark.unit
+def test_a_refresh_asks_again_only_for_the_hosts_scraped_since_the_last():
+    from gputui.core.fleet import summary
+    from gputui.core.fleet.prom import Sample
+    from gputui.core.fleet.queries import Q_STATE
+
+    names = [f"node-{i}" for i in range(8)]
+    scraped = {n: 100.0 for n in names}
+    used = {n: GIB for n in names}
+    listed, k = listing(names, scraped)
+
+    def answers(promql):
         plain = promql.replace("\\\\", "")  # the instances as a regex, escaped, in a PromQL string
         only = [n for n in names if f"{n}:9835" in plain] if " and on (job, instance) " in promql else names
-        if promql == Q_UP:
-            return [Sample({"__name__": "up", **k(n)}, 1.0) for n in names]
-        if promql == Q_HOSTS:
-            return [Sample({**k(n), "hostname": n, "gputui_source": "gputui"}, scraped[n]) for n in names]
         if promql.startswith(summary.Q_SUMMARY_STATIC):
             return [Sample({**k(n), "gputui_field": "name", "name": "H100"}, 2.0) for n in names] + \
                    [Sample({**k(n), "gputui_field": "total", "name": "H100"}, 160.0 * GIB) for n in names]
@@ -214,27 +242,56 @@ def test_a_refresh_asks_again_only_for_the_hosts_scraped_since_the_last():
             return [Sample({**k(n), "gputui_field": "used"}, used[n]) for n in only]
         if Q_STATE in promql:
             return [Sample({"__name__": "gputui_imbalance_flagged", **k(n)}, 0.0) for n in only]
-        raise AssertionError(promql)
+        return listed(promql)
 
     client = CannedClient(answers)
-    reader = FleetReader(client)  # type: ignore[arg-type]
+    clock = [101.0]
+    reader = FleetReader(client, clock=lambda: clock[0])  # type: ignore[arg-type]
     reader.summary, reader.parallel = summary.read_summary, False
     first = reader.read()
-    assert [h.memory_used for h in first.hosts] == [GIB] * 8 and client.queries == first.queries == 5
-    # nothing scraped since: two queries, the same hosts
+    # every target listed, the summaries, the states, the GPU models: four queries
+    assert [h.memory_used for h in first.hosts] == [GIB] * 8 and client.queries == first.queries == 4
+    # nothing scraped since: one query (what is newer, and the counts), the same hosts
+    clock[0] = 103.0
     second = reader.read()
-    assert second.queries == 2 and all(a is b for a, b in zip(first.hosts, second.hosts, strict=True))
+    assert second.queries == 1 and all(a is b for a, b in zip(first.hosts, second.hosts, strict=True))
     # node-3 scraped again, with more memory used: asked for it alone; the others stay as they were
-    scraped["node-3"], used["node-3"] = 115.0, 3 * GIB
+    scraped["node-3"], used["node-3"], clock[0] = 104.0, 3 * GIB, 105.0
     client.sent.clear()
     third = reader.read()
-    assert third.queries == 4
-    assert all("node-3:9835" in q.replace("\\\\", "") and "node-4" not in q for q in client.sent[2:])
+    assert third.queries == 3
+    assert all("node-3:9835" in q.replace("\\\\", "") and "node-4" not in q for q in client.sent[1:])
     assert [h.memory_used for h in third.hosts] == [GIB] * 3 + [3 * GIB] + [GIB] * 4
     assert all(a is b for a, b in zip(first.hosts, third.hosts, strict=True) if a.host != "node-3")
+    # node-6 scraped again with more memory used, but Prometheus fails the summary query: the next
+    # refresh asks for node-6 again, though no newer sample of it came since
+    from gputui.core.fleet.prom import QueryFailed
+
+    failing = [True]
+
+    def flaky(promql):
+        if failing[0] and summary.Q_SUMMARY in promql and "node-6" in promql.replace(chr(92), ""):
+            failing[0] = False
+            raise QueryFailed("Prometheus refused a query (execution): too many samples.")
+        return answers(promql)
+
+    client.answers = flaky
+    scraped["node-6"], used["node-6"], clock[0] = 105.5, 5 * GIB, 106.0
+    with pytest.raises(QueryFailed):
+        reader.read()
+    clock[0] = 106.5
+    assert reader.read().host(("gputui", "node-6:9835")).memory_used == 5 * GIB
+    used["node-6"], scraped["node-6"] = GIB, 106.2
+    clock[0] = 106.8
+    third = reader.read()
+    # node-5 scraped again with the same figures: its host stays the same object
+    scraped["node-5"], clock[0] = 106.0, 107.0
+    fourth = reader.read()
+    assert all(a is b for a, b in zip(third.hosts, fourth.hosts, strict=True))
     # most hosts scraped again: one query for all, as the first
     for n in names[:6]:
-        scraped[n] = 130.0
+        scraped[n] = 108.0
+    clock[0] = 109.0
     client.sent.clear()
     reader.read()
-    assert client.sent[2:] == [summary.Q_SUMMARY, Q_STATE]
+    assert client.sent[1:] == [summary.Q_SUMMARY, Q_STATE]

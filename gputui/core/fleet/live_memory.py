@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.fleet.prom import Sample
+
+if TYPE_CHECKING:
+    from gputui.core.fleet.scrapes import Targets
 
 #: Static figures by (job, instance): numbers by name, and texts (GPU names) by name.
 Figures = tuple[dict[tuple[str, str], dict[str, float]], dict[tuple[str, str], list[str]]]
@@ -14,14 +19,24 @@ Groups = dict[tuple[str, str] | None, list[Sample]]
 
 class Kept:
     """What one refresh of the live screen keeps for the next (held by the reader, as ``reader.kept``):
-    each target's scrape stamp, the summary and state series by host, the parsed static figures, the
-    last snapshot and its hosts by key."""
+    every target's ``up`` and hosts-query row, the summary and state series by host, the parsed static
+    figures, the last snapshot, its hosts by key and their places."""
 
-    __slots__ = ("stamps", "groups", "static_figures", "last", "hosts")
+    __slots__ = ("targets", "pending", "groups", "static_figures", "last", "hosts", "jobs", "places", "labelled")
 
     def __init__(self) -> None:
-        self.stamps: dict[object, object] = {}
+        from gputui.core.fleet.scrapes import Targets  # scrapes reads the queries module, which reads this one
+
+        self.targets: Targets = Targets()
+        #: instances whose new rows a refresh that failed half-way did not read: read at the next
+        self.pending: set[str | None] = set()
         self.groups: tuple[Groups, Groups] | None = None
         self.static_figures: Figures = ({}, {})
         self.last: FleetSnapshot | None = None
         self.hosts: dict[tuple[str, str], FleetHost] = {}
+        #: every job label of a key in ``groups`` or the static figures
+        self.jobs: set[str] = set()
+        #: each host's place in ``last.hosts`` (None: not known)
+        self.places: dict[tuple[str, str], int] | None = None
+        #: some host of ``last`` is labelled with its instance (two share a hostname)
+        self.labelled = False

@@ -8,11 +8,12 @@ host whose screen is open are read with a ``job``/``instance`` matcher (:func:`d
 dcgm-exporter hosts (their memory total is used + free + reserved, their busy rule reads the
 memory percent) keep sending their GPU series, slimmed, to :func:`build_fleet`.
 
-One refresh: ``up``, the hosts query, :data:`Q_SUMMARY` and the state query (the last two for the
-targets scraped since the last refresh only: :func:`read_summary`); GPU counts, totals
-and names (:data:`Q_SUMMARY_STATIC`) every :data:`STATIC_TTL` seconds or when a target appears;
-one query for the open host; one for the processes while the `/` filter is in use (it matches
-users, executables and containers); one for down hosts' last-seen time. Eight at most.
+One refresh: the targets scraped since the last refresh (:class:`~gputui.core.fleet.scrapes.Targets`:
+one query, two when its counts do not add up), :data:`Q_SUMMARY` and the state query for those
+targets only (:func:`read_summary`); GPU counts, totals and names (:data:`Q_SUMMARY_STATIC`) every
+:data:`STATIC_TTL` seconds or when a target appears; one query for the open host; one for the
+processes while the `/` filter is in use (it matches users, executables and containers); one for
+down hosts' last-seen time. Eight at most.
 
 An up host whose figures did not change stays the same object from one refresh to the next (the
 screen redraws a row only for another object), with the ``last_seen`` it had then: the list shows
@@ -32,7 +33,7 @@ from datetime import datetime, timezone
 
 from gputui.core import metric_names
 from gputui.core.fleet.live_memory import Figures, Groups, Kept
-from gputui.core.fleet.model import BUSY_UTILIZATION, FleetSnapshot, HostSummary
+from gputui.core.fleet.model import BUSY_UTILIZATION, FleetHost, FleetSnapshot, HostSummary
 from gputui.core.fleet.prom import Sample
 from gputui.core.fleet.queries import (
     DCGM_GPU_METRICS,
@@ -49,6 +50,7 @@ from gputui.core.fleet.queries import (
 )
 from gputui.core.fleet.remote import NAME_MAX
 from gputui.core.fleet.rules import GPU_INDEX_MAX, Problems, fit, value_text
+from gputui.core.fleet.scrapes import Targets
 from gputui.core.plausible import LIMITS
 from gputui.core.record import replace
 
@@ -252,66 +254,43 @@ def _by_host(samples: Iterable[Sample]) -> Groups:
     return out
 
 
-def _stamps(up: Sequence[Sample], seen: Sequence[Sample]) -> tuple[dict[object, object], set[tuple[str, str]]]:
-    """What says a target was scraped again or changed state: its newest sample's time (the hosts
-    query), its name and whether it is gone, its ``up``; and the targets ``up`` says are up.
-
-    Every refresh reads every target's two series (4,000 over 2,000 hosts): :func:`target_key` is
-    spelled out here, and each target's ``up`` goes in the same entry as its hosts-query stamp."""
-    out: dict[object, object] = {}
-    for s in seen:
-        labels = s.labels
-        get = labels.get
-        instance = get("instance")
-        out[(get("job", ""), instance) if instance else None] = (s.value, get("gputui_source"), get("hostname"),
-                                                                  get("Hostname"))
-    live: set[tuple[str, str]] = set()
-    for s in up:
-        get = s.labels.get
-        instance = get("instance")
-        k = (get("job", ""), instance) if instance else None
-        out[("up", k)] = s.value
-        if k is not None and s.value >= 1:
-            live.add(k)
-    return out, live
-
-
-_NONE = object()  # a stamp no target had
-
-
-def _instance(stamp_key: object) -> str | None:
-    """The instance a key of :func:`_stamps` is about (None: a series without one)."""
-    if isinstance(stamp_key, tuple) and stamp_key[:1] == ("up",) and not isinstance(stamp_key[1], str):
-        stamp_key = stamp_key[1]  # ("up", (job, instance))
-    return stamp_key[1] if isinstance(stamp_key, tuple) else None
-
-
 def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
     """One refresh of the live screen (see the module's docstring). Raises PrometheusError.
 
-    A target's series all carry the time of its newest scrape, which the hosts query returns: the
-    summary and state series are asked again only for the targets scraped (or gone, or come) since
-    the last refresh — for all when more than a quarter were — and when none was and nothing else
-    is asked for, the last snapshot stands."""
+    A target's series all carry the time of its newest scrape: the summary and state series are
+    asked again only for the targets scraped (or gone, or come) since the last refresh — for all when
+    more than a quarter were — and when none was and nothing else is asked for, the last snapshot
+    stands. A host whose series are what they were is not built again, nor a host whose GPU models
+    and sizes did not change when those are read again."""
     import time
 
     if reader.kept is None:
         reader.kept = Kept()
     kept = reader.kept
-    up, seen = reader.run_queries((Q_UP, Q_HOSTS), now)
-    stamps, live_targets = _stamps(up, seen)
-    before = kept.stamps
-    changed = {k for k, v in stamps.items() if before.get(k, _NONE) != v}
-    changed.update(k for k in before if k not in stamps)
-    instances = {_instance(c) for c in changed}
-    groups = kept.groups
+    targets = kept.targets
     stale = time.monotonic() - reader._static_at >= STATIC_TTL
+    sent = targets.refresh(reader.client.query, now, full=stale)
+    # what a refresh that failed half-way (Prometheus refused a query) had to read again is read now,
+    # as changed: its series may have been kept, its host not built again
+    targets.changed |= kept.pending
+    kept.pending = targets.changed | targets.newer
+    return _refresh(reader, kept, now, stale, sent)
+
+
+def _refresh(reader: FleetReader, kept: Kept, now: float, stale: bool, sent: int) -> FleetSnapshot:
+    """read_summary once the targets are listed: ``kept.pending`` are the instances to read again."""
+    import time
+
+    targets = kept.targets
+    instances = set(kept.pending)
+    groups = kept.groups
     detail = detail_query(reader.detail) if reader.detail is not None else None
     last = kept.last
-    if (groups is not None and last is not None and not changed and not stale and detail is None
+    if (groups is not None and last is not None and not instances and not stale and detail is None
             and not reader.words):
-        return replace(last, time=datetime.fromtimestamp(now, timezone.utc), queries=2)
-    full = groups is None or len(instances) * 4 > len(stamps) or None in instances
+        kept.pending = set()
+        return replace(last, time=datetime.fromtimestamp(now, timezone.utc), queries=sent)
+    full = groups is None or len(instances) * 4 > len(targets) or None in instances
     queries: list[str] = []
     if full:
         queries += [Q_SUMMARY, Q_STATE]
@@ -325,35 +304,58 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
     if reader.words:
         queries.append(Q_PROCESSES)
     rest = reader.run_queries(queries, now) if queries else []
+    rebuilt: set[str | None] = instances
     if full:
         groups = (_by_host(rest.pop(0)), _by_host(rest.pop(0)))
+        kept.jobs = {k[0] for group in groups for k in group if k is not None}
     elif instances:
         assert groups is not None
-        new_live, new_state = _by_host(rest.pop(0)), _by_host(rest.pop(0))
-        for mine, new in zip(groups, (new_live, new_state), strict=True):
-            for k in [k for k in mine if k is not None and k[1] in instances]:
+        new_groups = (_by_host(rest.pop(0)), _by_host(rest.pop(0)))
+        kept.jobs.update(k[0] for group in new_groups for k in group if k is not None)
+        # a target's key is (job, instance): its keys are looked up, not searched for among 2,000
+        jobs = kept.jobs | targets.jobs()
+        # a host that only sent newer samples of the same figures stays as it is (unless its screen is
+        # open: that screen reads more than the figures)
+        steady = targets.newer - targets.changed - {reader.detail[1] if reader.detail else None}
+        for mine, new in zip(groups, new_groups, strict=True):
+            old = [k for i in instances for j in jobs if (k := (j, i)) in mine]
+            steady.difference_update([k[1] for k in old if k[1] in steady and mine[k] != new.get(k)] +
+                                     [k[1] for k in new if k is not None and k[1] in steady and k not in mine])
+            for k in old:
                 del mine[k]  # scraped again: what it sends now replaces all it sent
             mine.update(new)
+        rebuilt = instances - steady
     assert groups is not None
-    kept.groups, kept.stamps = groups, stamps
+    kept.groups = groups
     static = rest.pop(0) if stale else None
     detailed = rest.pop(0) if detail is not None else None
     processes = rest.pop(0) if reader.words else None
-    seen, extra = reader.last_seen(seen, now)
-    sent = 2 + len(queries) + extra
-    if static is None and not live_targets <= reader._static_targets:
+    gone, extra = reader.last_seen(targets.gone_rows(), now)  # the down hosts' last-seen times
+    sent += len(queries) + extra
+    if static is None and not targets.live_targets() <= reader._static_targets:
         static = reader.client.query(Q_SUMMARY_STATIC, now)  # a new target: its GPUs now
         sent += 1
     if static is not None:
         reader._static = static
-        kept.static_figures = parse_figures(static)
+        before, kept.static_figures = kept.static_figures, parse_figures(static)
         reader._static_at = time.monotonic()
-        reader._static_targets = {target_key(s.labels) for s in (*static, *up)} - {None}  # type: ignore[assignment]
-    snap = None
-    if not full and static is None and processes is None and last is not None:
-        snap = _rebuild_some(reader.client.url, now, last, instances, up, seen, groups, sent,
-                             kept.static_figures)
-    if snap is None:  # every host built again: every host's series
+        reader._static_targets = {target_key(s.labels) for s in (*static, *targets.up_rows())} - {None}  # type: ignore[assignment]
+        kept.jobs.update(k[0] for k in kept.static_figures[0])
+        # GPU models and sizes seldom change: only the hosts whose did are built again for them
+        (sizes, models), (new_sizes, new_models) = before, kept.static_figures
+        moved = {k[1] for k in sizes.keys() | new_sizes.keys() if sizes.get(k) != new_sizes.get(k)}
+        moved.update(k[1] for k in models.keys() | new_models.keys() if models.get(k) != new_models.get(k))
+        rebuilt = rebuilt | moved
+        kept.pending |= moved
+        full = full or len(moved) * 4 > len(targets)
+    snap, only = None, None
+    if not full and processes is None and last is not None:
+        snap, only = _rebuild_some(reader.client.url, now, last, rebuilt, targets, gone, groups, sent, kept)
+    if snap is not None:
+        seen: list[Sample] = []
+        up = seen
+    else:  # every host built again: every host's series
+        up, seen = targets.up_rows(), [*targets.live.values(), *gone]
         live = [s for group in groups[0].values() for s in group]
         state = [s for group in groups[1].values() for s in group]
         problems = Problems()
@@ -365,54 +367,87 @@ def read_summary(reader: FleetReader, now: float) -> FleetSnapshot:
         snap = build_fleet(reader.client.url, now, up, seen, dcgm, (), state, queries=sent, summaries=per_host,
                            problems=problems)
     if detailed is not None and reader.detail is not None:
-        snap = _with_detail(snap, reader.detail, up, seen, detailed, groups[1].get(reader.detail, []), now)
-    snap = _reuse(kept, snap)
-    kept.last = snap
+        rows = targets.rows_of((reader.detail[1],))
+        snap = _with_detail(snap, reader.detail, rows[0], [*rows[1], *gone], detailed,
+                            groups[1].get(reader.detail, []), now)
+        only = None
+    snap = _reuse(kept, snap, only)
+    kept.last, kept.pending = snap, set()
     return snap
 
 
-def _rebuild_some(url: str, now: float, last: FleetSnapshot, instances: set[str | None], up: Sequence[Sample],
-                  seen: Sequence[Sample], groups: tuple[Groups, Groups], sent: int, static: Figures
-                  ) -> FleetSnapshot | None:
+def _rebuild_some(url: str, now: float, last: FleetSnapshot, instances: set[str | None], targets: Targets,
+                  gone: Sequence[Sample], groups: tuple[Groups, Groups], sent: int, kept: Kept
+                  ) -> tuple[FleetSnapshot | None, list[int] | None]:
     """``last`` with the hosts of ``instances`` built again from their new series and the others kept
-    as they were; None when that cannot be told apart from a whole build (a series without an
+    as they were, and the places of the hosts built again when every one kept its place (None: look
+    at every host); None when that cannot be told apart from a whole build (a series without an
     instance, two targets sharing a hostname: their labels depend on each other)."""
-    if None in instances or any(h.label != h.host for h in last.hosts):
-        return None
-
-    def mine(samples: Iterable[Sample]) -> list[Sample]:
-        return [s for s in samples if s.labels.get("instance") in instances]
+    if not instances:
+        return replace(last, time=datetime.fromtimestamp(now, timezone.utc), queries=sent), []
+    if None in instances or kept.labelled:
+        return None, None
+    jobs = kept.jobs | targets.jobs()
+    keys = [(j, i) for i in instances if i is not None for j in jobs]
 
     def grouped(by: Groups) -> list[Sample]:
-        return [s for k, group in by.items() if k is not None and k[1] in instances for s in group]
+        return [s for k in keys for s in by.get(k, ())]
 
     problems = Problems()
     # only the rebuilt hosts' static figures: summaries() makes a summary for every host it is given
-    some_static = ({k: v for k, v in static[0].items() if k[1] in instances},
-                   {k: v for k, v in static[1].items() if k[1] in instances})
+    sizes, models = kept.static_figures
+    some_static = ({k: sizes[k] for k in keys if k in sizes}, {k: models[k] for k in keys if k in models})
     per_host, dcgm = summaries(grouped(groups[0]), some_static, problems)
-    some = build_fleet(url, now, mine(up), mine(seen), dcgm, (), grouped(groups[1]), summaries=per_host,
-                       problems=problems)
-    kept = [h for h in last.hosts if h.instance not in instances]
-    names = {h.host for h in kept}
-    if any(h.host in names for h in some.hosts) or some.warnings:
-        return None
-    hosts = sorted((*kept, *some.hosts), key=lambda h: (h.host.lower(), h.instance, h.job))
-    return replace(last, time=some.time, hosts=tuple(hosts), queries=sent)
+    up, live = targets.rows_of(instances)
+    some = build_fleet(url, now, up, [*live, *(s for s in gone if s.labels.get("instance") in instances)], dcgm, (),
+                       grouped(groups[1]), summaries=per_host, problems=problems)
+    if some.warnings:
+        return None, None
+    # in place when every host built again is one that was there, under the same name (the order is by
+    # name): the others do not move
+    where = kept.places
+    if where is None or any(not (0 <= where.get(k, -1) < len(last.hosts)) or last.hosts[where[k]].key != k
+                            for k in (h.key for h in some.hosts)):
+        where = kept.places = {h.key: n for n, h in enumerate(last.hosts)}
+    before = {where[k] for k in keys if k in where}
+    places = [where.get(h.key, -1) for h in some.hosts]
+    if (len(places) == len(before) and set(places) == before
+            and all(last.hosts[n].host == h.host for n, h in zip(places, some.hosts, strict=True))):
+        hosts = list(last.hosts)
+        for n, h in zip(places, some.hosts, strict=True):
+            hosts[n] = h
+        return replace(last, time=some.time, hosts=tuple(hosts), queries=sent), places
+    others = [h for h in last.hosts if h.instance not in instances]
+    names = {h.host for h in others}
+    if any(h.host in names for h in some.hosts):
+        return None, None
+    kept.places = None
+    hosts = sorted((*others, *some.hosts), key=lambda h: (h.host.lower(), h.instance, h.job))
+    return replace(last, time=some.time, hosts=tuple(hosts), queries=sent), None
 
 
-def _reuse(kept: Kept, snap: FleetSnapshot) -> FleetSnapshot:
+def _reuse(kept: Kept, snap: FleetSnapshot, only: list[int] | None = None) -> FleetSnapshot:
     """``snap`` with every host equal to the previous refresh's being that same object: the screen
-    redraws a row only when its host is another object (most are the same between two refreshes)."""
+    redraws a row only when its host is another object (most are the same between two refreshes).
+    ``only``: the places of the hosts that may be new (the others are the previous refresh's)."""
     previous = kept.hosts
-    hosts = []
-    for h in snap.hosts:
+
+    def same(h: FleetHost) -> FleetHost:
         old = previous.get(h.key)
         if old is not None and (old is h or old == h or (old.up and h.up and old.last_seen != h.last_seen
                                              and replace(h, last_seen=old.last_seen) == old)):
-            h = old  # an up host's newest sample time is not drawn: a new one alone changes nothing
-        hosts.append(h)
+            return old  # an up host's newest sample time is not drawn: a new one alone changes nothing
+        return h
+
+    if only is not None:
+        hosts = list(snap.hosts)
+        for n in only:
+            hosts[n] = previous[hosts[n].key] = same(hosts[n])
+        return replace(snap, hosts=tuple(hosts))
+    hosts = [same(h) for h in snap.hosts]
     kept.hosts = {h.key: h for h in hosts}
+    kept.places = None
+    kept.labelled = any(h.label != h.host for h in hosts)
     return replace(snap, hosts=tuple(hosts))
 
 

@@ -72,6 +72,8 @@ class FleetScreen(Screen[None]):
         self._warnings: tuple[str, ...] = ()
         #: on_mount has run (the table has its columns)
         self._ready = False
+        #: (the hosts of the snapshot last shown, the filter then)
+        self._shown: tuple[tuple[FleetHost, ...] | None, str] = (None, "")
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-banner")
@@ -99,6 +101,9 @@ class FleetScreen(Screen[None]):
         if not self._ready:  # a refresh that lands before on_mount: on_mount shows app.snapshot
             return
         now = fleet_app(self).now()
+        if not resort and self._update_some(snap, now):
+            return
+        self._shown = (snap.hosts, self.needle)
         hosts = [h for h in snap.hosts if matches(h, self.needle)]
         hosts.sort(key=sort_key(self.sort_column), reverse=self.reverse)
         self._hosts = {row_key(h): h for h in snap.hosts}
@@ -121,17 +126,55 @@ class FleetScreen(Screen[None]):
             else:
                 self._update_cells(table, order, cells)
             self._order, self._cells = order, cells
-            # only when the text changed; one line whatever it says, so the screen is not laid out again
-            # (a layout redraws every widget on it)
-            line = summary(snap, len(order), self.needle)
-            if line != self._summary:
-                self._summary = line
-                self.query_one("#fleet-summary", Static).update(line, layout=False)
-            if snap.warnings != self._warnings:
-                self._warnings = snap.warnings
-                warnings = self.query_one("#fleet-warnings", Static)
-                warnings.set_class(bool(snap.warnings), "-shown")
-                warnings.update(Text(" ".join(clean(w) for w in snap.warnings)))
+            self._show_summary(snap)
+
+    def _show_summary(self, snap: FleetSnapshot) -> None:
+        # only when the text changed; one line whatever it says, so the screen is not laid out again
+        # (a layout redraws every widget on it)
+        line = summary(snap, len(self._order), self.needle)
+        if line != self._summary:
+            self._summary = line
+            self.query_one("#fleet-summary", Static).update(line, layout=False)
+        if snap.warnings != self._warnings:
+            self._warnings = snap.warnings
+            warnings = self.query_one("#fleet-warnings", Static)
+            warnings.set_class(bool(snap.warnings), "-shown")
+            warnings.update(Text(" ".join(clean(w) for w in snap.warnings)))
+
+    def _update_some(self, snap: FleetSnapshot, now: float) -> bool:
+        """A refresh that changed a few hosts and moved none: their rows updated, nothing else looked at
+        (the reader keeps every unchanged host the same object, and most are unchanged). False when a
+        host came or went, moved in the order or in or out of the filter, or the day changed."""
+        last, needle = self._shown
+        hosts = snap.hosts
+        if last is None or needle != self.needle or len(last) != len(hosts):
+            return False
+        if datetime.fromtimestamp(now).date() != self._drawn_day:
+            return False
+        changed = [(old, h) for old, h in zip(last, hosts, strict=True) if old is not h]
+        order = sort_key(self.sort_column)
+        for old, h in changed:
+            if old.key != h.key or order(old) != order(h) or matches(old, needle) != matches(h, needle):
+                return False
+        self._shown = (hosts, needle)
+        if not changed:
+            return True
+        table = self.query_one("#fleet-hosts", DataTable)
+        cells = dict(self._cells)
+        shown = []
+        with self.app.batch_update():
+            for _, h in changed:
+                k = row_key(h)
+                self._hosts[k] = h
+                if k in self._drawn:  # shown (not filtered out)
+                    row = host_cells(h, now)
+                    self._drawn[k] = (h, row)
+                    cells[k] = row
+                    shown.append(k)
+            self._update_cells(table, shown, cells)
+            self._cells = cells
+            self._show_summary(snap)
+        return True
 
     def _update_cells(self, table: DataTable, order: list[str], cells: dict[str, tuple[Text, ...]]) -> None:
         for k in order:
