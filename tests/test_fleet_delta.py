@@ -9,9 +9,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
-from gputui.core.fleet import queries, scrapes
 from gputui.core.fleet.prom import PromClient
 from gputui.core.fleet.queries import STATIC_TTL, FleetReader
 from gputui.core.fleet.scrapes import MARGIN
@@ -166,10 +163,3 @@ def test_a_scrape_slower_than_the_margin_still_shows_in_the_next_refresh(prometh
         release.set()
         for t in (slow, other):
             t.stop()
-
-
-@pytest.mark.unit
-def test_the_listing_reads_the_rows_of_the_hosts_query():
-    """The refresh's listing spells the hosts query's two halves itself (see scrapes.py): the same."""
-    assert set(queries.Q_HOSTS.split(" or ")) == set(f"{scrapes.HOSTS_LIVE} or {scrapes.HOSTS_GONE}".split(" or "))
-    assert scrapes.GONE == queries.GONE

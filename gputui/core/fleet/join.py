@@ -26,6 +26,7 @@ from gputui.core.fleet.model import (
 from gputui.core.fleet.prom import Sample
 from gputui.core.fleet.remote import HOST_MAX, NAME_MAX, host_problem
 from gputui.core.fleet.rules import FIELD_LABEL, PID_MAX, Problems, fit, label_int, value_text
+from gputui.core.fleet.scrapes import GONE
 from gputui.core.plausible import JSON_SAFE_INT, LIMITS, PIB, implausible
 from gputui.core.record import field, record, replace
 
@@ -61,8 +62,6 @@ _TEMP_LOW, _TEMP_HIGH, _ = LIMITS["temperature"]
 #: Text this short is never cut (rules.fit): checked inline in the loops over thousands of series.
 _SHORT = NAME_MAX // 4
 
-#: The suffix of ``gputui_source`` on a host seen in the last hour but not now (queries.Q_HOSTS).
-GONE = "-gone"
 #: Queries of a one-shot refresh, counted in FleetSnapshot.queries by default (queries.FLEET_QUERIES).
 ONE_SHOT_QUERIES = 7
 

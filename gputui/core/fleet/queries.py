@@ -47,13 +47,14 @@ from gputui.core.fleet.history_host import per_gpu
 
 # the join, re-exported where it was defined before (the live screen's summary imports it from here)
 from gputui.core.fleet.join import DCGM_NOTE as DCGM_NOTE
-from gputui.core.fleet.join import GONE, ONE_SHOT_QUERIES
 from gputui.core.fleet.join import NO_GPU_NOTE as NO_GPU_NOTE
+from gputui.core.fleet.join import ONE_SHOT_QUERIES
 from gputui.core.fleet.join import build_fleet as build_fleet
 from gputui.core.fleet.join import target_key as target_key
 from gputui.core.fleet.live_memory import Kept
 from gputui.core.fleet.model import FleetHost, FleetSnapshot
 from gputui.core.fleet.prom import PromClient, PrometheusError, PrometheusUnreachable, Sample
+from gputui.core.fleet.scrapes import GONE, HOST_METRICS, HOSTS_GONE, HOSTS_LIVE, LOOKBACK
 
 MIB = 1024**2
 # The metric names read here, from the table the exporter writes by (gputui.core.metric_names); plain strings,
@@ -80,8 +81,6 @@ _STALE_PROCESSES = metric_names.STALE_PROCESSES.name
 _SLURM_JOB_INFO = metric_names.SLURM_JOB_INFO.name
 _RULE_VIOLATION = metric_names.RULE_VIOLATION.name
 _RESERVATION = metric_names.RESERVATION.name
-#: How far back a host that stopped answering is still listed (as down).
-LOOKBACK = "1h"
 #: Resolution of the last-seen time of a host down for longer than RECENT (to the second before).
 LAST_SEEN_STEP = "15s"
 RECENT = "2m"
@@ -105,18 +104,6 @@ def _seen(metric_selector: str, by: str, source: str) -> str:
     return f'label_replace({recent} or {hour}, "gputui_source", "{source}", "", "")'
 
 
-def _hosts(metric: str, by: str, source: str) -> str:
-    """Every target that sent ``metric`` in the last hour: those that send it now with the time of
-    their newest sample (``timestamp()`` at the instant: one sample per series), the others (down, or
-    gone from the scrape configuration) marked ``source-gone``, without a time (``last_over_time`` over
-    the raw samples). Their last-seen time costs a subquery of ``timestamp()`` (:func:`gone_query`), so
-    it is asked for them only, not for the whole fleet's 240 steps a series."""
-    live = f"max by (job, instance, {by}) (timestamp({metric}))"
-    gone = f"max by (job, instance, {by}) (last_over_time({metric}[{LOOKBACK}]) unless on (job, instance) {metric})"
-    return (f'label_replace({live}, "gputui_source", "{source}", "", "") or '
-            f'label_replace({gone}, "gputui_source", "{source}{GONE}", "", "")')
-
-
 def _regex_literal(text: str) -> str:
     """``text`` as an RE2 pattern matching only itself: every ASCII punctuation mark escaped."""
     return text.translate(_ESCAPES)
@@ -124,14 +111,13 @@ def _regex_literal(text: str) -> str:
 
 _PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 _ESCAPES = str.maketrans({c: "\\" + c for c in _PUNCTUATION})
-_HOST_METRICS = (("gputui", "hostname", _HOST_INFO), ("dcgm", "Hostname", _DCGM_FB_USED))
 
 
 def gone_query(seen: Sequence[Sample]) -> str | None:
     """The last-seen times of the hosts :data:`Q_HOSTS` marks gone (None when none is): the old
     subquery, over those targets' instances only."""
     parts = []
-    for source, by, metric in _HOST_METRICS:
+    for source, by, metric in HOST_METRICS:
         instances = sorted({s.labels.get("instance", "") for s in seen
                             if s.labels.get("gputui_source") == source + GONE} - {""})
         if instances:
@@ -148,7 +134,7 @@ def _slim(metrics: Iterable[str], by: str) -> str:
 
 Q_UP = "up"
 #: Every host seen in the last hour; the time of its newest sample, for those answering now.
-Q_HOSTS = " or ".join(_hosts(metric, by, source) for source, by, metric in _HOST_METRICS)
+Q_HOSTS = f"{HOSTS_LIVE} or {HOSTS_GONE}"
 #: the labels _processes reads (the UUID, compose and MIG UUID labels were a third of the answer)
 Q_PROCESSES = (f"max by (job, instance, gpu, pid, user, exe, container, image, runtime, pod, namespace, mig_device) "
                f"({_PROCESS_GPU_MEMORY})")

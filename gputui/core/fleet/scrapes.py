@@ -30,12 +30,13 @@ from collections.abc import Callable, Iterable, Sequence
 from gputui.core import metric_names
 from gputui.core.fleet.prom import Sample
 
-# The hosts query's own words (queries.py: Q_HOSTS, GONE, LOOKBACK; that module reads the refresh's
-# memory, which holds this one's Targets): a test holds the two the same.
+#: The suffix of ``gputui_source`` on a host seen in the last hour but not now.
 GONE = "-gone"
+#: How far back a host that stopped answering is still listed (as down).
 LOOKBACK = "1h"
-_HOST_METRICS = (("gputui", "hostname", metric_names.HOST_INFO.name),
-                 ("dcgm", "Hostname", metric_names.DCGM_FB_USED.name))
+#: The metric that makes a target a host, per source, and the label naming the host.
+HOST_METRICS = (("gputui", "hostname", metric_names.HOST_INFO.name),
+                ("dcgm", "Hostname", metric_names.DCGM_FB_USED.name))
 
 #: Which part of :func:`delta_query`'s answer a row is (absent: a row of the hosts query).
 PART = "gputui_part"
@@ -61,9 +62,14 @@ def _gone(metric: str, by: str, source: str) -> str:
             f'instance) {metric}), "gputui_source", "{source}{GONE}", "", "")')
 
 
-#: The hosts query's rows in two: those sending now (the time of their newest sample), the others.
-HOSTS_LIVE = " or ".join(_live(metric, by, source) for source, by, metric in _HOST_METRICS)
-HOSTS_GONE = " or ".join(_gone(metric, by, source) for source, by, metric in _HOST_METRICS)
+#: The hosts query's rows in two (:data:`~gputui.core.fleet.queries.Q_HOSTS` is both): every target that
+#: sent its source's host metric in the last hour. Those that send it now come with the time of their
+#: newest sample (``timestamp()`` at the instant: one sample per series); the others (down, or gone from
+#: the scrape configuration) are marked ``source-gone``, without a time (``last_over_time`` over the raw
+#: samples): their last-seen time costs a subquery of ``timestamp()`` (``queries.gone_query``), asked for
+#: them only, not for the whole fleet's 240 steps a series.
+HOSTS_LIVE = " or ".join(_live(metric, by, source) for source, by, metric in HOST_METRICS)
+HOSTS_GONE = " or ".join(_gone(metric, by, source) for source, by, metric in HOST_METRICS)
 
 
 def _part(name: str, expr: str) -> str:
