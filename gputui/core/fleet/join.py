@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from gputui.core import metric_names
 from gputui.core.fleet.model import (
     ContainerFinding,
     FleetAlert,
@@ -23,6 +22,29 @@ from gputui.core.fleet.model import (
     HostSummary,
     Source,
 )
+from gputui.core.fleet.names import (
+    ALERT_ACTIVE,
+    CONTAINER_FINDING,
+    CONTAINER_GPU_GRANTED,
+    DCGM_FB_FREE,
+    DCGM_FB_RESERVED,
+    DCGM_FB_USED,
+    DCGM_GPU_TEMP,
+    DCGM_GPU_UTIL,
+    GPU_INFO,
+    GPU_LOST,
+    GPU_MEMORY_TOTAL,
+    GPU_MEMORY_USED,
+    GPU_TEMPERATURE,
+    GPU_UTILIZATION,
+    HOST_INFO,
+    IMBALANCE_FLAGGED,
+    RESERVATION,
+    RULE_VIOLATION,
+    SLURM_JOB_INFO,
+    STALE_GPU_MEMORY,
+    STALE_PROCESSES,
+)
 from gputui.core.fleet.prom import Sample
 from gputui.core.fleet.remote import HOST_MAX, NAME_MAX, host_problem
 from gputui.core.fleet.rules import FIELD_LABEL, PID_MAX, Problems, fit, label_int, value_text
@@ -31,30 +53,6 @@ from gputui.core.plausible import JSON_SAFE_INT, LIMITS, PIB, implausible
 from gputui.core.record import field, record, replace
 
 MIB = 1024**2
-# The metric names read here, from the table the exporter writes by (gputui.core.metric_names); plain strings,
-# since the loops below compare thousands of samples' names with them.
-_ALERT_ACTIVE = metric_names.ALERT_ACTIVE.name
-_CONTAINER_FINDING = metric_names.CONTAINER_FINDING.name
-_CONTAINER_GPU_GRANTED = metric_names.CONTAINER_GPU_GRANTED.name
-_DCGM_FB_FREE = metric_names.DCGM_FB_FREE.name
-_DCGM_FB_RESERVED = metric_names.DCGM_FB_RESERVED.name
-_DCGM_FB_USED = metric_names.DCGM_FB_USED.name
-_DCGM_GPU_TEMP = metric_names.DCGM_GPU_TEMP.name
-_DCGM_GPU_UTIL = metric_names.DCGM_GPU_UTIL.name
-_GPU_INFO = metric_names.GPU_INFO.name
-_GPU_LOST = metric_names.GPU_LOST.name
-_GPU_MEMORY_TOTAL = metric_names.GPU_MEMORY_TOTAL.name
-_GPU_MEMORY_USED = metric_names.GPU_MEMORY_USED.name
-_GPU_TEMPERATURE = metric_names.GPU_TEMPERATURE.name
-_GPU_UTILIZATION = metric_names.GPU_UTILIZATION.name
-_HOST_INFO = metric_names.HOST_INFO.name
-_IMBALANCE_FLAGGED = metric_names.IMBALANCE_FLAGGED.name
-_PROCESS_GPU_MEMORY = metric_names.PROCESS_GPU_MEMORY.name
-_STALE_GPU_MEMORY = metric_names.STALE_GPU_MEMORY.name
-_STALE_PROCESSES = metric_names.STALE_PROCESSES.name
-_SLURM_JOB_INFO = metric_names.SLURM_JOB_INFO.name
-_RULE_VIOLATION = metric_names.RULE_VIOLATION.name
-_RESERVATION = metric_names.RESERVATION.name
 _UTIL_LOW, _UTIL_HIGH, _ = LIMITS["utilization_gpu"]
 _USED_LOW, _USED_HIGH, _ = LIMITS["memory_used"]
 _TOTAL_LOW, _TOTAL_HIGH, _ = LIMITS["memory_total"]
@@ -155,7 +153,7 @@ def _inventory(up: Sequence[Sample], seen: Sequence[Sample], gpus: Sequence[Samp
         k = (labels.get("job", ""), instance)
         metric = labels.get("__name__", "")
         known = hosts.get(k)
-        if known is not None and metric != _HOST_INFO and (
+        if known is not None and metric != HOST_INFO and (
                 known.source == "gputui" or not metric.startswith("gputui_")):
             continue  # the common case, kept cheap: thousands of GPU series per refresh
         src: Source = "gputui" if metric.startswith("gputui_") else "dcgm"
@@ -173,9 +171,9 @@ def _missing(targets: dict[tuple[str, str], bool], hosts: dict[tuple[str, str], 
 #: names compared one after the other were a tenth of a 2,000-host refresh). dcgm-exporter's from _D_UTIL on.
 _UTIL, _USED, _TEMP, _TOTAL, _INFO, _LOST, _OTHER, _D_UTIL, _D_USED, _D_FREE, _D_RESERVED, _D_TEMP, _D_OTHER = range(13)
 _SKIP = -1
-_GPU_KIND = {_GPU_UTILIZATION: _UTIL, _GPU_MEMORY_USED: _USED, _GPU_TEMPERATURE: _TEMP, _GPU_MEMORY_TOTAL: _TOTAL,
-             _GPU_INFO: _INFO, _GPU_LOST: _LOST, _HOST_INFO: _SKIP, _DCGM_GPU_UTIL: _D_UTIL, _DCGM_FB_USED: _D_USED,
-             _DCGM_FB_FREE: _D_FREE, _DCGM_FB_RESERVED: _D_RESERVED, _DCGM_GPU_TEMP: _D_TEMP}
+_GPU_KIND = {GPU_UTILIZATION: _UTIL, GPU_MEMORY_USED: _USED, GPU_TEMPERATURE: _TEMP, GPU_MEMORY_TOTAL: _TOTAL,
+             GPU_INFO: _INFO, GPU_LOST: _LOST, HOST_INFO: _SKIP, DCGM_GPU_UTIL: _D_UTIL, DCGM_FB_USED: _D_USED,
+             DCGM_FB_FREE: _D_FREE, DCGM_FB_RESERVED: _D_RESERVED, DCGM_GPU_TEMP: _D_TEMP}
 _UNSEEN: object = object()
 
 
@@ -338,28 +336,28 @@ def _states(samples: Sequence[Sample], problems: Problems) -> dict[tuple[str, st
             continue
         st = out.setdefault(k, _State([], [], []))
         metric, labels = s.labels.get("__name__", ""), s.labels
-        if metric in (_STALE_PROCESSES, _STALE_GPU_MEMORY) and not 0 <= s.value <= JSON_SAFE_INT:
+        if metric in (STALE_PROCESSES, STALE_GPU_MEMORY) and not 0 <= s.value <= JSON_SAFE_INT:
             problems.leave_out(k, f"impossible {metric} value", value_text(s.value))
             continue
-        if metric == _ALERT_ACTIVE and s.value >= 1:
+        if metric == ALERT_ACTIVE and s.value >= 1:
             st.alerts.append(FleetAlert(label_int(labels.get("gpu")), cut(k, labels.get("kind", "")),
                                         cut(k, labels.get("severity", ""))))
-        elif metric == _IMBALANCE_FLAGGED:
+        elif metric == IMBALANCE_FLAGGED:
             st.imbalance = s.value >= 1
-        elif metric == _STALE_PROCESSES:
+        elif metric == STALE_PROCESSES:
             st.stale_count = min(JSON_SAFE_INT, st.stale_count + int(s.value))
-        elif metric == _STALE_GPU_MEMORY:
+        elif metric == STALE_GPU_MEMORY:
             st.stale_memory = min(JSON_SAFE_INT, (st.stale_memory or 0) + int(s.value))
-        elif metric == _CONTAINER_FINDING and s.value >= 1 and labels.get("container"):
+        elif metric == CONTAINER_FINDING and s.value >= 1 and labels.get("container"):
             st.findings.append(ContainerFinding(cut(k, labels["container"]), cut(k, labels.get("kind", ""))))
-        elif (metric == _CONTAINER_GPU_GRANTED and s.value >= 1 and labels.get("via") != "all"
+        elif (metric == CONTAINER_GPU_GRANTED and s.value >= 1 and labels.get("via") != "all"
               and labels.get("uuid")):
             st.grants.append((cut(k, labels["uuid"]), cut(k, labels.get("container", ""))))
-        elif metric == _SLURM_JOB_INFO and s.value >= 1 and labels.get("uuid") and labels.get("slurm_job"):
+        elif metric == SLURM_JOB_INFO and s.value >= 1 and labels.get("uuid") and labels.get("slurm_job"):
             st.jobs.append((cut(k, labels["uuid"]), cut(k, labels["slurm_job"]), cut(k, labels.get("user", ""))))
-        elif metric == _RESERVATION and s.value >= 1 and labels.get("uuid") and labels.get("user"):
+        elif metric == RESERVATION and s.value >= 1 and labels.get("uuid") and labels.get("user"):
             st.reservations.append((cut(k, labels["uuid"]), cut(k, labels["user"]), cut(k, labels.get("until", ""))))
-        elif metric == _RULE_VIOLATION and s.value >= 1 and labels.get("rule"):
+        elif metric == RULE_VIOLATION and s.value >= 1 and labels.get("rule"):
             gpu = label_int(labels.get("gpu"))
             st.violations.append((cut(k, labels["rule"]), cut(k, labels.get("user", "")),
                                   "" if gpu is None else str(gpu), cut(k, labels.get("container", ""))))

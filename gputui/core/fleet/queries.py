@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from gputui.core import metric_names
+from gputui.core.fleet import names as mn
 
 # the host screen's range queries, re-exported where they were defined before
 from gputui.core.fleet.history_host import HOST_RANGE_QUERIES as HOST_RANGE_QUERIES
@@ -57,39 +57,15 @@ from gputui.core.fleet.prom import PromClient, PrometheusError, PrometheusUnreac
 from gputui.core.fleet.scrapes import GONE, HOST_METRICS, HOSTS_GONE, HOSTS_LIVE, LOOKBACK
 
 MIB = 1024**2
-# The metric names read here, from the table the exporter writes by (gputui.core.metric_names); plain strings,
-# since the loops below compare thousands of samples' names with them.
-_ALERT_ACTIVE = metric_names.ALERT_ACTIVE.name
-_CONTAINER_FINDING = metric_names.CONTAINER_FINDING.name
-_CONTAINER_GPU_GRANTED = metric_names.CONTAINER_GPU_GRANTED.name
-_DCGM_FB_FREE = metric_names.DCGM_FB_FREE.name
-_DCGM_FB_RESERVED = metric_names.DCGM_FB_RESERVED.name
-_DCGM_FB_USED = metric_names.DCGM_FB_USED.name
-_DCGM_GPU_TEMP = metric_names.DCGM_GPU_TEMP.name
-_DCGM_GPU_UTIL = metric_names.DCGM_GPU_UTIL.name
-_GPU_INFO = metric_names.GPU_INFO.name
-_GPU_LOST = metric_names.GPU_LOST.name
-_GPU_MEMORY_TOTAL = metric_names.GPU_MEMORY_TOTAL.name
-_GPU_MEMORY_USED = metric_names.GPU_MEMORY_USED.name
-_GPU_TEMPERATURE = metric_names.GPU_TEMPERATURE.name
-_GPU_UTILIZATION = metric_names.GPU_UTILIZATION.name
-_HOST_INFO = metric_names.HOST_INFO.name
-_IMBALANCE_FLAGGED = metric_names.IMBALANCE_FLAGGED.name
-_PROCESS_GPU_MEMORY = metric_names.PROCESS_GPU_MEMORY.name
-_STALE_GPU_MEMORY = metric_names.STALE_GPU_MEMORY.name
-_STALE_PROCESSES = metric_names.STALE_PROCESSES.name
-_SLURM_JOB_INFO = metric_names.SLURM_JOB_INFO.name
-_RULE_VIOLATION = metric_names.RULE_VIOLATION.name
-_RESERVATION = metric_names.RESERVATION.name
 #: Resolution of the last-seen time of a host down for longer than RECENT (to the second before).
 LAST_SEEN_STEP = "15s"
 RECENT = "2m"
 
-GPUTUI_GPU_METRICS = (_HOST_INFO, _GPU_INFO, _GPU_UTILIZATION, _GPU_MEMORY_USED, _GPU_MEMORY_TOTAL, _GPU_TEMPERATURE,
-                      _GPU_LOST)
-DCGM_GPU_METRICS = (_DCGM_GPU_UTIL, _DCGM_FB_USED, _DCGM_FB_FREE, _DCGM_FB_RESERVED, _DCGM_GPU_TEMP)
-STATE_METRICS = (_ALERT_ACTIVE, _IMBALANCE_FLAGGED, _STALE_PROCESSES, _STALE_GPU_MEMORY, _CONTAINER_FINDING,
-                 _CONTAINER_GPU_GRANTED, _SLURM_JOB_INFO, _RULE_VIOLATION, _RESERVATION)
+GPUTUI_GPU_METRICS = (mn.HOST_INFO, mn.GPU_INFO, mn.GPU_UTILIZATION, mn.GPU_MEMORY_USED, mn.GPU_MEMORY_TOTAL,
+                      mn.GPU_TEMPERATURE, mn.GPU_LOST)
+DCGM_GPU_METRICS = (mn.DCGM_GPU_UTIL, mn.DCGM_FB_USED, mn.DCGM_FB_FREE, mn.DCGM_FB_RESERVED, mn.DCGM_GPU_TEMP)
+STATE_METRICS = (mn.ALERT_ACTIVE, mn.IMBALANCE_FLAGGED, mn.STALE_PROCESSES, mn.STALE_GPU_MEMORY, mn.CONTAINER_FINDING,
+                 mn.CONTAINER_GPU_GRANTED, mn.SLURM_JOB_INFO, mn.RULE_VIOLATION, mn.RESERVATION)
 
 
 def names(metrics: Iterable[str]) -> str:
@@ -137,17 +113,17 @@ Q_UP = "up"
 Q_HOSTS = f"{HOSTS_LIVE} or {HOSTS_GONE}"
 #: the labels _processes reads (the UUID, compose and MIG UUID labels were a third of the answer)
 Q_PROCESSES = (f"max by (job, instance, gpu, pid, user, exe, container, image, runtime, pod, namespace, mig_device) "
-               f"({_PROCESS_GPU_MEMORY})")
+               f"({mn.PROCESS_GPU_MEMORY})")
 Q_STATE = names(STATE_METRICS)
 
 #: The live screen splits Q_GPUS: what never changes while an exporter runs (GPU names, UUIDs and
 #: sizes, host info) is read again only every STATIC_TTL seconds or when a new target appears; what
 #: changes is read every refresh, ``gputui_gpu_lost`` only where it is 1.
-_STATIC_GPU_METRICS = (_HOST_INFO, _GPU_INFO, _GPU_MEMORY_TOTAL)
-Q_GPU_STATIC = " or ".join((_slim((_HOST_INFO,), "hostname"), _slim((_GPU_INFO,), "gpu, uuid, name"),
-                            _slim((_GPU_MEMORY_TOTAL,), "gpu")))
-Q_GPU_LIVE = " or ".join((_slim((_GPU_UTILIZATION, _GPU_MEMORY_USED, _GPU_TEMPERATURE), "gpu"),
-                          names(DCGM_GPU_METRICS), f"max by (__name__, job, instance, gpu) ({_GPU_LOST} == 1)"))
+_STATIC_GPU_METRICS = (mn.HOST_INFO, mn.GPU_INFO, mn.GPU_MEMORY_TOTAL)
+Q_GPU_STATIC = " or ".join((_slim((mn.HOST_INFO,), "hostname"), _slim((mn.GPU_INFO,), "gpu, uuid, name"),
+                            _slim((mn.GPU_MEMORY_TOTAL,), "gpu")))
+Q_GPU_LIVE = " or ".join((_slim((mn.GPU_UTILIZATION, mn.GPU_MEMORY_USED, mn.GPU_TEMPERATURE), "gpu"),
+                          names(DCGM_GPU_METRICS), f"max by (__name__, job, instance, gpu) ({mn.GPU_LOST} == 1)"))
 LIVE_QUERIES = (Q_UP, Q_HOSTS, Q_GPU_LIVE, Q_PROCESSES, Q_STATE)
 
 #: A one-shot refresh (``fleet --json``, ``pick``) reads every GPU in three queries Prometheus evaluates
@@ -158,13 +134,14 @@ LIVE_QUERIES = (Q_UP, Q_HOSTS, Q_GPU_LIVE, Q_PROCESSES, Q_STATE)
 #: temperature and utilization (each one aggregation: no ``or`` to hash them for). Host info is not
 #: read again: the hosts query carries every live host's hostname. :func:`one_shot_gpus` turns the
 #: answers into the GPU series Q_GPU_STATIC and Q_GPU_LIVE answer.
-Q_GPU_INFO = " or ".join((f"max by (job, instance, gpu, uuid, name) ({_GPU_INFO})", names(DCGM_GPU_METRICS),
-                          f"max by (__name__, job, instance, gpu) ({_GPU_LOST} == 1)"))
-_VALUE_METRICS = (_GPU_UTILIZATION, _GPU_MEMORY_USED, _GPU_TEMPERATURE)
+Q_GPU_INFO = " or ".join((f"max by (job, instance, gpu, uuid, name) ({mn.GPU_INFO})", names(DCGM_GPU_METRICS),
+                          f"max by (__name__, job, instance, gpu) ({mn.GPU_LOST} == 1)"))
+_VALUE_METRICS = (mn.GPU_UTILIZATION, mn.GPU_MEMORY_USED, mn.GPU_TEMPERATURE)
 #: (total memory and memory used; temperature and utilization): Prometheus answers an aggregation's
 #: series in its input's order, by metric name, so the two answers one after the other come in the
 #: order Q_GPU_STATIC's and Q_GPU_LIVE's did (a GPU's impossible values are named in that order).
-Q_GPU_VALUES = (_slim((_GPU_MEMORY_TOTAL, _GPU_MEMORY_USED), "gpu"), _slim((_GPU_TEMPERATURE, _GPU_UTILIZATION), "gpu"))
+Q_GPU_VALUES = (_slim((mn.GPU_MEMORY_TOTAL, mn.GPU_MEMORY_USED), "gpu"),
+                _slim((mn.GPU_TEMPERATURE, mn.GPU_UTILIZATION), "gpu"))
 FLEET_QUERIES = (Q_UP, Q_HOSTS, Q_GPU_INFO, *Q_GPU_VALUES, Q_PROCESSES, Q_STATE)
 assert len(FLEET_QUERIES) == ONE_SHOT_QUERIES  # build_fleet's default count
 
@@ -178,7 +155,7 @@ def one_shot_gpus(seen: Sequence[Sample], info: Sequence[Sample], values: Sequen
     info from the hosts that Q_HOSTS says answer now (the join reads their hostname, and marks them
     seen now, when a target is not a known host); ``gputui_gpu_info`` named; a lost series left out
     where the GPU has a value series (as Q_GPU_LIVE's ``or`` left it out)."""
-    host_info = [_new_sample(Sample, ({"__name__": _HOST_INFO} | {k: v for k, v in s.labels.items()
+    host_info = [_new_sample(Sample, ({"__name__": mn.HOST_INFO} | {k: v for k, v in s.labels.items()
                                                                   if k != "gputui_source"}, 1.0))
                  for s in seen if s.labels.get("gputui_source") == "gputui"]
     lost = False
@@ -186,13 +163,13 @@ def one_shot_gpus(seen: Sequence[Sample], info: Sequence[Sample], values: Sequen
         labels = s.labels
         name = labels.get("__name__")
         if name is None:
-            labels["__name__"] = _GPU_INFO
-        elif name == _GPU_LOST:
+            labels["__name__"] = mn.GPU_INFO
+        elif name == mn.GPU_LOST:
             lost = True
     if lost:
         valued = {(s.labels.get("job"), s.labels.get("instance"), s.labels.get("gpu")) for s in values
                   if s.labels.get("__name__") in _VALUE_METRICS}
-        info = [s for s in info if s.labels.get("__name__") != _GPU_LOST
+        info = [s for s in info if s.labels.get("__name__") != mn.GPU_LOST
                 or (s.labels.get("job"), s.labels.get("instance"), s.labels.get("gpu")) not in valued]
     return [*host_info, *info, *values]
 STATIC_TTL = 30.0
