@@ -9,7 +9,6 @@ the ``up`` series and without (federated data); and each GPU series is selected 
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest
@@ -29,7 +28,7 @@ from gputui.core.fleet.queries import (
     gone_query,
     one_shot_gpus,
 )
-from tests.fixtures.prometheus import Prometheus, prometheus_binary, promtool
+from tests.fixtures.prometheus import backfilled
 
 pytestmark = pytest.mark.functional
 
@@ -108,16 +107,8 @@ def _openmetrics(now: int) -> str:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    prometheus_binary()
-    tool = promtool()
-    tmp = tmp_path_factory.mktemp("fleet-one-shot")
     now = int(time.time())
-    (tmp / "fleet.om").write_text(_openmetrics(now))
-    (tmp / "p").mkdir()
-    res = subprocess.run([tool, "tsdb", "create-blocks-from", "openmetrics", str(tmp / "fleet.om"), str(tmp / "p")],
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr
-    prom = Prometheus([], tmp).start()
+    prom = backfilled(_openmetrics(now), tmp_path_factory.mktemp("fleet-one-shot"))
     yield prom, now
     prom.stop()
 

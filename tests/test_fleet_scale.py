@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 
 import pytest
@@ -21,7 +20,7 @@ import pytest
 from gputui.core import metric_names
 from gputui.core.fleet.prom import PromClient
 from gputui.core.fleet.queries import FLEET_QUERIES, FleetReader
-from tests.fixtures.prometheus import Prometheus, prometheus_binary, promtool
+from tests.fixtures.prometheus import backfilled
 
 pytestmark = pytest.mark.functional
 
@@ -75,16 +74,8 @@ def _openmetrics(now: int) -> str:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    prometheus_binary()
-    tool = promtool()
-    tmp = tmp_path_factory.mktemp("fleet-scale")
     now = int(time.time())
-    (tmp / "fleet.om").write_text(_openmetrics(now))
-    (tmp / "p").mkdir()
-    res = subprocess.run([tool, "tsdb", "create-blocks-from", "openmetrics", str(tmp / "fleet.om"), str(tmp / "p")],
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr
-    prom = Prometheus([], tmp).start()
+    prom = backfilled(_openmetrics(now), tmp_path_factory.mktemp("fleet-scale"))
     yield prom, now
     prom.stop()
 
