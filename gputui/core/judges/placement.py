@@ -178,13 +178,9 @@ class _RunningWindow:
         count as when it was made: the same sequences) and ``g``'s own fields it reads are the same."""
         util, mem, free, same = self.util, self.mem, self.free, self.same
         if same[0] != len(util) or same[1] != len(mem) or same[2] != len(free):
-            if self.n and not g.lost:  # _load, inline (a GPU whose figures move: every poll)
-                # (the kept sum of the utilization values and the least free value: neither reads every sample)
-                total = self.util_sum if self.util_sum is not None else sum(util)
-                return GpuLoad(index=g.index, uuid=g.uuid, lost=False, util=total / len(util) if util else None,
-                               memory=sum(mem) / len(mem) if mem else None, free=g.memory_free,
-                               free_min=self.free_low[0][1] if free else None, samples=len(self.n))
-            return _load(g, util, mem, free, len(self.n))
+            # a GPU whose figures move (every poll): the kept sum of the utilization values and the least
+            # free value, so neither reads every sample
+            return _load(g, util, mem, free, len(self.n), self.util_sum, self.free_low[0][1] if free else None)
         key = (len(util), util[-1] if util else None, len(mem), mem[-1] if mem else None, len(free),
                free[-1] if free else None, len(self.n), g.index, g.uuid, g.lost, g.memory_free,
                None if self.n else (g.utilization_gpu, g.memory_used, g.memory_total))  # _load's stand-in
@@ -266,22 +262,30 @@ def _gpu_load(history: History, g: Gpu, window: float | None) -> GpuLoad:
     return _load(g, util, mem, frees, n)
 
 
-def _load(g: Gpu, util: Sequence[float], mem: Sequence[float], frees: Sequence[int], n: int) -> GpuLoad:
-    """The GpuLoad from the window's figures (oldest first) and its number of non-lost samples."""
+def _load(g: Gpu, util: Sequence[float], mem: Sequence[float], frees: Sequence[int], n: int,
+          util_sum: float | None = None, free_min: int | None = None) -> GpuLoad:
+    """The GpuLoad from the window's figures (oldest first) and its number of non-lost samples.
+    ``util_sum``, ``free_min``: ``sum(util)`` and ``min(frees)`` where the caller keeps them (a running
+    window), so that neither reads every value again."""
     if not n and not g.lost:
         # Not in the history (a caller judging a bare snapshot): the snapshot is the sample.
         util = [float(g.utilization_gpu)] if g.utilization_gpu is not None else []
         mem = [g.memory_percent] if g.memory_percent is not None else []
         frees = [g.memory_free] if g.memory_free is not None else []
         n = 1
+        util_sum = free_min = None
+    if util_sum is not None and util:
+        mean: float | None = util_sum / len(util)
+    else:
+        mean = _mean(util)
     return GpuLoad(
         index=g.index,
         uuid=g.uuid,
         lost=g.lost,
-        util=None if g.lost else _mean(util),
+        util=None if g.lost else mean,
         memory=None if g.lost else _mean(mem),
         free=None if g.lost else g.memory_free,
-        free_min=None if g.lost or not frees else min(frees),
+        free_min=None if g.lost or not frees else (min(frees) if free_min is None else free_min),
         samples=n,
     )
 

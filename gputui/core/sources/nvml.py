@@ -339,12 +339,7 @@ class NvmlSource:
             ecc = self._field(dev, fields, "ecc_errors", lambda d: cached(d, "ecc_errors", now, lambda d: get(
                 d, "ecc_errors", nv.nvmlDeviceGetTotalEccErrors, d.handle, _ECC_UNCORRECTED, _ECC_VOLATILE)))
         extra = self._dcgm_fields(dev, fields, now)
-        hit = dev.slow.get("persistence_mode")  # cached()'s hit, inline (most polls)
-        if hit is not None and now - hit[1] < ask.slow_ttl:
-            persistence = hit[0]
-        else:
-            persistence = cached(dev, "persistence_mode", now,
-                                 lambda d: get(d, "persistence_mode", nv.nvmlDeviceGetPersistenceMode, d.handle))
+        persistence = self._slow(dev, "persistence_mode", "nvmlDeviceGetPersistenceMode", None, now)
         procs = self._processes(dev)
         mig_mode, mig_devices, procs = self._mig.read(dev, now, procs)
         # Every input of the Gpu below: when none changed since the last poll, the last Gpu is it.

@@ -266,16 +266,22 @@ class NvmlQueries:
         try:
             ret = fast[0](*fast[2])
         except Exception as exc:  # ctypes/binding trouble: N/A, never a crash
-            del dev.calls[name]
-            self.failed(dev, name, UNKNOWN, exc)
-            return None
+            ret = exc
         if ret != SUCCESS:
-            del dev.calls[name]
-            self.failed(dev, name, ret, self.nv.NVMLError(ret))
+            self.dropped(dev, name, ret)
             return None
         if dev.failures:
             dev.failures.pop(name, None)
         return fast[1]
+
+    def dropped(self, dev: Device, name: str, ret: int | Exception) -> None:
+        """A kept call that failed now (its return code, or what ctypes raised): no longer kept, so the
+        next call runs the full rules, and the failure remembered as :meth:`failed` does."""
+        del dev.calls[name]
+        if isinstance(ret, Exception):
+            self.failed(dev, name, UNKNOWN, ret)
+        else:
+            self.failed(dev, name, ret, self.nv.NVMLError(ret))
 
     def u64(self, name: str, h: Any) -> int:
         """One ``unsigned long long`` out-parameter getter through its C function; raises NVMLError."""
@@ -366,11 +372,7 @@ class NvmlQueries:
                     got.append(fast[1])
                     answered.append(name)
                     continue
-                del calls[name]
-                if isinstance(ret, Exception):
-                    self.failed(dev, name, UNKNOWN, ret)
-                else:
-                    self.failed(dev, name, ret, self.nv.NVMLError(ret))
+                self.dropped(dev, name, ret)
                 got.append(None)
             else:
                 got.append(None if name is None else MISS)
