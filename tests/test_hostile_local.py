@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import require
 from tests.exporter_helpers import exporters, start_exporter  # noqa: F401 (fixture)
 from tests.fakenvml.scenario import REPO_ROOT, FakeNvml, GiB, gpu, process, scenario
+from tests.fixtures.prometheus import free_port
 
 SECRET = "hf_SECRETtoken0123456789"
 
@@ -276,7 +277,7 @@ def test_a_fifo_named_as_the_key_fails_fast_and_a_readable_key_is_warned(tmp_pat
                     str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True, timeout=60)
     fifo = tmp_path / "key.fifo"
     os.mkfifo(fifo)
-    argv = [sys.executable, "-m", "gputui", "exporter", "--demo", "--listen", "127.0.0.1:41202",
+    argv = [sys.executable, "-m", "gputui", "exporter", "--demo", "--listen", f"127.0.0.1:{free_port()}",
             "--certfile", str(cert)]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     t0 = time.monotonic()
