@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import ctypes
 import gc
 import importlib.util
 import io
@@ -42,11 +43,15 @@ REPO = BENCH.parent
 CONFIGS = {"8x64": (8, 64), "16x1000": (16, 1000), "4x3": (4, 3)}
 
 
-def _load_run_module() -> Any:
-    spec = importlib.util.spec_from_file_location("gputui_bench_run", BENCH / "run.py")
+def _load_module(name: str, filename: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, BENCH / filename)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
+
+
+def _load_run_module() -> Any:
+    return _load_module("gputui_bench_run", "run.py")
 
 
 #: --spin: wait between polls by spinning on the clock (the CPU stays busy, so no idle wake-up)
@@ -158,8 +163,15 @@ def cold_worker(args: argparse.Namespace) -> int:
     for _ in range(args.warmup):
         poller.poll()
     big = bytearray(EVICT_BYTES)
+    churn = sorted(Path(args.churn_dir).iterdir()) if args.churn_dir else []
+    scenario_path = os.environ["GPUTUI_FAKE_NVML_SCENARIO"]
+    count = ctypes.c_uint()
     gc.disable()
-    for _ in range(args.ticks):
+    for i in range(args.ticks):
+        if churn:  # the next second's figures, loaded by the driver before the caches are emptied
+            shutil.copyfile(churn[i % len(churn)], scenario_path + ".next")
+            os.replace(scenario_path + ".next", scenario_path)
+            ctypes.CDLL("libnvidia-ml.so.1").nvmlDeviceGetCount_v2(ctypes.byref(count))
         big[::64] = b"\1" * len(big[::64])  # every cache line of the buffer written
         bytes(big)
         if args.cg_mode == "poll":
@@ -319,6 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cachegrind", action="store_true",
                     help="count instructions and cache misses per poll with every cache emptied before it "
                          "(valgrind's cachegrind; deterministic, unlike times on a shared machine)")
+    ap.add_argument("--churn", action="store_true",
+                    help="with --cachegrind: every GPU's utilization, temperature and power and every process's "
+                         "SM %% change before each poll (issue 29's full churn); the driver loads them outside the poll")
+    ap.add_argument("--churn-dir", help=argparse.SUPPRESS)
     ap.add_argument("--tree", type=Path, default=REPO,
                     help="with --cachegrind: the source tree whose gputui is measured (e.g. a 'git worktree add' "
                          "of a baseline commit)")
@@ -331,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     run_mod = _load_run_module()
     run_mod._ensure_project_python()
     sys.path.insert(0, str(REPO))
-    from tests.fakenvml.scenario import FakeNvml
+    from tests.fakenvml.scenario import FakeNvml, render
 
     gpus, nprocs = CONFIGS[args.config]
     with tempfile.TemporaryDirectory(prefix="gputui-profile-") as tmp, run_mod.Sleepers(nprocs) as sleepers:
@@ -352,6 +368,14 @@ def main(argv: list[str] | None = None) -> int:
                 print("profile_poll: --cachegrind needs valgrind (apt-get install valgrind)", file=sys.stderr)
                 return 2
             env["PYTHONPATH"] = str(args.tree.resolve())
+            if args.churn:
+                churn_dir = Path(tmp) / "churn"
+                churn_dir.mkdir()
+                ui_mod = _load_module("gputui_bench_ui", "ui_bench.py")
+                for tick in range(1, args.ticks + 1):  # the scenario texts, written ahead (not in the runs)
+                    (churn_dir / f"{tick:05d}.txt").write_text(render(ui_mod.live_scenario(gpus, sleepers.pids, tick,
+                                                                                           churn="full")))
+                cmd += ["--churn-dir", str(churn_dir)]
             return _cachegrind(cmd, env, Path(tmp), args.ticks)
         return subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL).returncode
 
