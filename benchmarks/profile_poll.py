@@ -333,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(valgrind's cachegrind; deterministic, unlike times on a shared machine)")
     ap.add_argument("--churn", action="store_true",
                     help="with --cachegrind: every GPU's utilization, temperature and power and every process's "
-                         "SM %% change before each poll (issue 29's full churn); the driver loads them outside the poll")
+                         "SM %% change before each poll (issue 29's full churn); the driver loads them outside "
+                         "the poll")
     ap.add_argument("--churn-dir", help=argparse.SUPPRESS)
     ap.add_argument("--tree", type=Path, default=REPO,
                     help="with --cachegrind: the source tree whose gputui is measured (e.g. a 'git worktree add' "
