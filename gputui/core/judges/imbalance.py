@@ -49,6 +49,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator, Sequence
 from itertools import chain, islice
+from operator import attrgetter
 
 from gputui.core.config import Settings
 from gputui.core.history import History, ProcessKey, ProcessSample
@@ -78,22 +79,33 @@ class Condition:
     low: float
 
 
+_INDEX = attrgetter("index")
+
+
 def _known(loads: dict[int, GpuLoad], attr: str) -> list[GpuLoad]:
-    return [g for g in sorted(loads.values(), key=lambda g: g.index) if not g.lost and getattr(g, attr) is not None]
+    known = [g for g in loads.values() if not g.lost and getattr(g, attr) is not None]
+    known.sort(key=_INDEX)
+    return known
 
 
 def _condition(kind: str, known: list[GpuLoad], attr: str, high: float, low: float,
                spread: float | None, nominal_low: float) -> Condition | None:
     if len(known) < 2:
         return None
-    hot = max(known, key=lambda g: (getattr(g, attr), -g.index))
-    cold = min(known, key=lambda g: (getattr(g, attr), g.index))
-    hv, cv = getattr(hot, attr), getattr(cold, attr)
+    # the busiest (the lowest index among equals) and the idlest (likewise): ``known`` is in index order
+    hot = cold = known[0]
+    hv = cv = getattr(hot, attr)
+    for g in known:
+        v = getattr(g, attr)
+        if v > hv:
+            hot, hv = g, v
+        elif v < cv:
+            cold, cv = g, v
     if not ((hv >= high and cv <= low) or (spread is not None and hv - cv > spread)):
         return None
-    others = [g for g in known if g.index != hot.index]
-    return Condition(kind, hot.index, hv, cold.index, cv, tuple(g.index for g in others),
-                     sum(getattr(g, attr) for g in others) / len(others), nominal_low)
+    others = [g for g in known if g is not hot]
+    return Condition(kind, hot.index, hv, cold.index, cv, tuple([g.index for g in others]),
+                     sum([getattr(g, attr) for g in others]) / len(others), nominal_low)
 
 
 def utilization_condition(loads: dict[int, GpuLoad], settings: Settings, relax: float = 0.0) -> Condition | None:
@@ -143,6 +155,11 @@ def _items(history: History, loads: dict[int, GpuLoad]) -> tuple[tuple[int, bool
 
 def contrast(cond: Condition, observed: float) -> str:
     """The hot GPU against the others: "GPU 0 at 95% while GPUs 1-7 average 9% over 60 s"."""
+    return f"{contrast_head(cond)} {over(observed)}"
+
+
+def contrast_head(cond: Condition) -> str:
+    """:func:`contrast` without the observation: "GPU 0 at 95% while GPUs 1-7 average 9%"."""
     if cond.kind == "utilization":
         head = f"GPU {cond.hot} at {cond.hot_value:.0f}%"
         if len(cond.others) == 1:
@@ -159,7 +176,7 @@ def contrast(cond: Condition, observed: float) -> str:
             rest = f"{gpus_phrase(cond.others)} average {cond.others_mean:.0f}%"
         else:
             rest = f"GPU {cond.coldest}'s is {cond.coldest_value:.0f}%"
-    return f"{head} while {rest} {over(observed)}"
+    return f"{head} while {rest}"
 
 
 def _containers_on(snapshot: Snapshot, gpu: int) -> dict[str, list[Process]]:
@@ -227,10 +244,15 @@ def causes(snapshot: Snapshot, gpu: int) -> list[str]:
 
 def describe(conditions: list[Condition], snapshot: Snapshot, observed: float) -> str:
     """The banner's message: one sentence per kind, with the pile-up and its causes."""
-    sentences: list[str] = []
+    return _sentences(_described(conditions, snapshot), observed)
+
+
+def _described(conditions: list[Condition], snapshot: Snapshot) -> list[tuple[str, str]]:
+    """Per condition, its sentence in two parts around the observation (:func:`over`): the contrast's
+    head, and the pile-up and causes with the full stop."""
+    parts: list[tuple[str, str]] = []
     explained: set[int] = set()
     for cond in conditions:
-        text = contrast(cond, observed)
         details: list[str] = []
         if cond.hot not in explained:
             explained.add(cond.hot)
@@ -239,10 +261,34 @@ def describe(conditions: list[Condition], snapshot: Snapshot, observed: float) -
                 extra = f" ({plural(containers, 'container')})" if containers else ""
                 details.append(f"{jobs} jobs{extra} piled on GPU {cond.hot}")
             details.extend(causes(snapshot, cond.hot))
-        if details:
-            text += ": " + "; ".join(details)
-        sentences.append(text + ".")
-    return " ".join(sentences)
+        parts.append((contrast_head(cond), (": " + "; ".join(details) if details else "") + "."))
+    return parts
+
+
+def _sentences(parts: list[tuple[str, str]], observed: float) -> str:
+    seen = over(observed)
+    return " ".join([f"{head} {seen}{tail}" for head, tail in parts])
+
+
+def _kept_description(conditions: list[Condition], snapshot: Snapshot, history: History, observed: float) -> str:
+    """:func:`describe`, its parts (all but the observation) kept in the history from poll to poll while
+    everything they read is the same: the conditions, each hot GPU's processes (the very tuple: the same
+    rows), the containers and, where there are containers, every GPU's index and UUID (their grants name
+    GPUs by UUID)."""
+    rows = []
+    for cond in conditions:
+        g = snapshot.gpu(cond.hot)
+        rows.append(g.processes if g is not None else None)
+    containers = snapshot.containers
+    layout = tuple([(g.index, g.uuid) for g in snapshot.gpus]) if containers else None
+    kept = history.kept.get("imbalance.describe")
+    if (isinstance(kept, tuple) and kept[0] == conditions and kept[2] == containers and kept[3] == layout
+            and len(kept[1]) == len(rows) and all(a is b for a, b in zip(kept[1], rows, strict=True))):
+        parts: list[tuple[str, str]] = kept[4]
+    else:
+        parts = _described(conditions, snapshot)
+        history.kept["imbalance.describe"] = (list(conditions), rows, containers, layout, parts)
+    return _sentences(parts, observed)
 
 
 # -- the suggestion ---------------------------------------------------------------------------
@@ -492,9 +538,16 @@ def judge(conditions: list[Condition], loads: dict[int, GpuLoad], snapshot: Snap
         suggestion = suggest(cond, loads, snapshot, history, settings, observed)
         if suggestion is not None:
             break
-    return Imbalance(flagged=True, provisional=history.span < settings.imbalance_hold,
-                     kinds=tuple(c.kind for c in conditions),
-                     message=describe(conditions, snapshot, observed), suggestion=suggestion)
+    provisional = history.span < settings.imbalance_hold
+    message = _kept_description(conditions, snapshot, history, observed)
+    kinds = tuple([c.kind for c in conditions])
+    kept = history.kept.get("imbalance.verdict")
+    if (isinstance(kept, Imbalance) and kept.message == message and kept.kinds == kinds
+            and kept.provisional == provisional and kept.suggestion == suggestion):
+        return kept  # the last poll's verdict again, as the same object
+    verdict = Imbalance(flagged=True, provisional=provisional, kinds=kinds, message=message, suggestion=suggestion)
+    history.kept["imbalance.verdict"] = verdict
+    return verdict
 
 
 def trusted_loads(history: History, snapshot: Snapshot, settings: Settings) -> dict[int, GpuLoad]:

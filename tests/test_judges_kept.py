@@ -1,0 +1,115 @@
+"""What the judges keep from one poll to the next is keyed on what it was built from.
+
+The imbalance judge keeps its sentence's parts (all but the span observed), its last verdict and the
+imbalance alert's contrasts; each is reused only while everything it read is the same. Each test holds
+every input still (the same objects poll after poll, as the poller hands them on) and then changes one,
+and expects the change to show at that poll."""
+
+from gputui.core.config import Settings
+from gputui.core.history import History
+from gputui.core.judges.alerts import AlertJudge
+from gputui.core.judges.imbalance import ImbalanceJudge
+from gputui.core.model import Container
+from gputui.core.record import replace
+from tests.fixtures.synthetic import T0, cid, container, gpu, proc, snapshot, uuid
+
+#: a short window: after 5 s the span observed (and so the sentence) stays the same poll after poll
+SHORT = replace(Settings(), imbalance_window=5.0)
+
+
+class _Judged:
+    """A history, the imbalance judge and the alert judge, fed one snapshot per second."""
+
+    def __init__(self, settings: Settings = SHORT) -> None:
+        self.history = History()
+        self.imbalance = ImbalanceJudge(settings)
+        self.alerts = AlertJudge(settings)
+        self.t = T0
+
+    def poll(self, gpus, containers=()):
+        snap = snapshot(self.t, gpus, containers)
+        self.t += 1.0
+        self.history.add(snap)
+        imb = self.imbalance.update(self.history, snap)
+        alerts = self.alerts.update(self.history, snap, imb)
+        return imb, next((a for a in alerts if a.kind == "imbalance"), None)
+
+    def still(self, gpus, containers=(), polls=8):
+        for _ in range(polls):
+            out = self.poll(gpus, containers)
+        return out
+
+
+def _machine(hot_procs=2, hot=95):
+    procs = tuple(proc(101 + i, 0, 4, sm=50) for i in range(hot_procs))
+    return [gpu(0, util=hot, procs=procs), *(gpu(i, util=5, used_gib=10) for i in (1, 2, 3))]
+
+
+def test_the_pile_up_follows_a_new_process_on_the_hot_gpu_under_the_same_conditions():
+    judged = _Judged()
+    gpus = _machine(2)
+    imb, _ = judged.still(gpus)
+    assert "2 jobs piled on GPU 0" in imb.message
+    more = _machine(3)  # the hot GPU's figures as before: the same conditions, another rows tuple
+    imb, _ = judged.poll(more)
+    assert "3 jobs piled on GPU 0" in imb.message
+
+
+def test_the_causes_follow_the_containers_under_the_same_rows_and_conditions():
+    judged = _Judged()
+    gpus = _machine(2)
+    alone = (container("alpha", (0,)),)
+    imb, _ = judged.still(gpus, alone)
+    assert "granted GPU 0" not in imb.message
+    pair = (*alone, container("beta", (0,)))  # now two running containers are granted GPU 0
+    imb, _ = judged.poll(gpus, pair)
+    assert "alpha and beta are both granted GPU 0" in imb.message
+
+
+def test_the_causes_follow_the_gpus_uuids_where_containers_grant_by_uuid():
+    judged = _Judged()
+    by_uuid = tuple(Container(id=cid(name), name=name, image="img", state="running", gpus=(uuid(0),),
+                              grant_source="device_request", cuda_visible_devices=None, gpu_memory=0, pids=(),
+                              findings=(), runtime="docker", granted_gpus=()) for name in ("alpha", "beta"))
+    gpus = _machine(2)
+    imb, _ = judged.still(gpus, by_uuid)
+    assert "alpha and beta are both granted GPU 0" in imb.message
+    # GPUs 0 and 1 trade UUIDs (the same processes and figures): the grants now name GPU 1
+    swapped = [replace(gpus[0], uuid=uuid(1)), replace(gpus[1], uuid=uuid(0)), *gpus[2:]]
+    imb, _ = judged.poll(swapped, by_uuid)
+    assert "granted GPU 0" not in imb.message
+
+
+def test_the_sentence_and_the_alert_follow_the_hot_gpus_figure():
+    judged = _Judged()
+    imb, alert = judged.still(_machine(2, hot=95))
+    assert "GPU 0 at 95%" in imb.message and "GPU 0 at 95%" in alert.message
+    imb, alert = judged.still(_machine(2, hot=85), polls=8)  # a full window at 85%
+    assert "GPU 0 at 85%" in imb.message and "GPU 0 at 85%" in alert.message
+
+
+def test_the_verdict_turns_from_provisional_to_held_under_the_same_sentence():
+    judged = _Judged(replace(SHORT, imbalance_hold=12.0))  # the hold outlasts the window
+    gpus = _machine(2)
+    imb, _ = judged.still(gpus, polls=8)
+    assert imb.flagged and imb.provisional
+    message = imb.message
+    imb, _ = judged.still(gpus, polls=8)
+    assert imb.message == message and imb.flagged and not imb.provisional
+
+
+def test_the_suggestion_follows_the_targets_free_memory_under_the_same_sentence():
+    judged = _Judged()
+    procs = (proc(101, 0, 30, sm=50), proc(102, 0, 4, sm=50))
+
+    def machine(gpu3_used):
+        return [gpu(0, util=95, procs=procs), gpu(1, util=5, used_gib=70), gpu(2, util=5, used_gib=70),
+                gpu(3, util=5, used_gib=gpu3_used)]
+
+    imb, _ = judged.still(machine(10), polls=12)  # past the hold: no longer provisional
+    assert imb.suggestion is not None and imb.suggestion.to_gpu == 3 and not imb.provisional
+    message = imb.message
+    imb, _ = judged.still(machine(78), polls=8)  # GPU 3 now has 2 GiB free: no room for either job
+    assert imb.message == message
+    assert imb.suggestion is not None and imb.suggestion.to_gpu == 1  # the next quietest, 10 GiB free
+
