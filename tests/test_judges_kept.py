@@ -113,3 +113,30 @@ def test_the_suggestion_follows_the_targets_free_memory_under_the_same_sentence(
     assert imb.message == message
     assert imb.suggestion is not None and imb.suggestion.to_gpu == 1  # the next quietest, 10 GiB free
 
+
+
+def _sm_of(history, pid, gpu_index=0, create_time=T0 - 100):
+    """The SM figures of one process identity's ring, oldest first."""
+    return [s.sm_utilization for s in history.process((gpu_index, pid, create_time))]
+
+
+def _row(pid, sm, gpu_index=0, create_time=T0 - 100):
+    return proc(pid, gpu_index, sm=sm, create_time=create_time)  # both PIDs started in the same second
+
+
+def test_new_rows_of_the_same_identities_feed_each_identitys_own_ring():
+    """The history takes a GPU's new rows in at the places of the last poll's while every row's identity
+    (GPU, PID, start time) is the one at its place: each identity changed alone is seen."""
+    h = History()
+    h.add(snapshot(T0, [gpu(0, procs=[_row(101, 1), _row(102, 2)])]))
+    h.add(snapshot(T0 + 1, [gpu(0, procs=[_row(101, 11), _row(102, 12)])]))
+    assert (_sm_of(h, 101), _sm_of(h, 102)) == ([1, 11], [2, 12])
+    h.add(snapshot(T0 + 2, [gpu(0, procs=[_row(102, 22), _row(101, 21)])]))  # the PIDs trade places
+    assert (_sm_of(h, 101), _sm_of(h, 102)) == ([1, 11, 21], [2, 12, 22])
+    later = T0 + 99.0  # PID 101 again, started anew: another identity
+    h.add(snapshot(T0 + 3, [gpu(0, procs=[_row(102, 32), _row(101, 31, create_time=later)])]))
+    assert _sm_of(h, 101, create_time=later) == [31] and _sm_of(h, 101) == []
+    h.add(snapshot(T0 + 4, [gpu(0, procs=[_row(102, 42), _row(101, 41, gpu_index=1, create_time=later)])]))
+    assert _sm_of(h, 101, gpu_index=1, create_time=later) == [41]  # listed under another GPU index
+    assert _sm_of(h, 101, create_time=later) == []
+    assert _sm_of(h, 102) == [2, 12, 22, 32, 42]
