@@ -8,7 +8,7 @@ and expects the change to show at that poll."""
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.alerts import AlertJudge
-from gputui.core.judges.imbalance import ImbalanceJudge
+from gputui.core.judges.imbalance import ImbalanceJudge, assess
 from gputui.core.model import Container
 from gputui.core.record import replace
 from tests.fixtures.synthetic import T0, cid, container, gpu, proc, snapshot, uuid
@@ -140,3 +140,64 @@ def test_new_rows_of_the_same_identities_feed_each_identitys_own_ring():
     assert _sm_of(h, 101, gpu_index=1, create_time=later) == [41]  # listed under another GPU index
     assert _sm_of(h, 101, create_time=later) == []
     assert _sm_of(h, 102) == [2, 12, 22, 32, 42]
+
+
+def _bare(pid, sm):
+    return proc(pid, 0, 4, sm=sm)
+
+
+def _hot_machine(rows):
+    return [gpu(0, util=95, procs=rows), *(gpu(i, util=5, used_gib=10) for i in (1, 2, 3))]
+
+
+def test_a_hot_gpu_where_nobody_computes_gets_a_suggestion_once_new_rows_show_a_job_computing():
+    judged = _Judged()
+    idle = (_bare(101, 0), _bare(102, 0))
+    imb, _ = judged.still(_hot_machine(idle))
+    assert imb.flagged and imb.suggestion is None  # nobody computes: moving an idle job lowers nothing
+    busy = (_bare(101, 0), _bare(102, 60))  # a new tuple: PID 102 computes
+    imb, _ = judged.poll(_hot_machine(busy))
+    assert imb.suggestion is not None and imb.suggestion.pid == 102
+
+
+def test_no_mover_kept_for_one_window_is_not_the_answer_for_a_longer_one():
+    judged = _Judged()
+    judged.still(_hot_machine((_bare(101, 0), _bare(102, 60))), polls=3)
+    idle = (_bare(101, 0), _bare(102, 0))
+    imb, _ = judged.still(_hot_machine(idle), polls=8)  # PID 102's busy seconds left the 5 s window
+    assert imb.suggestion is None
+    snap = snapshot(judged.t - 1, _hot_machine(idle))
+    longer = assess(judged.history, snap, replace(SHORT, imbalance_window=60.0))  # they are in a 60 s one
+    assert longer.suggestion is not None and longer.suggestion.pid == 102
+
+
+def test_a_job_whose_sm_reading_went_missing_becomes_a_mover_when_its_zeros_leave_the_window():
+    judged = _Judged()
+    judged.still(_hot_machine((_bare(101, 0), _bare(102, 0))), polls=8)
+    unknown = (_bare(101, 0), _bare(102, None))  # no SM figure any more: nothing says it is idle
+    imb, _ = judged.still(_hot_machine(unknown), polls=3)
+    assert imb.suggestion is None  # its window still holds 0% readings
+    imb, _ = judged.still(_hot_machine(unknown), polls=6)
+    assert imb.suggestion is not None and imb.suggestion.pid == 102
+
+
+def test_no_mover_is_not_kept_over_a_window_whose_figures_can_still_rise():
+    judged = _Judged()
+    judged.poll(_hot_machine((_bare(101, 0), _bare(102, -20))))  # (figures no source hands in; judged alike)
+    judged.poll(_hot_machine((_bare(101, 0), _bare(102, 10))))
+    idle = (_bare(101, 0), _bare(102, 0))
+    imb, _ = judged.still(_hot_machine(idle), polls=4)
+    assert imb.suggestion is None  # a mean of -10/6 %: not computing
+    imb, _ = judged.poll(_hot_machine(idle))  # -20 left the window, 10 did not: a mean above 0
+    assert imb.suggestion is not None and imb.suggestion.pid == 102
+
+
+def test_a_container_on_the_hot_gpu_that_starts_running_is_moved_under_the_same_rows():
+    judged = _Judged()
+    rows = (_bare(101, 0), proc(102, 0, 4, sm=60, container="trainer", visible=False))
+    exited = (container("trainer", "all", state="exited"),)
+    imb, _ = judged.still(_hot_machine(rows), exited)
+    assert imb.suggestion is None
+    running = (container("trainer", "all"),)
+    imb, _ = judged.poll(_hot_machine(rows), running)
+    assert imb.suggestion is not None and imb.suggestion.container == "trainer"

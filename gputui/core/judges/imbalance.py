@@ -473,7 +473,12 @@ def _movers(cond: Condition, snapshot: Snapshot, history: History,
 def suggest(cond: Condition, loads: dict[int, GpuLoad], snapshot: Snapshot, history: History,
             settings: Settings, observed: float) -> Suggestion | None:
     """One concrete move off ``cond.hot``, or None when no move would help or fit."""
-    containers, bare = _movers(cond, snapshot, history, settings.imbalance_window)
+    window = settings.imbalance_window
+    hot = snapshot.gpu(cond.hot)
+    rows = hot.processes if hot is not None else None
+    if cond.kind == "utilization" and rows is not None and _still_no_mover(history, rows, window):
+        return None
+    containers, bare = _movers(cond, snapshot, history, window)
     reserved = reservations(snapshot)
     allocated = allocations(snapshot.gpus)  # Slurm's: nothing may be moved onto a job's GPU
     others = sorted((g for g in loads.values() if g.index != cond.hot and not g.lost), key=rank_key)
@@ -481,7 +486,9 @@ def suggest(cond: Condition, loads: dict[int, GpuLoad], snapshot: Snapshot, hist
         return None
     n_containers = sum(1 for m in containers if m.container)
     now = history.now if history.now is not None else snapshot.time.timestamp()
+    moved = False
     for mover in chain(containers, bare):
+        moved = True
         fits = [g for g in others
                 if g.free is not None and g.free >= mover.peak
                 and not set(reserved.get(g.index, ())) - {mover.container} and g.index not in allocated]
@@ -507,7 +514,34 @@ def suggest(cond: Condition, loads: dict[int, GpuLoad], snapshot: Snapshot, hist
                    f"CUDA_VISIBLE_DEVICES={target.index}")
         return Suggestion(from_gpu=cond.hot, to_gpu=target.index, reason=f"{reason}; {why}.",
                           container=mover.container, pid=mover.pid)
+    if not moved and cond.kind == "utilization" and rows is not None:
+        history.kept["imbalance.no_mover"] = [rows, window, False]  # see _still_no_mover
     return None
+
+
+def _still_no_mover(history: History, rows: tuple[Process, ...], window: float) -> bool:
+    """Whether the hot GPU's rows are the very tuple in which the last utilization suggestion found no
+    process that computes, and that still holds: none of them in a container, and every one that could
+    move reads 0% SM now with no other SM figure in its window. The history then takes in 0% for each
+    poll after poll (the same rows), so no window's mean can rise above 0 and nobody can become a mover.
+    Checked once for the rows and the window; then one look per poll instead of every process's windows."""
+    kept = history.kept.get("imbalance.no_mover")
+    if not isinstance(kept, list) or kept[0] is not rows or kept[1] != window:
+        return False
+    if not kept[2]:
+        for p in rows:
+            if p.container is not None:
+                break
+            if p.visible and not p.stale:
+                if p.sm_utilization != 0:
+                    break
+                if any(s.sm_utilization for s in history.process((p.gpu_index, p.pid, p.create_time), window)):
+                    break
+        else:
+            kept[2] = True
+    if not kept[2]:
+        del history.kept["imbalance.no_mover"]
+    return bool(kept[2])
 
 
 def _passed_over(better: list[GpuLoad], reserved: dict[int, tuple[str, ...]], allocated: dict[int, tuple[str, ...]],
