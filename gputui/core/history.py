@@ -8,7 +8,7 @@ under it.
 from __future__ import annotations
 
 from collections import deque, namedtuple
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
 from gputui.core.model import Process, Snapshot
@@ -255,6 +255,11 @@ class History:
         """The process's live ring, oldest first, without a copy: for judges that run on the poller's
         thread right after :meth:`add`, and never kept past the poll (the next ``add`` changes it)."""
         return self._procs.get(key, ())
+
+    @property
+    def gpu_rings(self) -> Mapping[int, Sequence[GpuSample]]:
+        """Every GPU's live ring by index (same terms as :meth:`gpu_ring`; not to be changed)."""
+        return self._gpus
 
     def gpu_ring(self, index: int) -> Sequence[GpuSample]:
         """The GPU's live ring, oldest first, without a copy (same terms as :meth:`process_ring`)."""

@@ -82,9 +82,37 @@ def gpu_loads(history: History, gpus: Iterable[Gpu], window: float | None) -> di
     # compared by identity, so a GPU object that merely took another's id cannot match.
     if isinstance(hit, tuple) and len(hit[0]) == len(gpus) and all(a is b for a, b in zip(hit[0], gpus, strict=True)):
         return dict(hit[1])
-    out = {g.index: _gpu_load(history, g, window) for g in gpus}
+    if window is None:
+        out = {g.index: _gpu_load(history, g, window) for g in gpus}
+    else:
+        # Each GPU's running window stepped here, one sample in (the common case, every poll), without
+        # the frames of _gpu_load and _running_window, which do the rest (a rebuild, a ring out of order).
+        runs, rings, out = _runs(history, window), history.gpu_rings, {}
+        for g in gpus:
+            index = g.index
+            run, ring = runs.get(index), rings.get(index)
+            if run is not None and ring:
+                newest, last = ring[-1], run.last
+                if last is newest:
+                    out[index] = run.uniform_load(g)
+                    continue
+                if last is not None and len(ring) >= 2 and ring[-2] is last and newest.t > last.t:
+                    run.take(newest)
+                    run.expire(newest.t - window, run.seq - len(ring) + 1)  # as in _running_window
+                    out[index] = run.uniform_load(g)
+                    continue
+            out[index] = _gpu_load(history, g, window)
     history.memo[key] = (gpus, out)
     return dict(out)
+
+
+def _runs(history: History, window: float) -> dict[int, _RunningWindow]:
+    """The running windows of this length, per GPU index, kept in the history."""
+    key = ("gpu_loads.windows", window)
+    runs = history.kept.get(key)
+    if not isinstance(runs, dict):
+        runs = history.kept[key] = {}
+    return runs
 
 
 class _RunningWindow:
@@ -220,11 +248,11 @@ def _running_window(history: History, index: int, window: float) -> _RunningWind
     """The GPU's running window brought up to its ring's newest sample, or None where the ring's
     window is not in strict time order (a wall clock that stepped back): then it is read as it is."""
     ring = history.gpu_ring(index)
-    key = ("gpu_loads.window", index, window)
+    runs = _runs(history, window)
     if not ring:
-        history.kept.pop(key, None)
+        runs.pop(index, None)
         return None
-    run = history.kept.get(key)
+    run = runs.get(index)
     newest = ring[-1]
     if isinstance(run, _RunningWindow) and run.last is newest:
         return run
@@ -242,11 +270,11 @@ def _running_window(history: History, index: int, window: float) -> _RunningWind
         previous = None
         for s in islice(ring, start, None):
             if previous is not None and s.t <= previous:
-                history.kept.pop(key, None)
+                runs.pop(index, None)
                 return None
             previous = s.t
             run.take(s)
-        history.kept[key] = run
+        runs[index] = run
     # The ring holds the newest len(ring) samples, and every one taken in since the rebuild was one.
     run.expire(newest.t - window, run.seq - len(ring) + 1)
     return run
