@@ -107,7 +107,9 @@ class AlertJudge:
         ``imbalance``: this poll's verdict when ``snapshot`` does not carry it yet (the poller's, which then
         copies the snapshot once for both)."""
         s = self.settings
-        now = history.now if history.now is not None else snapshot.time.timestamp()
+        now = history.now
+        if now is None:
+            now = snapshot.time.timestamp()
         hold = effective_hold(s.alert_hold, history.span)
         tz = snapshot.time.tzinfo
 

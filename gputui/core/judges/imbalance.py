@@ -485,7 +485,9 @@ def suggest(cond: Condition, loads: dict[int, GpuLoad], snapshot: Snapshot, hist
     if not others:
         return None
     n_containers = sum(1 for m in containers if m.container)
-    now = history.now if history.now is not None else snapshot.time.timestamp()
+    now = history.now
+    if now is None:
+        now = snapshot.time.timestamp()
     moved = False
     for mover in chain(containers, bare):
         moved = True
@@ -625,7 +627,9 @@ class ImbalanceJudge:
 
     def update(self, history: History, snapshot: Snapshot) -> Imbalance:
         s = self.settings
-        now = history.now if history.now is not None else snapshot.time.timestamp()
+        now = history.now
+        if now is None:
+            now = snapshot.time.timestamp()
         hold = effective_hold(s.imbalance_hold, history.span)
         loads = trusted_loads(history, snapshot, s)
         active: list[Condition] = []
