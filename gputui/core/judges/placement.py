@@ -66,10 +66,6 @@ class GpuLoad:
         return ", ".join(parts)
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 def gpu_loads(history: History, gpus: Iterable[Gpu], window: float | None) -> dict[int, GpuLoad]:
     """Windowed load of each GPU in ``gpus`` (their newest state says whether they are lost).
 
@@ -233,13 +229,16 @@ class _RunningWindow:
             # free value, so neither reads every sample
             return _load(g, util, mem, free, n, self.util_sum,  # type: ignore[arg-type]
                          self.free_low[0][1] if n else None)
-        key = (n, util[-1] if n else None, mem[-1] if n else None, free[-1] if n else None, g.index, g.uuid,
-               g.lost, g.memory_free,
-               None if n else (g.utilization_gpu, g.memory_used, g.memory_total))  # _load's stand-in
         kept = self.load
+        if kept is not None and kept[0][0] != n:  # another count (a window still filling): another load
+            kept = None
+        key = (n, util[-1] if n else None, mem[-1] if n else None, free[-1] if n else None, g.index, g.uuid,
+               g.lost, g.memory_used, g.memory_total,  # (g.memory_free's)
+               None if n else g.utilization_gpu)  # _load's stand-in
         if kept is not None and kept[0] == key:
             return kept[1]
-        load = _load(g, util, mem, free, n)  # type: ignore[arg-type]
+        load = _load(g, util, mem, free, n, self.util_sum,  # type: ignore[arg-type]
+                     self.free_low[0][1] if n else None)
         self.load = (key, load)
         return load
 
@@ -326,20 +325,17 @@ def _load(g: Gpu, util: Sequence[float], mem: Sequence[float], frees: Sequence[i
         frees = [g.memory_free] if g.memory_free is not None else []
         n = 1
         util_sum = free_min = None
-    if util_sum is not None and util:
-        mean: float | None = util_sum / len(util)
+    if g.lost:
+        return GpuLoad(g.index, g.uuid, True, None, None, None, None, n)
+    if not util:
+        mean: float | None = None
     else:
-        mean = _mean(util)
-    return GpuLoad(
-        index=g.index,
-        uuid=g.uuid,
-        lost=g.lost,
-        util=None if g.lost else mean,
-        memory=None if g.lost else _mean(mem),
-        free=None if g.lost else g.memory_free,
-        free_min=None if g.lost or not frees else (min(frees) if free_min is None else free_min),
-        samples=n,
-    )
+        mean = (util_sum if util_sum is not None else sum(util)) / len(util)
+    used, total = g.memory_used, g.memory_total  # g.memory_free, without the property's frame
+    # (index, uuid, lost, util, memory, free, free_min, samples)
+    return GpuLoad(g.index, g.uuid, False, mean, sum(mem) / len(mem) if mem else None,
+                   None if total is None or used is None else max(0, total - used),
+                   None if not frees else (min(frees) if free_min is None else free_min), n)
 
 
 def rank_key(load: GpuLoad) -> tuple[object, ...]:
