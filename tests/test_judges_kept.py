@@ -9,9 +9,10 @@ from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.alerts import AlertJudge
 from gputui.core.judges.imbalance import ImbalanceJudge, assess
+from gputui.core.judges.placement import gpu_loads
 from gputui.core.model import Container
 from gputui.core.record import replace
-from tests.fixtures.synthetic import T0, cid, container, gpu, proc, snapshot, uuid
+from tests.fixtures.synthetic import GIB, T0, cid, container, gpu, proc, snapshot, uuid
 
 #: a short window: after 5 s the span observed (and so the sentence) stays the same poll after poll
 SHORT = replace(Settings(), imbalance_window=5.0)
@@ -201,3 +202,23 @@ def test_a_container_on_the_hot_gpu_that_starts_running_is_moved_under_the_same_
     running = (container("trainer", "all"),)
     imb, _ = judged.poll(_hot_machine(rows), running)
     assert imb.suggestion is not None and imb.suggestion.container == "trainer"
+
+
+def test_a_still_windows_kept_load_follows_the_gpu_it_is_asked_for():
+    """A window whose every figure is one value keeps its load; the GPU asked about is read too (its
+    newest free memory, and with no sample in the window its own figures): each changed alone is seen."""
+    h = History()
+    g = gpu(0, util=40, used_gib=20)
+    for t in range(5):
+        h.add(snapshot(T0 + t, [g]))
+    for changed, seen in ((replace(g, memory_used=30 * GIB), ("free", 50 * GIB)),
+                          (replace(g, memory_total=90 * GIB), ("free", 70 * GIB)),
+                          (replace(g, uuid="GPU-other"), ("uuid", "GPU-other"))):
+        assert gpu_loads(h, (g,), 60.0)[0].free == 60 * GIB  # the kept load, made for g
+        assert getattr(gpu_loads(h, (changed,), 60.0)[0], seen[0]) == seen[1]
+    lost = gpu(1, lost=True)
+    for t in range(5, 10):
+        h.add(snapshot(T0 + t, [lost]))
+    back = replace(g, index=1)  # answers again, not yet in the history: the snapshot is the sample
+    assert gpu_loads(h, (back,), 60.0)[1].util == 40
+    assert gpu_loads(h, (replace(back, utilization_gpu=70),), 60.0)[1].util == 70
