@@ -8,7 +8,7 @@ under it.
 from __future__ import annotations
 
 from collections import deque, namedtuple
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
 from gputui.core.model import Process, Snapshot
@@ -72,13 +72,14 @@ class History:
         #: the same per process identity, forgotten with the process (see ``process_kept``)
         self._proc_kept: dict[ProcessKey, dict[str, object]] = {}
         #: GPU index -> the processes tuple the last add() took from that GPU, and what it found for it:
-        #: per process its ring and its figures, the identities, and the GPU memory per container. While a
-        #: GPU hands in the very same tuple (the poller's steady state), its processes are the same rows
-        #: with the same rings, and a poll appends one sample per row without a lookup. Emptied whenever
-        #: a ring is dropped, so no entry can name a ring the history no longer holds.
-        self._rows: dict[int, tuple[tuple[Process, ...],
-                                    list[tuple[deque[ProcessSample], int | None, int | None, float | None]],
-                                    frozenset[ProcessKey], dict[str, int]]] = {}
+        #: per process its ring, and the sample it took in (its figures), the identities, the GPU memory
+        #: per container, and the identities in row order. While a GPU hands in the very same tuple (the
+        #: poller's steady state), its processes are the same rows with the same rings, and a poll appends
+        #: one sample per row without a lookup; while it hands in new rows of the same identities in the
+        #: same order (figures moving), each row's ring is the one at its place. Every entry names only
+        #: rings of identities the last add() saw, so none can name a ring the history no longer holds.
+        self._rows: dict[int, tuple[tuple[Process, ...], list[deque[ProcessSample]], list[ProcessSample],
+                                    frozenset[ProcessKey], dict[str, int], tuple[ProcessKey, ...]]] = {}
         #: the GPU indices of the last add(), in order: when they and every GPU's rows are the same again,
         #: the rings held are exactly those the last add() left (nobody came or left)
         self._last_indices: tuple[int, ...] = ()
@@ -117,34 +118,60 @@ class History:
                                   g.power_draw, g.lost, len(rows)))
             kept = kept_rows.get(index)
             if kept is not None and kept[0] is rows:
-                for ring_of, memory, sm, cpu in kept[1]:  # ProcessSample(...) without its Python __new__
+                # ProcessSample(...) without its Python __new__, with the figures of the last sample
+                for ring_of, (_, memory, sm, cpu) in zip(kept[1], kept[2], strict=True):
                     ring_of.append(new_tuple(ProcessSample, (t, memory, sm, cpu)))
-                for cid, memory in kept[3].items():
+                for cid, memory in kept[4].items():
                     per_gpu = usage.setdefault(cid, {})
                     per_gpu[index] = per_gpu.get(index, 0) + memory
-                steady.append(kept[2])
+                steady.append(kept[3])
                 continue
+            rings: list[deque[ProcessSample]] = []
+            taken: list[ProcessSample] = []
+            memory_by_container: dict[str, int] = {}
+            done = 0  # rows taken in at the place the last add() found their identity
+            if kept is not None and len(kept[5]) == len(rows):
+                for p, key, samples in zip(rows, kept[5], kept[1], strict=True):
+                    if p.pid != key[1] or p.create_time != key[2] or p.gpu_index != key[0]:
+                        break
+                    memory = p.gpu_memory
+                    sample = new_tuple(ProcessSample, (t, memory, p.sm_utilization, p.cpu_percent))
+                    samples.append(sample)
+                    taken.append(sample)
+                    done += 1
+                    if p.container is not None:
+                        cid = p.container.id
+                        per_gpu = usage.setdefault(cid, {})
+                        per_gpu[index] = per_gpu.get(index, 0) + (memory or 0)
+                        memory_by_container[cid] = memory_by_container.get(cid, 0) + (memory or 0)
+                if done == len(rows):  # the same identities: the same keys and rings, nobody came or left
+                    kept_rows[index] = (rows, kept[1], taken, kept[3], memory_by_container, kept[5])
+                    steady.append(kept[3])
+                    continue
+                rings = kept[1][:done]
             if seen is None:
                 seen = set()
-            entries: list[tuple[deque[ProcessSample], int | None, int | None, float | None]] = []
-            keys: set[ProcessKey] = set()
-            memory_by_container: dict[str, int] = {}
-            for p in rows:
+            order_keys = list(kept[5][:done]) if kept is not None and done else []
+            for p in rows[done:] if done else rows:
                 key = (p.gpu_index, p.pid, p.create_time)
-                keys.add(key)
-                samples = procs.get(key)
-                if samples is None:
-                    samples = procs[key] = deque(maxlen=capacity)
+                order_keys.append(key)
+                found = procs.get(key)
+                if found is None:
+                    found = procs[key] = deque(maxlen=capacity)
                     self._first_seen.setdefault(key, t)
-                samples.append(ProcessSample(t, p.gpu_memory, p.sm_utilization, p.cpu_percent))
-                entries.append((samples, p.gpu_memory, p.sm_utilization, p.cpu_percent))
+                memory = p.gpu_memory
+                sample = new_tuple(ProcessSample, (t, memory, p.sm_utilization, p.cpu_percent))
+                found.append(sample)
+                rings.append(found)
+                taken.append(sample)
                 if p.container is not None:
                     cid = p.container.id
                     per_gpu = usage.setdefault(cid, {})
-                    per_gpu[index] = per_gpu.get(index, 0) + (p.gpu_memory or 0)
-                    memory_by_container[cid] = memory_by_container.get(cid, 0) + (p.gpu_memory or 0)
+                    per_gpu[index] = per_gpu.get(index, 0) + (memory or 0)
+                    memory_by_container[cid] = memory_by_container.get(cid, 0) + (memory or 0)
+            keys = frozenset(order_keys)
             seen |= keys
-            kept_rows[index] = (rows, entries, frozenset(keys), memory_by_container)
+            kept_rows[index] = (rows, rings, taken, keys, memory_by_container, tuple(order_keys))
         order = tuple(indices)
         if seen is not None or order != self._last_indices:  # else: the last add()'s rows, rings and sweep
             every: set[ProcessKey] = set() if seen is None else seen
@@ -232,6 +259,11 @@ class History:
         """The process's live ring, oldest first, without a copy: for judges that run on the poller's
         thread right after :meth:`add`, and never kept past the poll (the next ``add`` changes it)."""
         return self._procs.get(key, ())
+
+    @property
+    def gpu_rings(self) -> Mapping[int, Sequence[GpuSample]]:
+        """Every GPU's live ring by index (same terms as :meth:`gpu_ring`; not to be changed)."""
+        return self._gpus
 
     def gpu_ring(self, index: int) -> Sequence[GpuSample]:
         """The GPU's live ring, oldest first, without a copy (same terms as :meth:`process_ring`)."""

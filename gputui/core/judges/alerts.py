@@ -50,9 +50,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.hysteresis import IDLE, Latch, advance, effective_hold
-from gputui.core.judges.imbalance import conditions, contrast, trusted_loads
+from gputui.core.judges.imbalance import Condition, conditions, contrast_head, trusted_loads
 from gputui.core.judges.suspect import suspect, suspect_message
-from gputui.core.judges.text import join_and
+from gputui.core.judges.text import join_and, over
 from gputui.core.model import THERMAL_OR_POWER, Alert, Gpu, Imbalance, Severity, Snapshot
 from gputui.core.record import record
 from gputui.core.units import fmt_percent, fmt_size, used_percent
@@ -74,13 +74,6 @@ HARDWARE_THROTTLE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_b
 _SEVERITY_ORDER = {"critical": 0, "warning": 1}
 
 
-def _alert_inputs(g: Gpu) -> tuple[object, ...]:
-    """Everything of ``g`` a per-GPU alert verdict reads (lost, temperature, throttle reasons, the
-    suspect reading, memory, the MIG devices' memory)."""
-    return (g.lost, g.temperature, g.throttle_reasons, g.utilization_gpu, not g.processes, g.memory_used,
-            g.memory_total, g.mig_mode, g.mig_devices)
-
-
 def _throttle_reasons(g: Gpu) -> tuple[str, ...]:
     return tuple(r for r in g.throttle_reasons or () if r in THERMAL_OR_POWER)
 
@@ -96,10 +89,8 @@ class AlertJudge:
         #: throttle reasons last seen while a throttle alert is active, per GPU
         self._reasons: dict[int, tuple[str, ...]] = {}
         self._memory: dict[int, float] = {}
-        #: per GPU that ended the last update with every latch idle: what its verdicts were made of
-        #: (:func:`_alert_inputs` and the thresholds); the same again cannot raise anything, so it is
-        #: not judged again (the steady state of most GPUs)
-        self._quiet: dict[int, tuple[object, ...]] = {}
+        #: the imbalance alert's last contrasts (:func:`contrast_head`) and the conditions they were made of
+        self._summary: tuple[list[Condition], list[str]] | None = None
 
     def _step(self, key: tuple[int | None, str], now: float, strict: bool, relaxed: bool, hold: float) -> Latch:
         """Raise after ``hold`` (0 while the observation is shorter than the hold), clear after the full hold."""
@@ -116,7 +107,9 @@ class AlertJudge:
         ``imbalance``: this poll's verdict when ``snapshot`` does not carry it yet (the poller's, which then
         copies the snapshot once for both)."""
         s = self.settings
-        now = history.now if history.now is not None else snapshot.time.timestamp()
+        now = history.now
+        if now is None:
+            now = snapshot.time.timestamp()
         hold = effective_hold(s.alert_hold, history.span)
         tz = snapshot.time.tzinfo
 
@@ -124,21 +117,32 @@ class AlertJudge:
             return datetime.fromtimestamp(ts if ts is not None else now, tz=tz)
 
         alerts: list[Alert] = []
-        present = {g.index for g in snapshot.gpus}
-        for key in [k for k in self._latches if k[0] is not None and k[0] not in present]:
-            del self._latches[key]
-        thresholds = (s.temp_warning, s.temp_critical, s.temp_hysteresis, s.memory_full, s.memory_hysteresis)
-        quiet = self._quiet
-        self._quiet = {}
+        latches = self._latches
+        # the GPUs with a latch that is not idle (a raised or pending alert); the only key without a GPU
+        # is the imbalance latch's
+        held = {k[0] for k in latches}
+        if len(held) > 1 or None not in held:
+            present = {g.index for g in snapshot.gpus}
+            for key in [k for k in latches if k[0] is not None and k[0] not in present]:
+                del latches[key]
+        temp_warning, temp_critical, memory_full = s.temp_warning, s.temp_critical, s.memory_full
 
         for g in snapshot.gpus:
             i = g.index
-            inputs = (_alert_inputs(g), thresholds)
-            if quiet.get(i) == inputs:
-                # Every latch of this GPU was idle (every strict verdict false) and nothing a verdict
-                # reads changed: each stays idle whatever the time, so there is nothing to raise.
-                self._quiet[i] = inputs
-                continue
+            if i not in held:
+                # Every latch of this GPU is idle: one whose strict verdict is false stays idle (advance()
+                # gives IDLE), so a GPU whose every strict verdict is false has nothing to step or say.
+                # The verdicts of the rules below, read without building anything.
+                t, used, total = g.temperature, g.memory_used, g.memory_total
+                if (not g.lost and (t is None or (t < temp_warning and t < temp_critical))
+                        and (not g.throttle_reasons or THERMAL_OR_POWER.isdisjoint(g.throttle_reasons))
+                        and (g.processes or not suspect(g))
+                        and (not total or used is None or 100.0 * used / total < memory_full)
+                        and (not g.mig_devices or not g.mig_enabled)):
+                    if self._peak or self._reasons:  # what the rules below forget with an idle latch
+                        self._peak.pop(i, None)
+                        self._reasons.pop(i, None)
+                    continue
             # -- lost: raise at once, clear after the hold ------------------------------
             lost_key = (i, "lost")
             latch = self._step(lost_key, now, g.lost, g.lost, 0.0)
@@ -210,8 +214,6 @@ class AlertJudge:
                     msg = f"GPU {i}'s memory was at least {s.memory_full:g}% used and is {now_text} now."
                 alerts.append(Alert(i, "memory-full", "warning", msg, at(latch.since)))
             alerts += self._mig_memory(g, now, hold, at)
-            if not any(k[0] == i for k in self._latches):
-                self._quiet[i] = inputs
 
         # -- imbalance (already hysteretic: mirror it) ------------------------------------
         imb = imbalance if imbalance is not None else snapshot.imbalance
@@ -259,7 +261,15 @@ class AlertJudge:
         gpu = imb.suggestion.from_gpu if imb.suggestion is not None else conds[0].hot if conds else None
         if not conds:
             return gpu, imb.message or "The GPUs are unevenly loaded."
-        return gpu, "Unevenly loaded: " + "; ".join(contrast(c, observed) for c in conds) + "."
+        # the contrasts kept while the conditions are the same (all they read but the observation)
+        kept = self._summary
+        if kept is not None and kept[0] == conds:
+            heads = kept[1]
+        else:
+            heads = [contrast_head(c) for c in conds]
+            self._summary = (conds, heads)
+        seen = over(observed)
+        return gpu, "Unevenly loaded: " + "; ".join([f"{head} {seen}" for head in heads]) + "."
 
 
 # -- events, the session's history, the bell and the log --------------------------------------

@@ -60,16 +60,24 @@ def advance(latch: Latch, now: float, strict: bool, relaxed: bool, hold: float,
     (default ``hold``) how long the relaxed one must fail to clear.
     """
     clear_after = hold if clear_hold is None else clear_hold
+    # A latch whose state stays the same is handed back as it is (a Latch is immutable): most polls of
+    # a raised or pending flag change nothing.
     if not latch.active:
         if not strict:
             return IDLE
         start = latch.pending_since if latch.pending_since is not None else now
         if now - start >= hold:
             return Latch(active=True, pending_since=None, since=start)
+        if latch.pending_since is not None and latch.since is None:
+            return latch  # == Latch(active=False, pending_since=start)
         return Latch(active=False, pending_since=start)
     if relaxed:
+        if latch.pending_since is None:
+            return latch  # == Latch(active=True, pending_since=None, since=latch.since)
         return Latch(active=True, pending_since=None, since=latch.since)
     start = latch.pending_since if latch.pending_since is not None else now
     if now - start >= clear_after:
         return IDLE
+    if latch.pending_since is not None:
+        return latch  # == Latch(active=True, pending_since=start, since=latch.since)
     return Latch(active=True, pending_since=start, since=latch.since)

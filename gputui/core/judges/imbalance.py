@@ -49,6 +49,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator, Sequence
 from itertools import chain, islice
+from operator import attrgetter
 
 from gputui.core.config import Settings
 from gputui.core.history import History, ProcessKey, ProcessSample
@@ -78,22 +79,33 @@ class Condition:
     low: float
 
 
+_INDEX = attrgetter("index")
+
+
 def _known(loads: dict[int, GpuLoad], attr: str) -> list[GpuLoad]:
-    return [g for g in sorted(loads.values(), key=lambda g: g.index) if not g.lost and getattr(g, attr) is not None]
+    known = [g for g in loads.values() if not g.lost and getattr(g, attr) is not None]
+    known.sort(key=_INDEX)
+    return known
 
 
 def _condition(kind: str, known: list[GpuLoad], attr: str, high: float, low: float,
                spread: float | None, nominal_low: float) -> Condition | None:
     if len(known) < 2:
         return None
-    hot = max(known, key=lambda g: (getattr(g, attr), -g.index))
-    cold = min(known, key=lambda g: (getattr(g, attr), g.index))
-    hv, cv = getattr(hot, attr), getattr(cold, attr)
+    # the busiest (the lowest index among equals) and the idlest (likewise): ``known`` is in index order
+    hot = cold = known[0]
+    hv = cv = getattr(hot, attr)
+    for g in known:
+        v = getattr(g, attr)
+        if v > hv:
+            hot, hv = g, v
+        elif v < cv:
+            cold, cv = g, v
     if not ((hv >= high and cv <= low) or (spread is not None and hv - cv > spread)):
         return None
-    others = [g for g in known if g.index != hot.index]
-    return Condition(kind, hot.index, hv, cold.index, cv, tuple(g.index for g in others),
-                     sum(getattr(g, attr) for g in others) / len(others), nominal_low)
+    others = [g for g in known if g is not hot]
+    return Condition(kind, hot.index, hv, cold.index, cv, tuple([g.index for g in others]),
+                     sum([getattr(g, attr) for g in others]) / len(others), nominal_low)
 
 
 def utilization_condition(loads: dict[int, GpuLoad], settings: Settings, relax: float = 0.0) -> Condition | None:
@@ -143,6 +155,11 @@ def _items(history: History, loads: dict[int, GpuLoad]) -> tuple[tuple[int, bool
 
 def contrast(cond: Condition, observed: float) -> str:
     """The hot GPU against the others: "GPU 0 at 95% while GPUs 1-7 average 9% over 60 s"."""
+    return f"{contrast_head(cond)} {over(observed)}"
+
+
+def contrast_head(cond: Condition) -> str:
+    """:func:`contrast` without the observation: "GPU 0 at 95% while GPUs 1-7 average 9%"."""
     if cond.kind == "utilization":
         head = f"GPU {cond.hot} at {cond.hot_value:.0f}%"
         if len(cond.others) == 1:
@@ -159,7 +176,7 @@ def contrast(cond: Condition, observed: float) -> str:
             rest = f"{gpus_phrase(cond.others)} average {cond.others_mean:.0f}%"
         else:
             rest = f"GPU {cond.coldest}'s is {cond.coldest_value:.0f}%"
-    return f"{head} while {rest} {over(observed)}"
+    return f"{head} while {rest}"
 
 
 def _containers_on(snapshot: Snapshot, gpu: int) -> dict[str, list[Process]]:
@@ -227,10 +244,15 @@ def causes(snapshot: Snapshot, gpu: int) -> list[str]:
 
 def describe(conditions: list[Condition], snapshot: Snapshot, observed: float) -> str:
     """The banner's message: one sentence per kind, with the pile-up and its causes."""
-    sentences: list[str] = []
+    return _sentences(_described(conditions, snapshot), observed)
+
+
+def _described(conditions: list[Condition], snapshot: Snapshot) -> list[tuple[str, str]]:
+    """Per condition, its sentence in two parts around the observation (:func:`over`): the contrast's
+    head, and the pile-up and causes with the full stop."""
+    parts: list[tuple[str, str]] = []
     explained: set[int] = set()
     for cond in conditions:
-        text = contrast(cond, observed)
         details: list[str] = []
         if cond.hot not in explained:
             explained.add(cond.hot)
@@ -239,10 +261,34 @@ def describe(conditions: list[Condition], snapshot: Snapshot, observed: float) -
                 extra = f" ({plural(containers, 'container')})" if containers else ""
                 details.append(f"{jobs} jobs{extra} piled on GPU {cond.hot}")
             details.extend(causes(snapshot, cond.hot))
-        if details:
-            text += ": " + "; ".join(details)
-        sentences.append(text + ".")
-    return " ".join(sentences)
+        parts.append((contrast_head(cond), (": " + "; ".join(details) if details else "") + "."))
+    return parts
+
+
+def _sentences(parts: list[tuple[str, str]], observed: float) -> str:
+    seen = over(observed)
+    return " ".join([f"{head} {seen}{tail}" for head, tail in parts])
+
+
+def _kept_description(conditions: list[Condition], snapshot: Snapshot, history: History, observed: float) -> str:
+    """:func:`describe`, its parts (all but the observation) kept in the history from poll to poll while
+    everything they read is the same: the conditions, each hot GPU's processes (the very tuple: the same
+    rows), the containers and, where there are containers, every GPU's index and UUID (their grants name
+    GPUs by UUID)."""
+    rows = []
+    for cond in conditions:
+        g = snapshot.gpu(cond.hot)
+        rows.append(g.processes if g is not None else None)
+    containers = snapshot.containers
+    layout = tuple([(g.index, g.uuid) for g in snapshot.gpus]) if containers else None
+    kept = history.kept.get("imbalance.describe")
+    if (isinstance(kept, tuple) and kept[0] == conditions and kept[2] == containers and kept[3] == layout
+            and len(kept[1]) == len(rows) and all(a is b for a, b in zip(kept[1], rows, strict=True))):
+        parts: list[tuple[str, str]] = kept[4]
+    else:
+        parts = _described(conditions, snapshot)
+        history.kept["imbalance.describe"] = (list(conditions), rows, containers, layout, parts)
+    return _sentences(parts, observed)
 
 
 # -- the suggestion ---------------------------------------------------------------------------
@@ -427,15 +473,24 @@ def _movers(cond: Condition, snapshot: Snapshot, history: History,
 def suggest(cond: Condition, loads: dict[int, GpuLoad], snapshot: Snapshot, history: History,
             settings: Settings, observed: float) -> Suggestion | None:
     """One concrete move off ``cond.hot``, or None when no move would help or fit."""
-    containers, bare = _movers(cond, snapshot, history, settings.imbalance_window)
+    window = settings.imbalance_window
+    hot = snapshot.gpu(cond.hot)
+    rows = hot.processes if hot is not None else None
+    if cond.kind == "utilization" and rows is not None and _still_no_mover(history, rows, window):
+        return None
+    containers, bare = _movers(cond, snapshot, history, window)
     reserved = reservations(snapshot)
     allocated = allocations(snapshot.gpus)  # Slurm's: nothing may be moved onto a job's GPU
     others = sorted((g for g in loads.values() if g.index != cond.hot and not g.lost), key=rank_key)
     if not others:
         return None
     n_containers = sum(1 for m in containers if m.container)
-    now = history.now if history.now is not None else snapshot.time.timestamp()
+    now = history.now
+    if now is None:
+        now = snapshot.time.timestamp()
+    moved = False
     for mover in chain(containers, bare):
+        moved = True
         fits = [g for g in others
                 if g.free is not None and g.free >= mover.peak
                 and not set(reserved.get(g.index, ())) - {mover.container} and g.index not in allocated]
@@ -461,7 +516,34 @@ def suggest(cond: Condition, loads: dict[int, GpuLoad], snapshot: Snapshot, hist
                    f"CUDA_VISIBLE_DEVICES={target.index}")
         return Suggestion(from_gpu=cond.hot, to_gpu=target.index, reason=f"{reason}; {why}.",
                           container=mover.container, pid=mover.pid)
+    if not moved and cond.kind == "utilization" and rows is not None:
+        history.kept["imbalance.no_mover"] = [rows, window, False]  # see _still_no_mover
     return None
+
+
+def _still_no_mover(history: History, rows: tuple[Process, ...], window: float) -> bool:
+    """Whether the hot GPU's rows are the very tuple in which the last utilization suggestion found no
+    process that computes, and that still holds: none of them in a container, and every one that could
+    move reads 0% SM now with no other SM figure in its window. The history then takes in 0% for each
+    poll after poll (the same rows), so no window's mean can rise above 0 and nobody can become a mover.
+    Checked once for the rows and the window; then one look per poll instead of every process's windows."""
+    kept = history.kept.get("imbalance.no_mover")
+    if not isinstance(kept, list) or kept[0] is not rows or kept[1] != window:
+        return False
+    if not kept[2]:
+        for p in rows:
+            if p.container is not None:
+                break
+            if p.visible and not p.stale:
+                if p.sm_utilization != 0:
+                    break
+                if any(s.sm_utilization for s in history.process((p.gpu_index, p.pid, p.create_time), window)):
+                    break
+        else:
+            kept[2] = True
+    if not kept[2]:
+        del history.kept["imbalance.no_mover"]
+    return bool(kept[2])
 
 
 def _passed_over(better: list[GpuLoad], reserved: dict[int, tuple[str, ...]], allocated: dict[int, tuple[str, ...]],
@@ -492,9 +574,16 @@ def judge(conditions: list[Condition], loads: dict[int, GpuLoad], snapshot: Snap
         suggestion = suggest(cond, loads, snapshot, history, settings, observed)
         if suggestion is not None:
             break
-    return Imbalance(flagged=True, provisional=history.span < settings.imbalance_hold,
-                     kinds=tuple(c.kind for c in conditions),
-                     message=describe(conditions, snapshot, observed), suggestion=suggestion)
+    provisional = history.span < settings.imbalance_hold
+    message = _kept_description(conditions, snapshot, history, observed)
+    kinds = tuple([c.kind for c in conditions])
+    kept = history.kept.get("imbalance.verdict")
+    if (isinstance(kept, Imbalance) and kept.message == message and kept.kinds == kinds
+            and kept.provisional == provisional and kept.suggestion == suggestion):
+        return kept  # the last poll's verdict again, as the same object
+    verdict = Imbalance(flagged=True, provisional=provisional, kinds=kinds, message=message, suggestion=suggestion)
+    history.kept["imbalance.verdict"] = verdict
+    return verdict
 
 
 def trusted_loads(history: History, snapshot: Snapshot, settings: Settings) -> dict[int, GpuLoad]:
@@ -538,7 +627,9 @@ class ImbalanceJudge:
 
     def update(self, history: History, snapshot: Snapshot) -> Imbalance:
         s = self.settings
-        now = history.now if history.now is not None else snapshot.time.timestamp()
+        now = history.now
+        if now is None:
+            now = snapshot.time.timestamp()
         hold = effective_hold(s.imbalance_hold, history.span)
         loads = trusted_loads(history, snapshot, s)
         active: list[Condition] = []

@@ -140,5 +140,6 @@ def whole_gpus(gpus: Iterable[Gpu]) -> tuple[tuple[Gpu, ...], tuple[int, ...]]:
     keep: list[Gpu] = []
     mig: list[Gpu] = []
     for g in gpus:
-        (mig if g.mig_enabled and not g.lost else keep).append(g)
-    return tuple(keep), tuple(g.index for g in mig)
+        mode = g.mig_mode  # g.mig_enabled, read without its frame (this runs for every GPU, every poll)
+        (mig if mode is not None and mode.current and not g.lost else keep).append(g)
+    return tuple(keep), tuple([g.index for g in mig])

@@ -66,10 +66,6 @@ class GpuLoad:
         return ", ".join(parts)
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 def gpu_loads(history: History, gpus: Iterable[Gpu], window: float | None) -> dict[int, GpuLoad]:
     """Windowed load of each GPU in ``gpus`` (their newest state says whether they are lost).
 
@@ -82,42 +78,72 @@ def gpu_loads(history: History, gpus: Iterable[Gpu], window: float | None) -> di
     # compared by identity, so a GPU object that merely took another's id cannot match.
     if isinstance(hit, tuple) and len(hit[0]) == len(gpus) and all(a is b for a, b in zip(hit[0], gpus, strict=True)):
         return dict(hit[1])
-    out = {g.index: _gpu_load(history, g, window) for g in gpus}
+    if window is None:
+        out = {g.index: _gpu_load(history, g, window) for g in gpus}
+    else:
+        # Each GPU's running window stepped here, one sample in (the common case, every poll), without
+        # the frames of _gpu_load and _running_window, which do the rest (a rebuild, a ring out of order).
+        runs, rings, out = _runs(history, window), history.gpu_rings, {}
+        for g in gpus:
+            index = g.index
+            run, ring = runs.get(index), rings.get(index)
+            if run is not None and ring:
+                newest, last = ring[-1], run.last
+                if last is newest:
+                    out[index] = run.uniform_load(g)
+                    continue
+                if last is not None and len(ring) >= 2 and ring[-2] is last and newest.t > last.t:
+                    run.take(newest)
+                    run.expire(newest.t - window, run.seq - len(ring) + 1)  # as in _running_window
+                    out[index] = run.uniform_load(g)
+                    continue
+            out[index] = _gpu_load(history, g, window)
     history.memo[key] = (gpus, out)
     return dict(out)
+
+
+def _runs(history: History, window: float) -> dict[int, _RunningWindow]:
+    """The running windows of this length, per GPU index, kept in the history."""
+    key = ("gpu_loads.windows", window)
+    runs = history.kept.get(key)
+    if not isinstance(runs, dict):
+        runs = history.kept[key] = {}
+    return runs
 
 
 class _RunningWindow:
     """One GPU's samples of the last ``window`` seconds, kept up to date one sample per poll: the
     figures :func:`_gpu_load` needs, oldest first, so that a poll takes in one sample and drops those
     that left the window instead of reading the whole window again. Kept only while its samples
-    follow each other in time and the history is fed poll after poll; otherwise rebuilt."""
+    follow each other in time and the history is fed poll after poll; otherwise rebuilt.
 
-    __slots__ = ("last", "seq", "n", "util", "util_at", "mem", "mem_at", "free", "free_at", "same", "load", "util_sum",
-                 "free_low")
+    One entry per non-lost sample in each of four deques, side by side (``None`` where a sample has no
+    such figure), so that a poll appends to and drops from them in one step each."""
+
+    __slots__ = ("last", "seq", "at", "util", "mem", "free", "gaps", "same", "load", "util_sum", "free_low")
 
     def __init__(self) -> None:
         #: the newest sample taken in, and its number (samples are numbered as they are taken in)
         self.last: GpuSample | None = None
         self.seq = 0
-        #: (number, time) of each non-lost sample; per figure, its values and their (number, time)
-        self.n: deque[tuple[int, float]] = deque()
-        self.util: deque[float] = deque()
-        self.util_at: deque[tuple[int, float]] = deque()
-        self.mem: deque[float] = deque()
-        self.mem_at: deque[tuple[int, float]] = deque()
-        self.free: deque[int] = deque()
-        self.free_at: deque[tuple[int, float]] = deque()
-        #: per figure (util, mem, free), how many of its newest values in a row equal the newest: a figure
-        #: whose every value is the same is known by that value and the count alone
+        #: (number, time) of each non-lost sample; beside it, its utilization, memory percent and free bytes
+        self.at: deque[tuple[int, float]] = deque()
+        self.util: deque[float | None] = deque()
+        self.mem: deque[float | None] = deque()
+        self.free: deque[int | None] = deque()
+        #: per figure (util, mem, free), how many of the entries are None
+        self.gaps = [0, 0, 0]
+        #: per figure, how many of its newest entries in a row equal the newest (not None): a figure whose
+        #: every entry is that value is known by that value and the count alone
         self.same = [0, 0, 0]
         #: the last GpuLoad made while every figure was all one value, and what it was made from
         self.load: tuple[tuple[object, ...], GpuLoad] | None = None
-        #: the sum of ``util``, kept as values come and go while every one is a whole number (then it is
-        #: exactly what sum(util) adds up, without reading every sample's value again); None after any other
+        #: the sum of the utilization values, kept as values come and go while every one is a whole number
+        #: (then it is exactly what sum() adds up, without reading every sample's value again); None after
+        #: any other
         self.util_sum: float | None = 0.0
         #: (number, free) of the free-memory values that can still be the window's least (increasing
-        #: left to right): its first is min(free) without reading every value
+        #: left to right): its first is the least without reading every value
         self.free_low: deque[tuple[int, int]] = deque()
 
     def take(self, s: GpuSample) -> None:
@@ -125,69 +151,94 @@ class _RunningWindow:
         self.last = s
         if s.lost:
             return
-        at = (self.seq, s.t)
-        self.n.append(at)
-        same = self.same
-        if s.utilization is not None:
-            value = float(s.utilization)
-            same[0] = same[0] + 1 if self.util and self.util[-1] == value else 1
-            self.util.append(value)
-            self.util_at.append(at)
+        self.at.append((self.seq, s.t))
+        same, gaps = self.same, self.gaps
+        u = s.utilization
+        if u is None:
+            self.util.append(None)
+            gaps[0] += 1
+            same[0] = 0
+        else:
+            value = float(u)
+            util = self.util
+            same[0] = same[0] + 1 if util and util[-1] == value else 1
+            util.append(value)
             if self.util_sum is not None:
                 self.util_sum = self.util_sum + value if value.is_integer() and abs(value) < 2**40 else None
         used, total = s.memory_used, s.memory_total
+        mem: float | None = None
+        free: int | None = None
         if used is not None and total is not None:
             if total:
-                value = 100.0 * used / total
-                same[1] = same[1] + 1 if self.mem and self.mem[-1] == value else 1
-                self.mem.append(value)
-                self.mem_at.append(at)
+                mem = 100.0 * used / total
             free = max(0, total - used)
+        if mem is None:
+            gaps[1] += 1
+            same[1] = 0
+        else:
+            same[1] = same[1] + 1 if self.mem and self.mem[-1] == mem else 1
+        self.mem.append(mem)
+        if free is None:
+            gaps[2] += 1
+            same[2] = 0
+        else:
             same[2] = same[2] + 1 if self.free and self.free[-1] == free else 1
-            self.free.append(free)
-            self.free_at.append(at)
             low = self.free_low
             while low and low[-1][1] >= free:
                 low.pop()
             low.append((self.seq, free))
+        self.free.append(free)
 
     def expire(self, cutoff: float, oldest: int) -> None:
         """Drop the samples older than ``cutoff`` or numbered before ``oldest`` (out of the ring)."""
-        n = self.n
-        while n and (n[0][1] < cutoff or n[0][0] < oldest):
-            n.popleft()
-        same = self.same
-        util, util_at = self.util, self.util_at
-        while util_at and (util_at[0][1] < cutoff or util_at[0][0] < oldest):
-            util_at.popleft()
+        at = self.at
+        if not at or (at[0][1] >= cutoff and at[0][0] >= oldest):
+            return
+        util, mem, free, gaps = self.util, self.mem, self.free, self.gaps
+        while at and (at[0][1] < cutoff or at[0][0] < oldest):
+            at.popleft()
             value = util.popleft()
-            if self.util_sum is not None:
+            if value is None:
+                gaps[0] -= 1
+            elif self.util_sum is not None:
                 self.util_sum -= value
-        for i, values, at in ((0, util, util_at), (1, self.mem, self.mem_at), (2, self.free, self.free_at)):
-            while at and (at[0][1] < cutoff or at[0][0] < oldest):
-                at.popleft()
-                values.popleft()
-            if same[i] > len(values):
-                same[i] = len(values)
-        low, free_at = self.free_low, self.free_at
-        while low and (not free_at or low[0][0] < free_at[0][0]):  # left the window with its sample
+            if mem.popleft() is None:
+                gaps[1] -= 1
+            if free.popleft() is None:
+                gaps[2] -= 1
+        same, n = self.same, len(at)
+        for i in (0, 1, 2):
+            if same[i] > n:
+                same[i] = n
+        low = self.free_low
+        while low and (not at or low[0][0] < at[0][0]):  # left the window with its sample
             low.popleft()
 
     def uniform_load(self, g: Gpu) -> GpuLoad:
         """:func:`_load` of this window, reused while every figure is all one value (the same value and
         count as when it was made: the same sequences) and ``g``'s own fields it reads are the same."""
-        util, mem, free, same = self.util, self.mem, self.free, self.same
-        if same[0] != len(util) or same[1] != len(mem) or same[2] != len(free):
+        util, mem, free, same, gaps = self.util, self.mem, self.free, self.same, self.gaps
+        n = len(util)
+        if gaps[0] or gaps[1] or gaps[2]:  # a figure missing from some samples: each read without its gaps
+            utils = [v for v in util if v is not None]
+            frees = [v for v in free if v is not None]
+            return _load(g, utils, [v for v in mem if v is not None], frees, n,
+                         self.util_sum, self.free_low[0][1] if frees else None)
+        if same[0] != n or same[1] != n or same[2] != n:
             # a GPU whose figures move (every poll): the kept sum of the utilization values and the least
             # free value, so neither reads every sample
-            return _load(g, util, mem, free, len(self.n), self.util_sum, self.free_low[0][1] if free else None)
-        key = (len(util), util[-1] if util else None, len(mem), mem[-1] if mem else None, len(free),
-               free[-1] if free else None, len(self.n), g.index, g.uuid, g.lost, g.memory_free,
-               None if self.n else (g.utilization_gpu, g.memory_used, g.memory_total))  # _load's stand-in
+            return _load(g, util, mem, free, n, self.util_sum,  # type: ignore[arg-type]
+                         self.free_low[0][1] if n else None)
         kept = self.load
+        if kept is not None and kept[0][0] != n:  # another count (a window still filling): another load
+            kept = None
+        key = (n, util[-1] if n else None, mem[-1] if n else None, free[-1] if n else None, g.index, g.uuid,
+               g.lost, g.memory_used, g.memory_total,  # (g.memory_free's)
+               None if n else g.utilization_gpu)  # _load's stand-in
         if kept is not None and kept[0] == key:
             return kept[1]
-        load = _load(g, util, mem, free, len(self.n))
+        load = _load(g, util, mem, free, n, self.util_sum,  # type: ignore[arg-type]
+                     self.free_low[0][1] if n else None)
         self.load = (key, load)
         return load
 
@@ -196,11 +247,11 @@ def _running_window(history: History, index: int, window: float) -> _RunningWind
     """The GPU's running window brought up to its ring's newest sample, or None where the ring's
     window is not in strict time order (a wall clock that stepped back): then it is read as it is."""
     ring = history.gpu_ring(index)
-    key = ("gpu_loads.window", index, window)
+    runs = _runs(history, window)
     if not ring:
-        history.kept.pop(key, None)
+        runs.pop(index, None)
         return None
-    run = history.kept.get(key)
+    run = runs.get(index)
     newest = ring[-1]
     if isinstance(run, _RunningWindow) and run.last is newest:
         return run
@@ -218,11 +269,11 @@ def _running_window(history: History, index: int, window: float) -> _RunningWind
         previous = None
         for s in islice(ring, start, None):
             if previous is not None and s.t <= previous:
-                history.kept.pop(key, None)
+                runs.pop(index, None)
                 return None
             previous = s.t
             run.take(s)
-        history.kept[key] = run
+        runs[index] = run
     # The ring holds the newest len(ring) samples, and every one taken in since the rebuild was one.
     run.expire(newest.t - window, run.seq - len(ring) + 1)
     return run
@@ -274,20 +325,17 @@ def _load(g: Gpu, util: Sequence[float], mem: Sequence[float], frees: Sequence[i
         frees = [g.memory_free] if g.memory_free is not None else []
         n = 1
         util_sum = free_min = None
-    if util_sum is not None and util:
-        mean: float | None = util_sum / len(util)
+    if g.lost:
+        return GpuLoad(g.index, g.uuid, True, None, None, None, None, n)
+    if not util:
+        mean: float | None = None
     else:
-        mean = _mean(util)
-    return GpuLoad(
-        index=g.index,
-        uuid=g.uuid,
-        lost=g.lost,
-        util=None if g.lost else mean,
-        memory=None if g.lost else _mean(mem),
-        free=None if g.lost else g.memory_free,
-        free_min=None if g.lost or not frees else (min(frees) if free_min is None else free_min),
-        samples=n,
-    )
+        mean = (util_sum if util_sum is not None else sum(util)) / len(util)
+    used, total = g.memory_used, g.memory_total  # g.memory_free, without the property's frame
+    # (index, uuid, lost, util, memory, free, free_min, samples)
+    return GpuLoad(g.index, g.uuid, False, mean, sum(mem) / len(mem) if mem else None,
+                   None if total is None or used is None else max(0, total - used),
+                   None if not frees else (min(frees) if free_min is None else free_min), n)
 
 
 def rank_key(load: GpuLoad) -> tuple[object, ...]:

@@ -340,7 +340,11 @@ def judge_stale(process: Process, history: History, settings: Settings,
     if (process.visible and not process.orphaned and process.container is None
             and process.status != "zombie" and process.status != "disk-sleep"):
         # Most processes: no ghost, zombie, orphan or container finding can apply (each of those
-        # functions answers None for it), only the idle test.
+        # functions answers None for it), only the idle test, whose cheap exits on the newest reading
+        # come first here (a computing process: every poll, most candidates)
+        sm, cpu = process.sm_utilization, process.cpu_percent
+        if (sm is not None and sm > 0) or (cpu is not None and cpu > settings.idle_cpu):
+            return ()
         idle_holder = idle_finding(process, history, settings, idle)
         return () if idle_holder is None else (idle_holder,)
     found = [

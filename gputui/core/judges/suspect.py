@@ -42,7 +42,7 @@ def suspect_indices(snapshot: Snapshot) -> frozenset[int]:
     """Cards whose reading looks broken, and cards whose UUID cannot name them (empty or shared:
     :func:`gputui.core.plausible.uuid_problems`): neither is evidence of a pile-up nor a place to
     suggest moving a job to (a grant names a card by its UUID)."""
-    broken = [g.index for g in snapshot.gpus if suspect(g)]
+    broken = [g.index for g in snapshot.gpus if not g.processes and suspect(g)]  # (a process: not suspect)
     return frozenset(broken).union(uuid_problems(snapshot.gpus))
 
 
