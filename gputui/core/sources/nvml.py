@@ -69,6 +69,7 @@ from gputui.core.sources.nvml_query import (
     Lost,
     NvmlQueries,
 )
+from gputui.core.sources.nvml_steady import Plan, make_plan, read_steady
 
 #: How long slow values (power limit, ECC, persistence mode) are reused.
 SLOW_TTL = 5.0
@@ -154,7 +155,7 @@ class _Device(Device):
     slotted class: cheap to import)."""
 
     __slots__ = ("name", "uuid", "pci_bus_id", "minor_number", "clock_sm_max", "clock_memory_max", "static_done",
-                 "raws", "merged", "procs", "gpu", "batch")
+                 "raws", "merged", "procs", "gpu", "batch", "steady")
 
     def __init__(self, index: int) -> None:
         super().__init__(index)
@@ -175,6 +176,8 @@ class _Device(Device):
         self.gpu: tuple[tuple[Any, ...], Gpu] | None = None
         #: the fields read through one nvmlDeviceGetFieldValues call per poll (nvml_fields.py)
         self.batch = FieldBatch()
+        #: the steady poll's plan (nvml_steady.py), None while the full rules are needed
+        self.steady: Plan | None = None
 
 
 class NvmlSource:
@@ -278,6 +281,8 @@ class NvmlSource:
             raise ValueError(f"only {sorted(OPTIONAL_FIELDS)} can be left unread, not {extra}")
         self._unread = unread
         self._scalars = tuple(None if a[0] in unread else a for a in _SCALARS)
+        for dev in self._devices:  # the plans call what was asked before
+            dev.steady = None
 
     # -- reading --------------------------------------------------------------------
 
@@ -290,10 +295,17 @@ class NvmlSource:
             gpus: list[Gpu] = []
             processes: dict[int, tuple[RawProcess, ...]] = {}
             self._xids.drain()
+            ttl = self._ask.slow_ttl
             for dev in self._devices:
+                plan = dev.steady
                 try:
-                    gpu, procs = self._read_device(dev, now)
+                    if plan is not None and not dev.failures and now - plan.slow_at < ttl:
+                        gpu, procs = read_steady(self, dev, plan, now)
+                    else:  # the full rules, and a plan for the next poll from what they kept
+                        gpu, procs = self._read_device(dev, now)
+                        dev.steady = make_plan(self, dev, now, gpu)
                 except Lost:
+                    dev.steady = None
                     gpu, procs = self._lost_gpu(dev), None
                 gpus.append(gpu)
                 if procs is not None:
@@ -308,7 +320,10 @@ class NvmlSource:
                 nvml_version=self.nvml_version,
             ), self._plausible)
 
-    def _read_device(self, dev: _Device, now: float) -> tuple[Gpu, tuple[RawProcess, ...]]:
+    def _read_device(self, dev: _Device, now: float, fields: dict[str, float | int] | None = None,
+                     answers: dict[str, Any] | None = None) -> tuple[Gpu, tuple[RawProcess, ...]]:
+        """One GPU by the full rules. ``fields`` and ``answers``: the field batch and kept calls the steady
+        reader (``nvml_steady.py``) already made this poll, not made again."""
         nv = self._nv
         if dev.handle is None:
             self._attach(dev)
@@ -321,8 +336,10 @@ class NvmlSource:
             self._read_static(dev)
         ask = self._ask
         get, cached = ask.get, ask.cached
-        fields = self._field_values(dev)
-        util, mem, (temperature, fan, clock_sm, clock_mem, pstate), reasons = ask.per_poll(dev, self._scalars)
+        if fields is None:
+            fields = self._field_values(dev)
+        util, mem, (temperature, fan, clock_sm, clock_mem, pstate), reasons = ask.per_poll(dev, self._scalars,
+                                                                                         answers)
         # the batch's answers (what _field does first, inline); a getter closure only for a field it lacks
         power, power_limit, ecc = fields.get("power_draw"), fields.get("power_limit"), fields.get("ecc_errors")
         if dev.failures:
@@ -340,7 +357,7 @@ class NvmlSource:
                 d, "ecc_errors", nv.nvmlDeviceGetTotalEccErrors, d.handle, _ECC_UNCORRECTED, _ECC_VOLATILE)))
         extra = self._dcgm_fields(dev, fields, now)
         persistence = self._slow(dev, "persistence_mode", "nvmlDeviceGetPersistenceMode", None, now)
-        procs = self._processes(dev)
+        procs = self._processes(dev, answers)
         mig_mode, mig_devices, procs = self._mig.read(dev, now, procs)
         # Every input of the Gpu below: when none changed since the last poll, the last Gpu is it.
         key = (dev.uuid, dev.name, dev.pci_bus_id, dev.minor_number, dev.clock_sm_max, dev.clock_memory_max,
@@ -526,10 +543,11 @@ class NvmlSource:
 
     # -- processes ------------------------------------------------------------------
 
-    def _processes(self, dev: _Device) -> tuple[RawProcess, ...]:
+    def _processes(self, dev: _Device, answers: dict[str, Any] | None = None,
+                   lists: list[Any] | None = None) -> tuple[RawProcess, ...]:
         """The GPU's processes. Steady state (the same lists and SM samples as the last poll, which
         ``NvmlQueries.running`` and ``process_utilization`` hand back as the same objects): the last tuple."""
-        compute, graphics = self._ask.running_both(dev)
+        compute, graphics = self._ask.running_both(dev, answers) if lists is None else lists
         if dev.merged is not None and dev.merged[0] is compute and dev.merged[1] is graphics:
             merged = dev.merged[2]
         else:

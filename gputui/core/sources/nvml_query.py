@@ -347,13 +347,16 @@ class NvmlQueries:
         value = self.out(dev, name, function, ctypes.c_uint, *args)
         return None if value is None else value.value  # a c_uint's value is an int
 
-    def per_poll(self, dev: Device, asks: tuple[tuple[str, str, tuple[int, ...]] | None, ...]
+    def per_poll(self, dev: Device, asks: tuple[tuple[str, str, tuple[int, ...]] | None, ...],
+                 answers: dict[str, Any] | None = None
                  ) -> tuple[tuple[int, int] | None, tuple[int, int, int | None] | None, list[int | None], int | None]:
         """(utilization, memory, the :meth:`scalar` of each (field, function, arguments) of ``asks`` — None: not
         asked, None back —, throttle reasons), the per-poll getters of a device in one loop over its kept
         calls, in that order: each is what :meth:`again` answers, or what the full rules of
         :meth:`utilization`, :meth:`memory`, :meth:`scalar` and :meth:`throttle_reasons` answer where the
-        call is not kept. One frame for the device's eight calls instead of two or three each. Raises Lost."""
+        call is not kept. One frame for the device's eight calls instead of two or three each. ``answers``:
+        what kept calls already answered this poll (by name: the steady reader's), not called again.
+        Raises Lost."""
         calls, handle = dev.calls, dev.handle
         names = self._per_poll_names.get(asks)
         if names is None:
@@ -364,10 +367,13 @@ class NvmlQueries:
         for name in names:  # again(), inline, for each; the answers' bookkeeping after the loop
             fast = calls.get(name)  # (None: a field left unread, never kept)
             if fast is not None and fast[2][0] is handle:
-                try:
-                    ret = fast[0](*fast[2])
-                except Exception as exc:  # ctypes/binding trouble: N/A, never a crash
-                    ret = exc
+                if answers is not None and name in answers:
+                    ret = answers[name]
+                else:
+                    try:
+                        ret = fast[0](*fast[2])
+                    except Exception as exc:  # ctypes/binding trouble: N/A, never a crash
+                        ret = exc
                 if ret == SUCCESS:
                     got.append(fast[1])
                     answered.append(name)
@@ -444,10 +450,12 @@ class NvmlQueries:
         family, structs, names = RUNNING[graphics]
         return self.variant(dev, family, names, lambda name: self._list(dev, name, structs[name]))
 
-    def running_both(self, dev: Device) -> list[tuple[tuple[int, int | None], ...] | None]:
+    def running_both(self, dev: Device, answers: dict[str, Any] | None = None
+                     ) -> list[tuple[tuple[int, int | None], ...] | None]:
         """[compute, graphics]: :meth:`running` of both lists, the kept calls made inline (what
         :meth:`variant` and :meth:`_list` do for them, without their frames); the full rules for a list
-        whose call is not kept or did not answer. Raises Lost."""
+        whose call is not kept or did not answer; ``answers``: what kept calls already answered this poll (by
+        function name), not called again. Raises Lost."""
         out: list[tuple[tuple[int, int | None], ...] | None] = []
         calls, handle, lists = dev.calls, dev.handle, dev.lists
         for graphics in (False, True):
@@ -460,9 +468,12 @@ class NvmlQueries:
                 continue
             count, args = fast[1], fast[2]
             buf = args[2]
-            count.value = len(buf)
             try:
-                ret = fast[0](*args)
+                if answers is not None and chosen in answers:
+                    ret = answers[chosen]
+                else:
+                    count.value = len(buf)
+                    ret = fast[0](*args)
             except Exception as exc:  # what variant() makes of it
                 self.failed(dev, family, UNKNOWN, exc)
                 out.append(None)

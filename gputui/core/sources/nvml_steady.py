@@ -1,0 +1,210 @@
+"""The steady read of one GPU for ``NvmlSource.read``: the same driver calls and the same answers as the full
+rules (``nvml.py``, ``nvml_query.py``), made from a plan kept per GPU instead of a chain of methods.
+
+Once a GPU answered every per-poll call (the field batch with every field, the eight getters, both process
+lists) and its slow values (persistence mode, encoder and decoder utilization, MIG mode — off) are cached,
+its poll is: the batch call, the other calls in one ``map`` over bound calls (no bytecode per call), the
+filled out-parameters read, and the Gpu handed back as it was while none of them changed. Anything else — a
+call that does not answer, a field missing from the batch, a failure counted, a slow value due, MIG mode
+on — hands the GPU back to the full rules for that poll (with the answers already had: no call is made
+twice), and the plan is made again from what they kept.
+
+A plan is made from the GPU's kept calls (``Device.calls``), so it is keyed on them: the same C function,
+argument tuple (handle first) and out-parameter; the slow values it carries are those cached with their
+time, and it ends when the first of them is due.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+from functools import partial
+from typing import Any
+
+from gputui.core.model import Gpu, MigMode, RawProcess, throttle_names
+from gputui.core.sources.nvml_fields import FIELDS
+from gputui.core.sources.nvml_structs import RUNNING, MemoryV2
+
+__all__ = ["Plan", "make_plan", "read_steady"]
+
+#: calls a bound call (operator.call from Python 3.11)
+_call: Any = getattr(operator, "call", None) or (lambda fn: fn())
+#: the batch's field names in FIELDS' order (a plan exists only while the batch asks every one)
+_ALL = tuple(FIELDS)
+_PSTATE_UNKNOWN = 32
+_SLOW = ("persistence_mode", "encoder_utilization", "decoder_utilization")
+
+#: clock-event masks' names, by mask (a handful of masks in a machine's life)
+_THROTTLE: dict[int, tuple[str, ...]] = {}
+
+
+class Plan:
+    """What one GPU's steady poll calls and reads, made from its kept calls (see the module's text)."""
+
+    __slots__ = ("batch", "calls", "keys", "outs", "lists", "slow_at", "slow", "last")
+
+    def __init__(self, batch: tuple[Any, ...], calls: tuple[Any, ...], keys: tuple[str, ...],
+                 outs: tuple[Any, ...], lists: tuple[Any, ...], slow_at: float, slow: tuple[Any, ...]) -> None:
+        #: the field batch: (C function, handle, count, buffer, whole-answer Struct, value types)
+        self.batch = batch
+        #: the bound calls made after the batch, and the name each is kept under (Device.calls)
+        self.calls = calls
+        self.keys = keys
+        #: utilization, memory, temperature, fan, SM clock, memory clock, P-state, reasons: the kept
+        #: out-parameter, or None (refused for good, or left unread: N/A without a call)
+        self.outs = outs
+        #: compute, graphics: (count, buffer, kept name) of the kept list call, or None (N/A, no call)
+        self.lists = lists
+        #: the oldest cached slow value's time, and (persistence, encoder, decoder, MIG mode) as the Gpu has them
+        self.slow_at = slow_at
+        self.slow = slow
+        #: the values the last Gpu was built from, and that Gpu
+        self.last: tuple[tuple[Any, ...], Gpu] | None = None
+
+
+def _values(plan: Plan, fv: tuple[Any, ...], xid: int | None) -> tuple[Any, ...]:
+    """Every per-poll value of the plan's out-parameters and batch (what a Gpu is built from)."""
+    u, m, t, f, cs, cm, ps, r = plan.outs
+    return (None if u is None else u.gpu, None if u is None else u.memory,
+            None if m is None else m.used, None if m is None else m.total,
+            m.reserved if type(m) is MemoryV2 else None,
+            None if t is None else t.value, None if f is None else f.value, None if cs is None else cs.value,
+            None if cm is None else cm.value, None if ps is None else ps.value, None if r is None else r.value,
+            fv, xid)
+
+
+def make_plan(src: Any, dev: Any, now: float, last_gpu: Gpu | None) -> Plan | None:
+    """A plan for ``dev`` from what the full rules kept this poll, or None while they are needed.
+    ``last_gpu``: the Gpu they built from the values now in the out-parameters."""
+    ask = src._ask
+    handle = dev.handle
+    if handle is None or not dev.static_done or dev.failures:
+        return None
+    batch = dev.batch
+    fn = ask.fns.get("nvmlDeviceGetFieldValues")
+    if fn is None or batch.off or batch.names != _ALL or batch.errors or batch.plan is None or batch.buf is None:
+        return None
+    calls: list[Any] = []
+    keys: list[str] = []
+    outs: list[Any] = []
+    names = ("utilization", "memory", *[a[0] if a is not None else None for a in src._scalars], "throttle_reasons")
+    for name in names:
+        if name is None:  # left unread
+            outs.append(None)
+            continue
+        fast = dev.calls.get(name)
+        if fast is None or fast[2][0] is not handle:
+            if name in dev.unsupported or name in ask.absent:
+                outs.append(None)
+                continue
+            return None
+        calls.append(partial(fast[0], *fast[2]))
+        keys.append(name)
+        outs.append(fast[1])
+    lists: list[Any] = []
+    for graphics in (False, True):
+        family = RUNNING[graphics][0]
+        if family in dev.unsupported or family in ask.absent:
+            lists.append(None)
+            continue
+        chosen = ask.variants.get(family)
+        fast = dev.calls.get(chosen) if chosen is not None else None
+        if fast is None or fast[2][0] is not handle:
+            return None
+        calls.append(partial(fast[0], *fast[2]))
+        keys.append(chosen)
+        lists.append((fast[1], fast[2][2], chosen))
+    hits = [dev.slow.get(name) for name in _SLOW]
+    mig = src._mig
+    has_mig = getattr(ask.nv, "nvmlDeviceGetMigMode", None) is not None
+    if has_mig:
+        hits.append(dev.slow.get("mig_mode"))
+    if any(hit is None for hit in hits):
+        return None
+    slow_at = min(hit[1] for hit in hits)
+    if now - slow_at >= ask.slow_ttl:
+        return None
+    mode: MigMode | None = mig._mode(dev, now) if has_mig else None
+    if mode is not None and mode.current:
+        return None
+    persistence, enc, dec = (hit[0] for hit in hits[:3])
+    plan = Plan((fn, handle, batch.count, batch.buf, batch.plan[0], batch.plan[1]), tuple(calls), tuple(keys),
+                tuple(outs), tuple(lists), slow_at,
+                (None if persistence is None else bool(persistence), None if enc is None else int(enc[0]),
+                 None if dec is None else int(dec[0]), mode))
+    if last_gpu is not None:
+        values = batch.plan[0].unpack_from(batch.buf)
+        plan.last = ((*_values(plan, values[2::3], src._xids.last.get(dev.index)), plan.slow), last_gpu)
+    return plan
+
+
+def read_steady(src: Any, dev: Any, plan: Plan, now: float) -> tuple[Gpu, tuple[RawProcess, ...]]:
+    """One GPU's poll through its plan (the caller checked that no failure is counted and no slow value is
+    due). Raises Lost."""
+    bfn, handle, count, buf, whole, kinds = plan.batch
+    try:
+        ret = bfn(handle, count, buf)
+    except Exception:  # binding trouble: what FieldBatch.read makes of it
+        ret = 13  # FUNCTION_NOT_FOUND
+    fv: tuple[Any, ...] | None = None
+    if ret == 0:
+        values = whole.unpack_from(buf)
+        if values[0::3] == kinds and not any(values[1::3]):
+            fv = values[2::3]
+    if fv is None:  # not every field answered: the full rules, with this answer
+        dev.steady = None
+        return src._read_device(dev, now, fields=dev.batch.take(ret))  # type: ignore[no-any-return]
+    for kept in plan.lists:
+        if kept is not None:
+            kept[0].value = len(kept[1])
+    try:
+        rets = list(map(_call, plan.calls))
+    except Exception:  # binding trouble in one of them: the full rules ask again and say what it is
+        dev.steady = None
+        return src._read_device(dev, now, fields=dict(zip(_ALL, fv, strict=True)))  # type: ignore[no-any-return]
+    if any(rets):  # one did not answer: the full rules, with these answers
+        dev.steady = None
+        return src._read_device(dev, now, fields=dict(zip(_ALL, fv, strict=True)),  # type: ignore[no-any-return]
+                                answers=dict(zip(plan.keys, rets, strict=True)))
+    ask = src._ask
+    got: list[Any] = []
+    lists = dev.lists
+    for kept in plan.lists:  # running_both's reading of an answer, inline
+        if kept is None:
+            got.append(None)
+            continue
+        kcount, kbuf, name = kept
+        n = min(kcount.value, len(kbuf))
+        last = lists.get(name)
+        if last is not None and last[2] is kbuf and last[4] == n and last[3].raw == last[0]:
+            got.append(last[1])
+        else:
+            got.append(ask._entries(dev, name, kbuf, n, ctypes.sizeof(kbuf._type_)))
+    procs = src._processes(dev, lists=got)
+    key = (*_values(plan, fv, src._xids.last.get(dev.index)), plan.slow)
+    last_gpu = plan.last
+    if last_gpu is not None and last_gpu[0] == key:
+        return last_gpu[1], procs
+    ug, um, used, total, reserved, temperature, fan, clock_sm, clock_mem, pstate, reasons = key[:11]
+    power, power_limit, ecc, mt, te, pr, rc, ru, rf = fv
+    persistence, enc, dec, mode = plan.slow
+    names = None
+    if reasons is not None:
+        names = _THROTTLE.get(reasons)
+        if names is None:
+            names = _THROTTLE[reasons] = throttle_names(reasons)
+    gpu = Gpu(
+        index=dev.index, uuid=dev.uuid or "", name=dev.name or "Unknown GPU", pci_bus_id=dev.pci_bus_id,
+        utilization_gpu=ug, utilization_memory=um, memory_used=used, memory_total=total,
+        temperature=temperature, power_draw=power / 1000.0, power_limit=power_limit / 1000.0, fan_speed=fan,
+        clock_sm=clock_sm, clock_memory=clock_mem, clock_sm_max=dev.clock_sm_max,
+        clock_memory_max=dev.clock_memory_max,
+        pstate=pstate if pstate is not None and pstate != _PSTATE_UNKNOWN else None,
+        throttle_reasons=names, ecc_errors=int(ecc), persistence_mode=persistence, minor_number=dev.minor_number,
+        lost=False, mig_mode=mode, mig_devices=(), memory_reserved=reserved,
+        remapped_rows_failure=bool(rf), memory_temperature=int(mt), total_energy_consumption=int(te),
+        pcie_replay_counter=int(pr), remapped_rows_correctable=int(rc), remapped_rows_uncorrectable=int(ru),
+        encoder_utilization=enc, decoder_utilization=dec, xid_last=key[12],
+    )
+    plan.last = (key, gpu)
+    return gpu, procs
