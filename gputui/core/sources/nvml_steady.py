@@ -134,7 +134,7 @@ def make_plan(src: Any, dev: Any, now: float, last_gpu: Gpu | None) -> Plan | No
                  None if dec is None else int(dec[0]), mode))
     if last_gpu is not None:
         values = batch.plan[0].unpack_from(batch.buf)
-        plan.last = ((*_values(plan, values[2::3], src._xids.last.get(dev.index)), plan.slow), last_gpu)
+        plan.last = (_values(plan, values[2::3], src._xids.last.get(dev.index)), last_gpu)
     return plan
 
 
@@ -181,7 +181,7 @@ def read_steady(src: Any, dev: Any, plan: Plan, now: float) -> tuple[Gpu, tuple[
         else:
             got.append(ask._entries(dev, name, kbuf, n, ctypes.sizeof(kbuf._type_)))
     procs = src._processes(dev, lists=got)
-    key = (*_values(plan, fv, src._xids.last.get(dev.index)), plan.slow)
+    key = _values(plan, fv, src._xids.last.get(dev.index))  # (the slow values are the plan's own)
     last_gpu = plan.last
     if last_gpu is not None and last_gpu[0] == key:
         return last_gpu[1], procs
