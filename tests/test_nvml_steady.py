@@ -50,22 +50,31 @@ def test_an_xid_after_steady_polls_is_read(fake_nvml: FakeNvml) -> None:
         assert probe.ask("read")["gpus"][0]["xid_last"] == 79
 
 
-def test_slow_values_and_mig_mode_are_read_again_when_due_after_steady_polls(fake_nvml: FakeNvml) -> None:
-    """A steady GPU keeps its persistence mode, encoder utilization and MIG mode only while they are
-    cached: once ``slow_ttl`` has passed the new ones show, and MIG mode turned on brings its devices."""
-    fake_nvml.write(scenario([gpu(0, persistence_mode=True, encoder_utilization=5, mig_mode=False), gpu(1)]))
+def test_slow_values_are_read_again_when_due_after_steady_polls(fake_nvml: FakeNvml) -> None:
+    """A steady GPU keeps its persistence mode and encoder utilization only while they are cached: once
+    ``slow_ttl`` has passed the new ones show."""
+    fake_nvml.write(scenario([gpu(0, persistence_mode=True, encoder_utilization=5), gpu(1)]))
     with fake_nvml.probe(env_extra={"GPUTUI_PROBE_SLOW_TTL": "0.3"}) as probe:
         probe.ask("open")
         for _ in range(3):
             g0 = probe.ask("read")["gpus"][0]
-            assert (g0["persistence_mode"], g0["encoder_utilization"], g0["mig_devices"]) == (True, 5, [])
-        fake_nvml.write(scenario([gpu(0, persistence_mode=False, encoder_utilization=6, mig_mode=True,
-                                      mig_devices=[mig_device(1, processes=[process(4242)])]), gpu(1)]))
+            assert (g0["persistence_mode"], g0["encoder_utilization"]) == (True, 5)
+        fake_nvml.write(scenario([gpu(0, persistence_mode=False, encoder_utilization=6), gpu(1)]))
         time.sleep(0.5)  # past the cache (a slower machine only waits longer)
-        probe.ask("read")
-        time.sleep(0.5)  # the MIG layout is listed once the mode is read on
         g0 = probe.ask("read")["gpus"][0]
         assert (g0["persistence_mode"], g0["encoder_utilization"]) == (False, 6)
+
+
+def test_mig_mode_turned_on_after_steady_polls_brings_its_devices(fake_nvml: FakeNvml) -> None:
+    fake_nvml.write(scenario([gpu(0, mig_mode=False), gpu(1)]))
+    with fake_nvml.probe(env_extra={"GPUTUI_PROBE_SLOW_TTL": "0.3"}) as probe:
+        probe.ask("open")
+        for _ in range(3):
+            assert probe.ask("read")["gpus"][0]["mig_devices"] == []
+        fake_nvml.write(scenario([gpu(0, mig_mode=True, mig_devices=[mig_device(1, processes=[process(4242)])]),
+                                  gpu(1)]))
+        time.sleep(0.5)  # past the cache
+        g0 = probe.ask("read")["gpus"][0]
         assert g0["mig_mode"]["current"] is True and len(g0["mig_devices"]) == 1
 
 
