@@ -90,3 +90,25 @@ def test_a_field_left_unread_after_steady_polls_is_no_longer_asked(fake_nvml: Fa
         probe.ask("calls")
         calls = fake_nvml.calls()
     assert calls.get("nvmlDeviceGetPerformanceState", 0) == 0 and calls["nvmlDeviceGetTemperature"] == 4
+
+
+PROCESS_CHANGES = [
+    ("used_memory", GiB, 2 * GiB, "gpu_memory"),
+    ("sm", 10, 20, "sm_utilization"),
+    ("type", "compute", "compute+graphics", "type"),
+]
+
+
+@pytest.mark.parametrize(("field", "before", "after", "shown"), PROCESS_CHANGES, ids=[c[0] for c in PROCESS_CHANGES])
+def test_a_process_figure_changed_after_steady_polls_is_read(fake_nvml: FakeNvml, field: str, before: object,
+                                                             after: object, shown: str) -> None:
+    """A process's entry is handed out again only while its type, memory and SM % are the same."""
+    others = [process(4243, used_memory=GiB, sm=5)]
+    fake_nvml.write(scenario([gpu(0, processes=[process(4242, **{field: before}), *others])]))
+    with fake_nvml.probe() as probe:
+        probe.ask("open")
+        first = [probe.ask("read")["processes"]["0"][0][shown] for _ in range(3)]
+        assert first[0] == first[1] == first[2]
+        fake_nvml.write(scenario([gpu(0, processes=[process(4242, **{field: after}), *others])]))
+        procs = probe.ask("read")["processes"]["0"]
+        assert procs[0][shown] != first[0] and procs[1]["sm_utilization"] == 5

@@ -166,12 +166,12 @@ class _Device(Device):
         self.clock_sm_max: int | None = None
         self.clock_memory_max: int | None = None
         self.static_done = False
-        #: the last poll's RawProcess per (pid, type, memory, SM %): an unchanged one is handed out again
-        self.raws: dict[tuple[int, str, int | None, int | None], RawProcess] = {}
-        #: the compute and graphics lists last merged, and the merge (pid -> [compute?, graphics?, memory])
-        self.merged: tuple[Any, Any, dict[int, list[Any]]] | None = None
+        #: the last poll's RawProcess per PID: handed out again while its type, memory and SM % are the same
+        self.raws: dict[int, RawProcess] = {}
+        #: the compute and graphics lists last merged, and the merge (pid -> (type, memory))
+        self.merged: tuple[Any, Any, dict[int, tuple[ProcessType, int | None]]] | None = None
         #: the merge and SM samples the last process tuple was built from, and that tuple
-        self.procs: tuple[dict[int, list[Any]], dict[int, int] | None, tuple[RawProcess, ...]] | None = None
+        self.procs: tuple[dict[int, Any], dict[int, int] | None, tuple[RawProcess, ...]] | None = None
         #: everything the last Gpu was built from, and that Gpu: the same readings give the same object
         self.gpu: tuple[tuple[Any, ...], Gpu] | None = None
         #: the fields read through one nvmlDeviceGetFieldValues call per poll (nvml_fields.py)
@@ -551,14 +551,21 @@ class NvmlSource:
         if dev.merged is not None and dev.merged[0] is compute and dev.merged[1] is graphics:
             merged = dev.merged[2]
         else:
-            merged = {}  # pid -> [compute?, graphics?, memory]
-            for kind, entries in ((0, compute), (1, graphics)):
-                for pid, mem in entries or ():
-                    entry = merged.setdefault(pid, [False, False, None])
-                    entry[kind] = True
-                    # One process has one memory figure; NVML repeats it in both lists.
-                    if mem is not None:
-                        entry[2] = mem if entry[2] is None else max(entry[2], mem)
+            merged = {}  # pid -> (type, memory), in the order first listed
+            # One process has one memory figure; NVML repeats it in both lists (the larger one is kept).
+            for pid, mem in compute or ():
+                prev = merged.get(pid)
+                if prev is not None and prev[1] is not None:
+                    mem = prev[1] if mem is None else max(prev[1], mem)
+                merged[pid] = ("compute", mem)
+            for pid, mem in graphics or ():
+                prev = merged.get(pid)
+                if prev is None:
+                    merged[pid] = ("graphics", mem)
+                    continue
+                if prev[1] is not None:
+                    mem = prev[1] if mem is None else max(prev[1], mem)
+                merged[pid] = ("graphics" if prev[0] == "graphics" else "compute+graphics", mem)
             dev.merged = (compute, graphics, merged)
         if not merged:
             dev.procs = None
@@ -570,17 +577,13 @@ class NvmlSource:
             return last_procs[2]
         out = []
         last = dev.raws
-        raws: dict[tuple[int, str, int | None, int | None], RawProcess] = {}
-        for pid, (is_compute, is_graphics, mem) in merged.items():
-            ptype: ProcessType = (
-                "compute+graphics" if is_compute and is_graphics else "compute" if is_compute else "graphics"
-            )
+        raws: dict[int, RawProcess] = {}
+        for pid, (ptype, mem) in merged.items():
             sm = None if samples is None else samples.get(pid, 0)
-            key = (pid, ptype, mem, sm)
-            raw = last.get(key)
-            if raw is None:
-                raw = RawProcess(pid=pid, type=ptype, gpu_memory=mem, sm_utilization=sm)
-            raws[key] = raw
+            raw = last.get(pid)  # the last poll's entry while its figures are the same
+            if raw is None or raw.sm_utilization != sm or raw.gpu_memory != mem or raw.type != ptype:
+                raw = RawProcess(pid, ptype, mem, sm)
+            raws[pid] = raw
             out.append(raw)
         dev.raws = raws
         result = tuple(out)

@@ -35,6 +35,7 @@ from gputui.core.sources.nvml_structs import (
     MemoryV2,
     Utilization,
     UtilizationSample,
+    process_struct,
     samples_struct,
 )
 
@@ -542,10 +543,15 @@ class NvmlQueries:
             cached: tuple[tuple[int, int | None], ...] = last[1]
             return cached
         out = []
-        for i in range(n):
-            entry = buf[i]
-            mem = int(entry.usedGpuMemory)
-            out.append((int(entry.pid), None if mem == NOT_AVAILABLE_ULL else mem))
+        layout = process_struct(buf._type_)
+        if layout is not None:  # every entry's pid and usedGpuMemory unpacked from the bytes in one pass
+            for pid, mem in layout.iter_unpack(raw):
+                out.append((pid, None if mem == NOT_AVAILABLE_ULL else mem))
+        else:
+            for i in range(n):
+                entry = buf[i]
+                mem = int(entry.usedGpuMemory)
+                out.append((int(entry.pid), None if mem == NOT_AVAILABLE_ULL else mem))
         result = tuple(out)
         # the bytes read, the tuple read from them, and a view of those bytes in this buffer (read again
         # next time without a foreign call)
