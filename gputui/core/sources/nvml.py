@@ -69,7 +69,7 @@ from gputui.core.sources.nvml_query import (
     Lost,
     NvmlQueries,
 )
-from gputui.core.sources.nvml_steady import Plan, make_plan, read_steady
+from gputui.core.sources.nvml_steady import Plan, make_plan, read_steady, refresh_slow
 
 #: How long slow values (power limit, ECC, persistence mode) are reused.
 SLOW_TTL = 5.0
@@ -299,7 +299,12 @@ class NvmlSource:
             for dev in self._devices:
                 plan = dev.steady
                 try:
-                    if plan is not None and not dev.failures and now - plan.slow_at < ttl:
+                    steady = plan is not None and not dev.failures
+                    if plan is not None and steady and now - plan.slow_at >= ttl:
+                        # the slow values due, read again (a failure among them is N/A this poll, and asked
+                        # again by the full rules at the next)
+                        plan = dev.steady = refresh_slow(self, dev, plan, now)
+                    if plan is not None and steady:
                         gpu, procs = read_steady(self, dev, plan, now)
                     else:  # the full rules, and a plan for the next poll from what they kept
                         gpu, procs = self._read_device(dev, now)

@@ -25,7 +25,7 @@ from gputui.core.model import Gpu, MigMode, RawProcess, throttle_names
 from gputui.core.sources.nvml_fields import FIELDS
 from gputui.core.sources.nvml_structs import RUNNING, MemoryV2
 
-__all__ = ["Plan", "make_plan", "read_steady"]
+__all__ = ["Plan", "make_plan", "read_steady", "refresh_slow"]
 
 #: calls a bound call (operator.call from Python 3.11)
 _call: Any = getattr(operator, "call", None) or (lambda fn: fn())
@@ -135,6 +135,28 @@ def make_plan(src: Any, dev: Any, now: float, last_gpu: Gpu | None) -> Plan | No
     if last_gpu is not None:
         values = batch.plan[0].unpack_from(batch.buf)
         plan.last = (_values(plan, values[2::3], src._xids.last.get(dev.index)), last_gpu)
+    return plan
+
+
+def refresh_slow(src: Any, dev: Any, plan: Plan, now: float) -> Plan | None:
+    """The plan with its slow values read again as the full rules read them when due (persistence mode,
+    encoder and decoder utilization, MIG mode), or None when MIG mode is now on (the full rules list its
+    devices). A slow value that failed reads N/A this poll, as in the full rules (its failure is counted,
+    so the next poll is the full rules' and asks it again)."""
+    persistence = src._slow(dev, "persistence_mode", "nvmlDeviceGetPersistenceMode", None, now)
+    enc = src._slow(dev, "encoder_utilization", "nvmlDeviceGetEncoderUtilization", 0, now)
+    dec = src._slow(dev, "decoder_utilization", "nvmlDeviceGetDecoderUtilization", 0, now)
+    has_mig = getattr(src._ask.nv, "nvmlDeviceGetMigMode", None) is not None
+    mode: MigMode | None = src._mig._mode(dev, now) if has_mig else None
+    if mode is not None and mode.current:  # (a plan is made only while MIG mode is off)
+        return None
+    slow = (None if persistence is None else bool(persistence), None if enc is None else int(enc),
+            None if dec is None else int(dec), mode)
+    if slow != plan.slow:
+        plan.slow = slow
+        plan.last = None
+    hits = [dev.slow.get(name) for name in (*_SLOW, "mig_mode")[:4 if has_mig else 3]]
+    plan.slow_at = min(hit[1] for hit in hits if hit is not None) if all(hits) else now
     return plan
 
 
