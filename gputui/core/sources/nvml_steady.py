@@ -19,6 +19,8 @@ from __future__ import annotations
 import ctypes
 import operator
 from functools import partial
+from operator import itemgetter
+from struct import Struct
 from typing import Any
 
 from gputui.core.model import Gpu, MigMode, RawProcess, throttle_names
@@ -41,19 +43,26 @@ _THROTTLE: dict[int, tuple[str, ...]] = {}
 class Plan:
     """What one GPU's steady poll calls and reads, made from its kept calls (see the module's text)."""
 
-    __slots__ = ("batch", "calls", "keys", "outs", "lists", "slow_at", "slow", "last")
+    __slots__ = ("batch", "calls", "keys", "block", "unpack", "pick", "reset", "lists", "slow_at", "slow", "last")
 
-    def __init__(self, batch: tuple[Any, ...], calls: tuple[Any, ...], keys: tuple[str, ...],
-                 outs: tuple[Any, ...], lists: tuple[Any, ...], slow_at: float, slow: tuple[Any, ...]) -> None:
+    def __init__(self, batch: tuple[Any, ...], calls: tuple[Any, ...], keys: tuple[str, ...], block: Any,
+                 unpack: Struct, pick: Any, reset: tuple[Struct, int, tuple[int, ...]] | None,
+                 lists: tuple[Any, ...], slow_at: float, slow: tuple[Any, ...]) -> None:
         #: the field batch: (C function, handle, count, buffer, whole-answer Struct, value types)
         self.batch = batch
         #: the bound calls made after the batch, and the name each is kept under (Device.calls)
         self.calls = calls
         self.keys = keys
-        #: utilization, memory, temperature, fan, SM clock, memory clock, P-state, reasons: the kept
-        #: out-parameter, or None (refused for good, or left unread: N/A without a call)
-        self.outs = outs
-        #: compute, graphics: (count, buffer, kept name) of the kept list call, or None (N/A, no call)
+        #: every out-parameter of those calls (and the lists' counts), one after the other in one ctypes
+        #: struct that the kept calls write into, read in one unpack; ``pick`` takes utilization (GPU,
+        #: memory), memory used, total and reserved, temperature, fan, SM clock, memory clock, P-state and
+        #: reasons from that reading with a None after it (refused for good or left unread: N/A)
+        self.block = block
+        self.unpack = unpack
+        self.pick = pick
+        #: the process lists' counts set before the calls: (Struct, offset in the block, buffer lengths)
+        self.reset = reset
+        #: compute, graphics: (its count's place in the reading, buffer, kept name), or None (N/A, no call)
         self.lists = lists
         #: the oldest cached slow value's time, and (persistence, encoder, decoder, MIG mode) as the Gpu has them
         self.slow_at = slow_at
@@ -62,20 +71,51 @@ class Plan:
         self.last: tuple[tuple[Any, ...], Gpu] | None = None
 
 
-def _values(plan: Plan, fv: tuple[Any, ...], xid: int | None) -> tuple[Any, ...]:
-    """Every per-poll value of the plan's out-parameters and batch (what a Gpu is built from)."""
-    u, m, t, f, cs, cm, ps, r = plan.outs
-    return (None if u is None else u.gpu, None if u is None else u.memory,
-            None if m is None else m.used, None if m is None else m.total,
-            m.reserved if type(m) is MemoryV2 else None,
-            None if t is None else t.value, None if f is None else f.value, None if cs is None else cs.value,
-            None if cm is None else cm.value, None if ps is None else ps.value, None if r is None else r.value,
-            fv, xid)
+#: block struct types by their fields' types
+_BLOCKS: dict[tuple[Any, ...], Any] = {}
+
+
+def _format(kind: Any) -> str:
+    """``kind``'s bytes as a Struct format of standard sizes, its padding included (ctypes' layout)."""
+    if kind is ctypes.c_uint or kind is ctypes.c_ulonglong:
+        return "I" if kind is ctypes.c_uint else "Q"
+    out, pos = "", 0
+    for name, ftype in kind._fields_:
+        offset = getattr(kind, name).offset
+        out += f"{offset - pos}x" if offset > pos else ""
+        out += _format(ftype)
+        pos = offset + ctypes.sizeof(ftype)
+    size = ctypes.sizeof(kind)
+    return out + (f"{size - pos}x" if size > pos else "")
+
+
+def _block(kinds: tuple[Any, ...]) -> tuple[Any, Struct, list[int], list[int]]:
+    """A ctypes struct of these out-parameter types one after the other, a Struct reading it whole, and
+    each one's offset in the struct and place of its first value in the reading."""
+    block = _BLOCKS.get(kinds)
+    if block is None:
+        block = _BLOCKS[kinds] = type("Outs", (ctypes.Structure,),
+                                      {"_fields_": [(f"f{i}", kind) for i, kind in enumerate(kinds)]})
+    fmt, pos, offsets, firsts, count = "=", 0, [], [], 0
+    for i, kind in enumerate(kinds):
+        offset = getattr(block, f"f{i}").offset
+        fmt += f"{offset - pos}x" if offset > pos else ""
+        part = Struct("=" + _format(kind))
+        fmt += part.format[1:]
+        offsets.append(offset)
+        firsts.append(count)
+        count += len(part.unpack(bytes(part.size)))
+        pos = offset + ctypes.sizeof(kind)
+    whole = Struct(fmt)
+    if whole.size > ctypes.sizeof(block):
+        raise ValueError("out-parameter layout")
+    return block, whole, offsets, firsts
 
 
 def make_plan(src: Any, dev: Any, now: float, last_gpu: Gpu | None) -> Plan | None:
-    """A plan for ``dev`` from what the full rules kept this poll, or None while they are needed.
-    ``last_gpu``: the Gpu they built from the values now in the out-parameters."""
+    """A plan for ``dev`` from what the full rules kept this poll, or None while they are needed: its kept
+    calls moved to write into one block (their out-parameters' values copied). ``last_gpu``: the Gpu the
+    full rules built from the values now in the out-parameters."""
     ask = src._ask
     handle = dev.handle
     if handle is None or not dev.static_done or dev.failures:
@@ -84,23 +124,22 @@ def make_plan(src: Any, dev: Any, now: float, last_gpu: Gpu | None) -> Plan | No
     fn = ask.fns.get("nvmlDeviceGetFieldValues")
     if fn is None or batch.off or batch.names != _ALL or batch.errors or batch.plan is None or batch.buf is None:
         return None
-    calls: list[Any] = []
-    keys: list[str] = []
-    outs: list[Any] = []
+    kept: list[tuple[str, Any]] = []  # (name, kept call), scalars then lists
+    present: list[str | None] = []
     names = ("utilization", "memory", *[a[0] if a is not None else None for a in src._scalars], "throttle_reasons")
     for name in names:
         if name is None:  # left unread
-            outs.append(None)
+            present.append(None)
             continue
         fast = dev.calls.get(name)
         if fast is None or fast[2][0] is not handle:
             if name in dev.unsupported or name in ask.absent:
-                outs.append(None)
+                present.append(None)
                 continue
             return None
-        calls.append(partial(fast[0], *fast[2]))
-        keys.append(name)
-        outs.append(fast[1])
+        kept.append((name, fast))
+        present.append(name)
+    scalars = len(kept)
     lists: list[Any] = []
     for graphics in (False, True):
         family = RUNNING[graphics][0]
@@ -111,11 +150,9 @@ def make_plan(src: Any, dev: Any, now: float, last_gpu: Gpu | None) -> Plan | No
         fast = dev.calls.get(chosen) if chosen is not None else None
         if fast is None or fast[2][0] is not handle:
             return None
-        calls.append(partial(fast[0], *fast[2]))
-        keys.append(chosen)
-        lists.append((fast[1], fast[2][2], chosen))
+        lists.append(len(kept))
+        kept.append((chosen, fast))
     hits = [dev.slow.get(name) for name in _SLOW]
-    mig = src._mig
     has_mig = getattr(ask.nv, "nvmlDeviceGetMigMode", None) is not None
     if has_mig:
         hits.append(dev.slow.get("mig_mode"))
@@ -124,17 +161,44 @@ def make_plan(src: Any, dev: Any, now: float, last_gpu: Gpu | None) -> Plan | No
     slow_at = min(hit[1] for hit in hits)
     if now - slow_at >= ask.slow_ttl:
         return None
-    mode: MigMode | None = mig._mode(dev, now) if has_mig else None
+    mode: MigMode | None = src._mig._mode(dev, now) if has_mig else None
     if mode is not None and mode.current:
         return None
+    kinds = tuple(type(fast[1]) for _, fast in kept)
+    block_type, whole, offsets, firsts = _block(kinds)
+    block = block_type()
+    base = ctypes.addressof(block)
+    calls: list[Any] = []
+    for i, (name, fast) in enumerate(kept):  # each kept call moved into the block, its last answer with it
+        fn_i, out, args = fast
+        ctypes.memmove(base + offsets[i], ctypes.addressof(out), ctypes.sizeof(out))
+        view = kinds[i].from_buffer(block, offsets[i])
+        args = (*args[:-1], ctypes.byref(view)) if i < scalars else (args[0], ctypes.byref(view), *args[2:])
+        dev.calls[name] = (fn_i, view, args)
+        calls.append(partial(fn_i, *args))
+    # where each Gpu value is in the reading (-1: the None after it)
+    at = dict(zip([k[0] for k in kept[:scalars]], firsts, strict=False))
+    u, m = at.get("utilization", -1), at.get("memory", -1)
+    v2 = m >= 0 and kinds[[k[0] for k in kept].index("memory")] is MemoryV2
+    pick = [u, u + 1 if u >= 0 else -1, (m + 4 if v2 else m + 2) if m >= 0 else -1,
+            (m + 1 if v2 else m) if m >= 0 else -1, m + 2 if v2 else -1]
+    pick += [at.get(name, -1) if name is not None else -1 for name in present[2:]]
+    if any(offsets[i] != offsets[scalars] + 4 * (i - scalars) for i in range(scalars, len(kept))):
+        return None  # (the lists' counts are set in one pack: side by side)
+    reset = None
+    if scalars < len(kept):
+        reset = (Struct("=" + "I" * (len(kept) - scalars)), offsets[scalars],
+                 tuple(len(fast[2][2]) for _, fast in kept[scalars:]))
     persistence, enc, dec = (hit[0] for hit in hits[:3])
-    plan = Plan((fn, handle, batch.count, batch.buf, batch.plan[0], batch.plan[1]), tuple(calls), tuple(keys),
-                tuple(outs), tuple(lists), slow_at,
+    plan = Plan((fn, handle, batch.count, batch.buf, batch.plan[0], batch.plan[1]), tuple(calls),
+                tuple(k[0] for k in kept), block, whole, itemgetter(*pick),
+                reset,
+                tuple(None if i is None else (firsts[i], kept[i][1][2][2], kept[i][0]) for i in lists), slow_at,
                 (None if persistence is None else bool(persistence), None if enc is None else int(enc[0]),
                  None if dec is None else int(dec[0]), mode))
     if last_gpu is not None:
         values = batch.plan[0].unpack_from(batch.buf)
-        plan.last = (_values(plan, values[2::3], src._xids.last.get(dev.index)), last_gpu)
+        plan.last = ((whole.unpack_from(block), values[2::3], src._xids.last.get(dev.index)), last_gpu)
     return plan
 
 
@@ -176,9 +240,9 @@ def read_steady(src: Any, dev: Any, plan: Plan, now: float) -> tuple[Gpu, tuple[
     if fv is None:  # not every field answered: the full rules, with this answer
         dev.steady = None
         return src._read_device(dev, now, fields=dev.batch.take(ret))  # type: ignore[no-any-return]
-    for kept in plan.lists:
-        if kept is not None:
-            kept[0].value = len(kept[1])
+    reset = plan.reset
+    if reset is not None:  # the lists' counts: how many entries their buffers hold
+        reset[0].pack_into(plan.block, reset[1], *reset[2])
     try:
         rets = list(map(_call, plan.calls))
     except Exception:  # binding trouble in one of them: the full rules ask again and say what it is
@@ -191,23 +255,25 @@ def read_steady(src: Any, dev: Any, plan: Plan, now: float) -> tuple[Gpu, tuple[
     ask = src._ask
     got: list[Any] = []
     lists = dev.lists
+    outs = plan.unpack.unpack_from(plan.block)
     for kept in plan.lists:  # running_both's reading of an answer, inline
         if kept is None:
             got.append(None)
             continue
-        kcount, kbuf, name = kept
-        n = min(kcount.value, len(kbuf))
+        at, kbuf, name = kept
+        n = min(outs[at], len(kbuf))
         last = lists.get(name)
         if last is not None and last[2] is kbuf and last[4] == n and last[3].raw == last[0]:
             got.append(last[1])
         else:
             got.append(ask._entries(dev, name, kbuf, n, ctypes.sizeof(kbuf._type_)))
     procs = src._processes(dev, lists=got)
-    key = _values(plan, fv, src._xids.last.get(dev.index))  # (the slow values are the plan's own)
+    xid = src._xids.last.get(dev.index)
+    key = (outs, fv, xid)  # (the slow values are the plan's own)
     last_gpu = plan.last
     if last_gpu is not None and last_gpu[0] == key:
         return last_gpu[1], procs
-    ug, um, used, total, reserved, temperature, fan, clock_sm, clock_mem, pstate, reasons = key[:11]
+    ug, um, used, total, reserved, temperature, fan, clock_sm, clock_mem, pstate, reasons = plan.pick((*outs, None))
     power, power_limit, ecc, mt, te, pr, rc, ru, rf = fv
     persistence, enc, dec, mode = plan.slow
     names = None
@@ -226,7 +292,7 @@ def read_steady(src: Any, dev: Any, plan: Plan, now: float) -> tuple[Gpu, tuple[
         lost=False, mig_mode=mode, mig_devices=(), memory_reserved=reserved,
         remapped_rows_failure=bool(rf), memory_temperature=int(mt), total_energy_consumption=int(te),
         pcie_replay_counter=int(pr), remapped_rows_correctable=int(rc), remapped_rows_uncorrectable=int(ru),
-        encoder_utilization=enc, decoder_utilization=dec, xid_last=key[12],
+        encoder_utilization=enc, decoder_utilization=dec, xid_last=xid,
     )
     plan.last = (key, gpu)
     return gpu, procs
