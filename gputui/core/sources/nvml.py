@@ -200,6 +200,8 @@ class NvmlSource:
         self.nvml_version: str | None = None
         #: the plausibility verdict of each GPU's last reading (an unchanged reading is not judged again)
         self._plausible: PlausibleMemo = {}
+        #: the last poll's GPUs, processes and errors, and the reading made of them
+        self._last: tuple[tuple[Gpu, ...], dict[int, tuple[RawProcess, ...]], tuple[str, ...], GpuReading] | None = None
         #: per-poll fields not asked for (see leave_unread)
         self._unread: frozenset[str] = frozenset()
         #: the unsigned-int getters of every poll, as NvmlQueries.per_poll asks them (None: left unread)
@@ -250,6 +252,7 @@ class NvmlSource:
         self.nvml_version = self._system(lambda: _text(pynvml.nvmlSystemGetNVMLVersion()))
         self.cuda_driver_version = format_cuda_version(self._system(self._cuda_version))
         self._devices = [_Device(index=i) for i in range(count)]
+        self._last = None
         for dev in self._devices:
             self._attach(dev)
         self._xids.open(pynvml, {d.index: d.handle for d in self._devices if d.handle is not None})
@@ -315,15 +318,23 @@ class NvmlSource:
                 gpus.append(gpu)
                 if procs is not None:
                     processes[dev.index] = procs
+            read = (tuple(gpus), processes, self._error_sentences())
+            last = self._last
+            # the same GPUs, process tuples and errors as the last poll's (the same objects, or equal): the
+            # last reading, as plausibility judged it (a function of the reading alone)
+            if last is not None and last[0] == read[0] and last[1] == read[1] and last[2] == read[2]:
+                return last[3]
             # values no hardware can report (wrapped counters, driver bugs) become N/A with a warning
-            return plausible_reading(GpuReading(
+            reading = plausible_reading(GpuReading(
                 driver_version=self.driver_version,
                 cuda_driver_version=self.cuda_driver_version,
-                gpus=tuple(gpus),
+                gpus=read[0],
                 processes=processes,
-                errors=self._error_sentences(),
+                errors=read[2],
                 nvml_version=self.nvml_version,
             ), self._plausible)
+            self._last = (*read, reading)
+            return reading
 
     def _read_device(self, dev: _Device, now: float, fields: dict[str, float | int] | None = None,
                      answers: dict[str, Any] | None = None) -> tuple[Gpu, tuple[RawProcess, ...]]:
