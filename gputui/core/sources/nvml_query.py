@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any, TypeVar
 
 from gputui.core.sources.nvml_structs import (
@@ -63,6 +64,11 @@ PERMANENT = frozenset({NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION, INVALID
 NOT_AVAILABLE_ULL = 0xFFFFFFFFFFFFFFFF
 #: Process-utilization samples older than this (seconds) are not asked for.
 UTIL_WINDOW = 1.0
+
+_second = itemgetter(1)
+
+#: the samples' bytes can be read with SAMPLE (its layout is UtilizationSample's)
+_SAMPLE_FITS = SAMPLE.size == ctypes.sizeof(UtilizationSample)
 
 #: ``NvmlQueries.again``'s answer when the getter is not kept (never asked, or its last call failed)
 MISS: Any = object()
@@ -542,17 +548,19 @@ class NvmlQueries:
         if last is not None and last[0] == raw:
             cached: tuple[tuple[int, int | None], ...] = last[1]
             return cached
-        out = []
         layout = process_struct(buf._type_)
-        if layout is not None:  # every entry's pid and usedGpuMemory unpacked from the bytes in one pass
-            for pid, mem in layout.iter_unpack(raw):
-                out.append((pid, None if mem == NOT_AVAILABLE_ULL else mem))
+        result: tuple[tuple[int, int | None], ...]
+        if layout is not None:  # every entry's (pid, usedGpuMemory) unpacked from the bytes in one pass
+            result = tuple(layout.iter_unpack(raw))
+            if NOT_AVAILABLE_ULL in map(_second, result):  # "not available": None
+                result = tuple((pid, None if mem == NOT_AVAILABLE_ULL else mem) for pid, mem in result)
         else:
+            out = []
             for i in range(n):
                 entry = buf[i]
                 mem = int(entry.usedGpuMemory)
                 out.append((int(entry.pid), None if mem == NOT_AVAILABLE_ULL else mem))
-        result = tuple(out)
+            result = tuple(out)
         # the bytes read, the tuple read from them, and a view of those bytes in this buffer (read again
         # next time without a foreign call)
         dev.lists[key] = (raw, result, buf, (ctypes.c_char * (n * size)).from_buffer(buf), n)
@@ -604,7 +612,8 @@ class NvmlQueries:
             dev.calls.pop(name, None)
             self.failed(dev, name, UNKNOWN, exc)
             return None
-        self.succeeded(dev, name)
+        if dev.failures:  # succeeded(), inline
+            dev.failures.pop(name, None)
         n = min(count.value, len(buf))
         last = dev.lists.get(name)
         # the answer's bytes through a view of them kept with the buffer (no foreign call to copy them)
@@ -615,7 +624,7 @@ class NvmlQueries:
             cached: dict[int, int] = last[1]
             return cached
         seen = dev.util_seen
-        whole = samples_struct(n) if SAMPLE.size == ctypes.sizeof(struct) else None
+        whole = samples_struct(n) if _SAMPLE_FITS else None
         if whole is not None:  # the whole answer in one unpack: (pid, timeStamp, smUtil) per sample
             values = whole.unpack(raw)
             pids, stamps, sms = values[0::3], values[1::3], values[2::3]
@@ -633,7 +642,7 @@ class NvmlQueries:
         newest: dict[int, tuple[int, int]] = {}
         # the samples' (pid, timeStamp, smUtil) unpacked from the bytes in one pass (a ctypes struct per
         # sample costs several times more); the layout is checked against the struct at import
-        for pid, ts, sm in SAMPLE.iter_unpack(raw) if SAMPLE.size == ctypes.sizeof(struct) else (
+        for pid, ts, sm in SAMPLE.iter_unpack(raw) if _SAMPLE_FITS else (
                 (e.pid, e.timeStamp, e.smUtil) for e in buf[:n]):
             prev = newest.get(pid)
             if prev is None or ts >= prev[0]:
