@@ -112,3 +112,14 @@ def test_a_process_figure_changed_after_steady_polls_is_read(fake_nvml: FakeNvml
         fake_nvml.write(scenario([gpu(0, processes=[process(4242, **{field: after}), *others])]))
         procs = probe.ask("read")["processes"]["0"]
         assert procs[0][shown] != first[0] and procs[1]["sm_utilization"] == 5
+
+
+def test_memory_the_driver_cannot_attribute_reads_na_without_a_warning(fake_nvml: FakeNvml) -> None:
+    """NVML's "not available" memory of a listed process is N/A as read, not an impossible figure that
+    plausibility has to drop with a warning — at the first read and in steady polls."""
+    fake_nvml.write(scenario([gpu(0, processes=[process(4242, used_memory=None), process(4243, used_memory=GiB)])]))
+    with fake_nvml.probe() as probe:
+        probe.ask("open")
+        for _ in range(3):
+            read = probe.ask("read")
+            assert [p["gpu_memory"] for p in read["processes"]["0"]] == [None, GiB] and read["errors"] == []
