@@ -49,6 +49,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from operator import is_
 from typing import Any
 
 from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
@@ -320,9 +321,12 @@ class NvmlSource:
                     processes[dev.index] = procs
             read = (tuple(gpus), processes, self._error_sentences())
             last = self._last
-            # the same GPUs, process tuples and errors as the last poll's (the same objects, or equal): the
-            # last reading, as plausibility judged it (a function of the reading alone)
-            if last is not None and last[0] == read[0] and last[1] == read[1] and last[2] == read[2]:
+            # the very GPUs and process tuples of the last poll, and its errors: the last reading, as
+            # plausibility judged it (a function of the reading alone); compared by identity (no record's
+            # __eq__ runs)
+            if last is not None and len(last[0]) == len(read[0]) and all(map(is_, last[0], read[0])) \
+                    and last[1].keys() == processes.keys() and all(map(is_, last[1].values(), processes.values())) \
+                    and last[2] == read[2]:
                 return last[3]
             # values no hardware can report (wrapped counters, driver bugs) become N/A with a warning
             reading = plausible_reading(GpuReading(
