@@ -539,7 +539,8 @@ class NvmlQueries:
         ``size`` bytes); the same bytes as last time give the same tuple back."""
         last = dev.lists.get(key)
         if last is not None and last[2] is buf and last[4] == n:
-            raw = last[3].raw
+            view = last[3]
+            raw = view.raw
         else:
             view = (ctypes.c_char * (n * size)).from_buffer(buf)
             raw = view.raw
@@ -563,7 +564,7 @@ class NvmlQueries:
             result = tuple(out)
         # the bytes read, the tuple read from them, and a view of those bytes in this buffer (read again
         # next time without a foreign call)
-        dev.lists[key] = (raw, result, buf, (ctypes.c_char * (n * size)).from_buffer(buf), n)
+        dev.lists[key] = (raw, result, buf, view, n)
         return result
 
     def process_utilization(self, dev: Device, wall: float) -> dict[int, int] | None:
