@@ -3,8 +3,9 @@ rules (``nvml.py``, ``nvml_query.py``), made from a plan kept per GPU instead of
 
 Once a GPU answered every per-poll call (the field batch with every field, the eight getters, both process
 lists) and its slow values (persistence mode, encoder and decoder utilization, MIG mode — off) are cached,
-its poll is: the batch call, the other calls in one ``map`` over bound calls (no bytecode per call), the
-filled out-parameters read, and the Gpu handed back as it was while none of them changed. Anything else — a
+its poll is: the batch call, the other calls in one ``starmap`` over their (function, arguments) tuples (no
+bytecode per call), the filled out-parameters read, and the Gpu handed back as it was while none of them
+changed. Anything else — a
 call that does not answer, a field missing from the batch, a failure counted, a slow value due, MIG mode
 on — hands the GPU back to the full rules for that poll (with the answers already had: no call is made
 twice), and the plan is made again from what they kept.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import operator
-from functools import partial
+from itertools import starmap
 from operator import itemgetter
 from struct import Struct
 from typing import Any
@@ -29,8 +30,8 @@ from gputui.core.sources.nvml_structs import RUNNING, MemoryV2
 
 __all__ = ["Plan", "make_plan", "read_steady", "refresh_slow"]
 
-#: calls a bound call (operator.call from Python 3.11)
-_call: Any = getattr(operator, "call", None) or (lambda fn: fn())
+#: calls its first argument with the rest (operator.call from Python 3.11)
+_call: Any = getattr(operator, "call", None) or (lambda fn, *args: fn(*args))
 #: the batch's field names in FIELDS' order (a plan exists only while the batch asks every one)
 _ALL = tuple(FIELDS)
 _PSTATE_UNKNOWN = 32
@@ -50,7 +51,7 @@ class Plan:
                  lists: tuple[Any, ...], slow_at: float, slow: tuple[Any, ...]) -> None:
         #: the field batch: (C function, handle, count, buffer, whole-answer Struct, value types)
         self.batch = batch
-        #: the bound calls made after the batch, and the name each is kept under (Device.calls)
+        #: the calls made after the batch as (C function, *arguments), and the name each is kept under (Device.calls)
         self.calls = calls
         self.keys = keys
         #: every out-parameter of those calls (and the lists' counts), one after the other in one ctypes
@@ -175,7 +176,7 @@ def make_plan(src: Any, dev: Any, now: float, last_gpu: Gpu | None) -> Plan | No
         view = kinds[i].from_buffer(block, offsets[i])
         args = (*args[:-1], ctypes.byref(view)) if i < scalars else (args[0], ctypes.byref(view), *args[2:])
         dev.calls[name] = (fn_i, view, args)
-        calls.append(partial(fn_i, *args))
+        calls.append((fn_i, *args))
     # where each Gpu value is in the reading (-1: the None after it)
     at = dict(zip([k[0] for k in kept[:scalars]], firsts, strict=False))
     u, m = at.get("utilization", -1), at.get("memory", -1)
@@ -244,7 +245,7 @@ def read_steady(src: Any, dev: Any, plan: Plan, now: float) -> tuple[Gpu, tuple[
     if reset is not None:  # the lists' counts: how many entries their buffers hold
         reset[0].pack_into(plan.block, reset[1], *reset[2])
     try:
-        rets = list(map(_call, plan.calls))
+        rets = list(starmap(_call, plan.calls))
     except Exception:  # binding trouble in one of them: the full rules ask again and say what it is
         dev.steady = None
         return src._read_device(dev, now, fields=dict(zip(_ALL, fv, strict=True)))  # type: ignore[no-any-return]
