@@ -49,6 +49,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from operator import is_
 from typing import Any
 
 from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
@@ -69,6 +70,7 @@ from gputui.core.sources.nvml_query import (
     Lost,
     NvmlQueries,
 )
+from gputui.core.sources.nvml_steady import Plan, make_plan, read_steady, refresh_slow
 
 #: How long slow values (power limit, ECC, persistence mode) are reused.
 SLOW_TTL = 5.0
@@ -154,7 +156,7 @@ class _Device(Device):
     slotted class: cheap to import)."""
 
     __slots__ = ("name", "uuid", "pci_bus_id", "minor_number", "clock_sm_max", "clock_memory_max", "static_done",
-                 "raws", "merged", "procs", "gpu", "batch")
+                 "raws", "merged", "procs", "gpu", "batch", "steady")
 
     def __init__(self, index: int) -> None:
         super().__init__(index)
@@ -165,16 +167,18 @@ class _Device(Device):
         self.clock_sm_max: int | None = None
         self.clock_memory_max: int | None = None
         self.static_done = False
-        #: the last poll's RawProcess per (pid, type, memory, SM %): an unchanged one is handed out again
-        self.raws: dict[tuple[int, str, int | None, int | None], RawProcess] = {}
-        #: the compute and graphics lists last merged, and the merge (pid -> [compute?, graphics?, memory])
-        self.merged: tuple[Any, Any, dict[int, list[Any]]] | None = None
+        #: the last poll's RawProcess per PID: handed out again while its type, memory and SM % are the same
+        self.raws: dict[int, RawProcess] = {}
+        #: the compute and graphics lists last merged, and the merge (pid -> (type, memory))
+        self.merged: tuple[Any, Any, dict[int, tuple[ProcessType, int | None]]] | None = None
         #: the merge and SM samples the last process tuple was built from, and that tuple
-        self.procs: tuple[dict[int, list[Any]], dict[int, int] | None, tuple[RawProcess, ...]] | None = None
+        self.procs: tuple[dict[int, Any], dict[int, int] | None, tuple[RawProcess, ...]] | None = None
         #: everything the last Gpu was built from, and that Gpu: the same readings give the same object
         self.gpu: tuple[tuple[Any, ...], Gpu] | None = None
         #: the fields read through one nvmlDeviceGetFieldValues call per poll (nvml_fields.py)
         self.batch = FieldBatch()
+        #: the steady poll's plan (nvml_steady.py), None while the full rules are needed
+        self.steady: Plan | None = None
 
 
 class NvmlSource:
@@ -197,6 +201,8 @@ class NvmlSource:
         self.nvml_version: str | None = None
         #: the plausibility verdict of each GPU's last reading (an unchanged reading is not judged again)
         self._plausible: PlausibleMemo = {}
+        #: the last poll's GPUs, processes and errors, and the reading made of them
+        self._last: tuple[tuple[Gpu, ...], dict[int, tuple[RawProcess, ...]], tuple[str, ...], GpuReading] | None = None
         #: per-poll fields not asked for (see leave_unread)
         self._unread: frozenset[str] = frozenset()
         #: the unsigned-int getters of every poll, as NvmlQueries.per_poll asks them (None: left unread)
@@ -247,6 +253,7 @@ class NvmlSource:
         self.nvml_version = self._system(lambda: _text(pynvml.nvmlSystemGetNVMLVersion()))
         self.cuda_driver_version = format_cuda_version(self._system(self._cuda_version))
         self._devices = [_Device(index=i) for i in range(count)]
+        self._last = None
         for dev in self._devices:
             self._attach(dev)
         self._xids.open(pynvml, {d.index: d.handle for d in self._devices if d.handle is not None})
@@ -278,6 +285,8 @@ class NvmlSource:
             raise ValueError(f"only {sorted(OPTIONAL_FIELDS)} can be left unread, not {extra}")
         self._unread = unread
         self._scalars = tuple(None if a[0] in unread else a for a in _SCALARS)
+        for dev in self._devices:  # the plans call what was asked before
+            dev.steady = None
 
     # -- reading --------------------------------------------------------------------
 
@@ -290,25 +299,51 @@ class NvmlSource:
             gpus: list[Gpu] = []
             processes: dict[int, tuple[RawProcess, ...]] = {}
             self._xids.drain()
+            ttl = self._ask.slow_ttl
             for dev in self._devices:
+                plan = dev.steady
                 try:
-                    gpu, procs = self._read_device(dev, now)
+                    steady = plan is not None and not dev.failures
+                    if plan is not None and steady and now - plan.slow_at >= ttl:
+                        # the slow values due, read again (a failure among them is N/A this poll, and asked
+                        # again by the full rules at the next)
+                        plan = dev.steady = refresh_slow(self, dev, plan, now)
+                    if plan is not None and steady:
+                        gpu, procs = read_steady(self, dev, plan, now)
+                    else:  # the full rules, and a plan for the next poll from what they kept
+                        gpu, procs = self._read_device(dev, now)
+                        dev.steady = make_plan(self, dev, now, gpu)
                 except Lost:
+                    dev.steady = None
                     gpu, procs = self._lost_gpu(dev), None
                 gpus.append(gpu)
                 if procs is not None:
                     processes[dev.index] = procs
+            read = (tuple(gpus), processes, self._error_sentences())
+            last = self._last
+            # the very GPUs and process tuples of the last poll, and its errors: the last reading, as
+            # plausibility judged it (a function of the reading alone); compared by identity (no record's
+            # __eq__ runs)
+            if last is not None and len(last[0]) == len(read[0]) and all(map(is_, last[0], read[0])) \
+                    and last[1].keys() == processes.keys() and all(map(is_, last[1].values(), processes.values())) \
+                    and last[2] == read[2]:
+                return last[3]
             # values no hardware can report (wrapped counters, driver bugs) become N/A with a warning
-            return plausible_reading(GpuReading(
+            reading = plausible_reading(GpuReading(
                 driver_version=self.driver_version,
                 cuda_driver_version=self.cuda_driver_version,
-                gpus=tuple(gpus),
+                gpus=read[0],
                 processes=processes,
-                errors=self._error_sentences(),
+                errors=read[2],
                 nvml_version=self.nvml_version,
             ), self._plausible)
+            self._last = (*read, reading)
+            return reading
 
-    def _read_device(self, dev: _Device, now: float) -> tuple[Gpu, tuple[RawProcess, ...]]:
+    def _read_device(self, dev: _Device, now: float, fields: dict[str, float | int] | None = None,
+                     answers: dict[str, Any] | None = None) -> tuple[Gpu, tuple[RawProcess, ...]]:
+        """One GPU by the full rules. ``fields`` and ``answers``: the field batch and kept calls the steady
+        reader (``nvml_steady.py``) already made this poll, not made again."""
         nv = self._nv
         if dev.handle is None:
             self._attach(dev)
@@ -321,8 +356,10 @@ class NvmlSource:
             self._read_static(dev)
         ask = self._ask
         get, cached = ask.get, ask.cached
-        fields = self._field_values(dev)
-        util, mem, (temperature, fan, clock_sm, clock_mem, pstate), reasons = ask.per_poll(dev, self._scalars)
+        if fields is None:
+            fields = self._field_values(dev)
+        util, mem, (temperature, fan, clock_sm, clock_mem, pstate), reasons = ask.per_poll(dev, self._scalars,
+                                                                                         answers)
         # the batch's answers (what _field does first, inline); a getter closure only for a field it lacks
         power, power_limit, ecc = fields.get("power_draw"), fields.get("power_limit"), fields.get("ecc_errors")
         if dev.failures:
@@ -340,7 +377,7 @@ class NvmlSource:
                 d, "ecc_errors", nv.nvmlDeviceGetTotalEccErrors, d.handle, _ECC_UNCORRECTED, _ECC_VOLATILE)))
         extra = self._dcgm_fields(dev, fields, now)
         persistence = self._slow(dev, "persistence_mode", "nvmlDeviceGetPersistenceMode", None, now)
-        procs = self._processes(dev)
+        procs = self._processes(dev, answers)
         mig_mode, mig_devices, procs = self._mig.read(dev, now, procs)
         # Every input of the Gpu below: when none changed since the last poll, the last Gpu is it.
         key = (dev.uuid, dev.name, dev.pci_bus_id, dev.minor_number, dev.clock_sm_max, dev.clock_memory_max,
@@ -526,21 +563,29 @@ class NvmlSource:
 
     # -- processes ------------------------------------------------------------------
 
-    def _processes(self, dev: _Device) -> tuple[RawProcess, ...]:
+    def _processes(self, dev: _Device, answers: dict[str, Any] | None = None,
+                   lists: list[Any] | None = None) -> tuple[RawProcess, ...]:
         """The GPU's processes. Steady state (the same lists and SM samples as the last poll, which
         ``NvmlQueries.running`` and ``process_utilization`` hand back as the same objects): the last tuple."""
-        compute, graphics = self._ask.running_both(dev)
+        compute, graphics = self._ask.running_both(dev, answers) if lists is None else lists
         if dev.merged is not None and dev.merged[0] is compute and dev.merged[1] is graphics:
             merged = dev.merged[2]
         else:
-            merged = {}  # pid -> [compute?, graphics?, memory]
-            for kind, entries in ((0, compute), (1, graphics)):
-                for pid, mem in entries or ():
-                    entry = merged.setdefault(pid, [False, False, None])
-                    entry[kind] = True
-                    # One process has one memory figure; NVML repeats it in both lists.
-                    if mem is not None:
-                        entry[2] = mem if entry[2] is None else max(entry[2], mem)
+            merged = {}  # pid -> (type, memory), in the order first listed
+            # One process has one memory figure; NVML repeats it in both lists (the larger one is kept).
+            for pid, mem in compute or ():
+                prev = merged.get(pid)
+                if prev is not None and prev[1] is not None:
+                    mem = prev[1] if mem is None else max(prev[1], mem)
+                merged[pid] = ("compute", mem)
+            for pid, mem in graphics or ():
+                prev = merged.get(pid)
+                if prev is None:
+                    merged[pid] = ("graphics", mem)
+                    continue
+                if prev[1] is not None:
+                    mem = prev[1] if mem is None else max(prev[1], mem)
+                merged[pid] = ("graphics" if prev[0] == "graphics" else "compute+graphics", mem)
             dev.merged = (compute, graphics, merged)
         if not merged:
             dev.procs = None
@@ -552,17 +597,13 @@ class NvmlSource:
             return last_procs[2]
         out = []
         last = dev.raws
-        raws: dict[tuple[int, str, int | None, int | None], RawProcess] = {}
-        for pid, (is_compute, is_graphics, mem) in merged.items():
-            ptype: ProcessType = (
-                "compute+graphics" if is_compute and is_graphics else "compute" if is_compute else "graphics"
-            )
+        raws: dict[int, RawProcess] = {}
+        for pid, (ptype, mem) in merged.items():
             sm = None if samples is None else samples.get(pid, 0)
-            key = (pid, ptype, mem, sm)
-            raw = last.get(key)
-            if raw is None:
-                raw = RawProcess(pid=pid, type=ptype, gpu_memory=mem, sm_utilization=sm)
-            raws[key] = raw
+            raw = last.get(pid)  # the last poll's entry while its figures are the same
+            if raw is None or raw.sm_utilization != sm or raw.gpu_memory != mem or raw.type != ptype:
+                raw = RawProcess(pid, ptype, mem, sm)
+            raws[pid] = raw
             out.append(raw)
         dev.raws = raws
         result = tuple(out)

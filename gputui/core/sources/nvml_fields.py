@@ -136,6 +136,12 @@ class FieldBatch:
             ret = fn(handle, self.count, buf)
         except Exception:  # binding trouble: treat as a driver without the call
             ret = FUNCTION_NOT_FOUND
+        return self.take(ret)
+
+    def take(self, ret: int) -> dict[str, float | int]:
+        """What :meth:`read` makes of its call's return code ``ret`` and the answer in the buffer (the
+        steady reader calls it with the return code of a call it made). Raises :class:`Lost`."""
+        names, buf = self.names, self.buf
         if ret == GPU_IS_LOST:
             raise Lost
         if ret != SUCCESS:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any, TypeVar
 
 from gputui.core.sources.nvml_structs import (
@@ -35,6 +36,7 @@ from gputui.core.sources.nvml_structs import (
     MemoryV2,
     Utilization,
     UtilizationSample,
+    process_struct,
     samples_struct,
 )
 
@@ -62,6 +64,11 @@ PERMANENT = frozenset({NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION, INVALID
 NOT_AVAILABLE_ULL = 0xFFFFFFFFFFFFFFFF
 #: Process-utilization samples older than this (seconds) are not asked for.
 UTIL_WINDOW = 1.0
+
+_second = itemgetter(1)
+
+#: the samples' bytes can be read with SAMPLE (its layout is UtilizationSample's)
+_SAMPLE_FITS = SAMPLE.size == ctypes.sizeof(UtilizationSample)
 
 #: ``NvmlQueries.again``'s answer when the getter is not kept (never asked, or its last call failed)
 MISS: Any = object()
@@ -347,13 +354,16 @@ class NvmlQueries:
         value = self.out(dev, name, function, ctypes.c_uint, *args)
         return None if value is None else value.value  # a c_uint's value is an int
 
-    def per_poll(self, dev: Device, asks: tuple[tuple[str, str, tuple[int, ...]] | None, ...]
+    def per_poll(self, dev: Device, asks: tuple[tuple[str, str, tuple[int, ...]] | None, ...],
+                 answers: dict[str, Any] | None = None
                  ) -> tuple[tuple[int, int] | None, tuple[int, int, int | None] | None, list[int | None], int | None]:
         """(utilization, memory, the :meth:`scalar` of each (field, function, arguments) of ``asks`` — None: not
         asked, None back —, throttle reasons), the per-poll getters of a device in one loop over its kept
         calls, in that order: each is what :meth:`again` answers, or what the full rules of
         :meth:`utilization`, :meth:`memory`, :meth:`scalar` and :meth:`throttle_reasons` answer where the
-        call is not kept. One frame for the device's eight calls instead of two or three each. Raises Lost."""
+        call is not kept. One frame for the device's eight calls instead of two or three each. ``answers``:
+        what kept calls already answered this poll (by name: the steady reader's), not called again.
+        Raises Lost."""
         calls, handle = dev.calls, dev.handle
         names = self._per_poll_names.get(asks)
         if names is None:
@@ -364,10 +374,13 @@ class NvmlQueries:
         for name in names:  # again(), inline, for each; the answers' bookkeeping after the loop
             fast = calls.get(name)  # (None: a field left unread, never kept)
             if fast is not None and fast[2][0] is handle:
-                try:
-                    ret = fast[0](*fast[2])
-                except Exception as exc:  # ctypes/binding trouble: N/A, never a crash
-                    ret = exc
+                if answers is not None and name in answers:
+                    ret = answers[name]
+                else:
+                    try:
+                        ret = fast[0](*fast[2])
+                    except Exception as exc:  # ctypes/binding trouble: N/A, never a crash
+                        ret = exc
                 if ret == SUCCESS:
                     got.append(fast[1])
                     answered.append(name)
@@ -444,10 +457,12 @@ class NvmlQueries:
         family, structs, names = RUNNING[graphics]
         return self.variant(dev, family, names, lambda name: self._list(dev, name, structs[name]))
 
-    def running_both(self, dev: Device) -> list[tuple[tuple[int, int | None], ...] | None]:
+    def running_both(self, dev: Device, answers: dict[str, Any] | None = None
+                     ) -> list[tuple[tuple[int, int | None], ...] | None]:
         """[compute, graphics]: :meth:`running` of both lists, the kept calls made inline (what
         :meth:`variant` and :meth:`_list` do for them, without their frames); the full rules for a list
-        whose call is not kept or did not answer. Raises Lost."""
+        whose call is not kept or did not answer; ``answers``: what kept calls already answered this poll (by
+        function name), not called again. Raises Lost."""
         out: list[tuple[tuple[int, int | None], ...] | None] = []
         calls, handle, lists = dev.calls, dev.handle, dev.lists
         for graphics in (False, True):
@@ -460,9 +475,12 @@ class NvmlQueries:
                 continue
             count, args = fast[1], fast[2]
             buf = args[2]
-            count.value = len(buf)
             try:
-                ret = fast[0](*args)
+                if answers is not None and chosen in answers:
+                    ret = answers[chosen]
+                else:
+                    count.value = len(buf)
+                    ret = fast[0](*args)
             except Exception as exc:  # what variant() makes of it
                 self.failed(dev, family, UNKNOWN, exc)
                 out.append(None)
@@ -521,7 +539,8 @@ class NvmlQueries:
         ``size`` bytes); the same bytes as last time give the same tuple back."""
         last = dev.lists.get(key)
         if last is not None and last[2] is buf and last[4] == n:
-            raw = last[3].raw
+            view = last[3]
+            raw = view.raw
         else:
             view = (ctypes.c_char * (n * size)).from_buffer(buf)
             raw = view.raw
@@ -530,15 +549,22 @@ class NvmlQueries:
         if last is not None and last[0] == raw:
             cached: tuple[tuple[int, int | None], ...] = last[1]
             return cached
-        out = []
-        for i in range(n):
-            entry = buf[i]
-            mem = int(entry.usedGpuMemory)
-            out.append((int(entry.pid), None if mem == NOT_AVAILABLE_ULL else mem))
-        result = tuple(out)
+        layout = process_struct(buf._type_)
+        result: tuple[tuple[int, int | None], ...]
+        if layout is not None:  # every entry's (pid, usedGpuMemory) unpacked from the bytes in one pass
+            result = tuple(layout.iter_unpack(raw))
+            if NOT_AVAILABLE_ULL in map(_second, result):  # "not available": None
+                result = tuple((pid, None if mem == NOT_AVAILABLE_ULL else mem) for pid, mem in result)
+        else:
+            out = []
+            for i in range(n):
+                entry = buf[i]
+                mem = int(entry.usedGpuMemory)
+                out.append((int(entry.pid), None if mem == NOT_AVAILABLE_ULL else mem))
+            result = tuple(out)
         # the bytes read, the tuple read from them, and a view of those bytes in this buffer (read again
         # next time without a foreign call)
-        dev.lists[key] = (raw, result, buf, (ctypes.c_char * (n * size)).from_buffer(buf), n)
+        dev.lists[key] = (raw, result, buf, view, n)
         return result
 
     def process_utilization(self, dev: Device, wall: float) -> dict[int, int] | None:
@@ -587,7 +613,8 @@ class NvmlQueries:
             dev.calls.pop(name, None)
             self.failed(dev, name, UNKNOWN, exc)
             return None
-        self.succeeded(dev, name)
+        if dev.failures:  # succeeded(), inline
+            dev.failures.pop(name, None)
         n = min(count.value, len(buf))
         last = dev.lists.get(name)
         # the answer's bytes through a view of them kept with the buffer (no foreign call to copy them)
@@ -598,7 +625,7 @@ class NvmlQueries:
             cached: dict[int, int] = last[1]
             return cached
         seen = dev.util_seen
-        whole = samples_struct(n) if SAMPLE.size == ctypes.sizeof(struct) else None
+        whole = samples_struct(n) if _SAMPLE_FITS else None
         if whole is not None:  # the whole answer in one unpack: (pid, timeStamp, smUtil) per sample
             values = whole.unpack(raw)
             pids, stamps, sms = values[0::3], values[1::3], values[2::3]
@@ -616,7 +643,7 @@ class NvmlQueries:
         newest: dict[int, tuple[int, int]] = {}
         # the samples' (pid, timeStamp, smUtil) unpacked from the bytes in one pass (a ctypes struct per
         # sample costs several times more); the layout is checked against the struct at import
-        for pid, ts, sm in SAMPLE.iter_unpack(raw) if SAMPLE.size == ctypes.sizeof(struct) else (
+        for pid, ts, sm in SAMPLE.iter_unpack(raw) if _SAMPLE_FITS else (
                 (e.pid, e.timeStamp, e.smUtil) for e in buf[:n]):
             prev = newest.get(pid)
             if prev is None or ts >= prev[0]:

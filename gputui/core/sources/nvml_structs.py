@@ -8,7 +8,7 @@ import ctypes
 from struct import Struct
 
 __all__ = ["MEMORY_V2", "RUNNING", "MemoryV1", "MemoryV2", "ProcessInfoV1", "ProcessInfoV2", "SAMPLE",
-           "Utilization", "UtilizationSample", "samples_struct"]
+           "Utilization", "UtilizationSample", "process_struct", "samples_struct"]
 
 
 class ProcessInfoV1(ctypes.Structure):
@@ -77,3 +77,21 @@ def samples_struct(n: int) -> Struct | None:
     if whole is None and n <= 4096:
         whole = _SAMPLES[n] = Struct("@" + SAMPLE.format[1:] * n)
     return whole
+
+
+#: a process-info struct's pid and usedGpuMemory in native layout, by struct (None: not read this way)
+_PROCESS: dict[type, Struct | None] = {}
+
+
+def process_struct(kind: type) -> Struct | None:
+    """A Struct reading one ``kind`` process entry's (pid, usedGpuMemory) from its bytes (the rest skipped),
+    checked against the ctypes layout; None where the layouts differ."""
+    if kind not in _PROCESS:
+        pid, mem, size = kind.pid, kind.usedGpuMemory, ctypes.sizeof(kind)  # type: ignore[attr-defined]
+        layout: Struct | None = None
+        if pid.offset == 0 and pid.size == 4 and mem.size == 8 and mem.offset >= 4:
+            layout = Struct(f"@I{mem.offset - 4}xQ{size - mem.offset - 8}x")
+            if layout.size != size:
+                layout = None
+        _PROCESS[kind] = layout
+    return _PROCESS[kind]

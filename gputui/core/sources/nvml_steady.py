@@ -1,0 +1,299 @@
+"""The steady read of one GPU for ``NvmlSource.read``: the same driver calls and the same answers as the full
+rules (``nvml.py``, ``nvml_query.py``), made from a plan kept per GPU instead of a chain of methods.
+
+Once a GPU answered every per-poll call (the field batch with every field, the eight getters, both process
+lists) and its slow values (persistence mode, encoder and decoder utilization, MIG mode — off) are cached,
+its poll is: the batch call, the other calls in one ``starmap`` over their (function, arguments) tuples (no
+bytecode per call), the filled out-parameters read, and the Gpu handed back as it was while none of them
+changed. Anything else — a
+call that does not answer, a field missing from the batch, a failure counted, a slow value due, MIG mode
+on — hands the GPU back to the full rules for that poll (with the answers already had: no call is made
+twice), and the plan is made again from what they kept.
+
+A plan is made from the GPU's kept calls (``Device.calls``), so it is keyed on them: the same C function,
+argument tuple (handle first) and out-parameter; the slow values it carries are those cached with their
+time, and it ends when the first of them is due.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+from itertools import starmap
+from operator import itemgetter
+from struct import Struct
+from typing import Any
+
+from gputui.core.model import Gpu, MigMode, RawProcess, throttle_names
+from gputui.core.sources.nvml_fields import FIELDS
+from gputui.core.sources.nvml_structs import RUNNING, MemoryV2
+
+__all__ = ["Plan", "make_plan", "read_steady", "refresh_slow"]
+
+#: calls its first argument with the rest (operator.call from Python 3.11)
+_call: Any = getattr(operator, "call", None) or (lambda fn, *args: fn(*args))
+#: the batch's field names in FIELDS' order (a plan exists only while the batch asks every one)
+_ALL = tuple(FIELDS)
+_PSTATE_UNKNOWN = 32
+_SLOW = ("persistence_mode", "encoder_utilization", "decoder_utilization")
+
+#: clock-event masks' names, by mask (a handful of masks in a machine's life)
+_THROTTLE: dict[int, tuple[str, ...]] = {}
+
+
+class Plan:
+    """What one GPU's steady poll calls and reads, made from its kept calls (see the module's text)."""
+
+    __slots__ = ("batch", "calls", "keys", "block", "unpack", "pick", "reset", "lists", "slow_at", "slow", "last")
+
+    def __init__(self, batch: tuple[Any, ...], calls: tuple[Any, ...], keys: tuple[str, ...], block: Any,
+                 unpack: Struct, pick: Any, reset: tuple[Struct, int, tuple[int, ...]] | None,
+                 lists: tuple[Any, ...], slow_at: float, slow: tuple[Any, ...]) -> None:
+        #: the field batch: (C function, handle, count, buffer, whole-answer Struct, value types)
+        self.batch = batch
+        #: the calls made after the batch as (C function, *arguments), and the name each is kept under (Device.calls)
+        self.calls = calls
+        self.keys = keys
+        #: every out-parameter of those calls (and the lists' counts), one after the other in one ctypes
+        #: struct that the kept calls write into, read in one unpack; ``pick`` takes utilization (GPU,
+        #: memory), memory used, total and reserved, temperature, fan, SM clock, memory clock, P-state and
+        #: reasons from that reading with a None after it (refused for good or left unread: N/A)
+        self.block = block
+        self.unpack = unpack
+        self.pick = pick
+        #: the process lists' counts set before the calls: (Struct, offset in the block, buffer lengths)
+        self.reset = reset
+        #: compute, graphics: (its count's place in the reading, buffer, kept name), or None (N/A, no call)
+        self.lists = lists
+        #: the oldest cached slow value's time, and (persistence, encoder, decoder, MIG mode) as the Gpu has them
+        self.slow_at = slow_at
+        self.slow = slow
+        #: the values the last Gpu was built from, and that Gpu
+        self.last: tuple[tuple[Any, ...], Gpu] | None = None
+
+
+#: block struct types by their fields' types
+_BLOCKS: dict[tuple[Any, ...], Any] = {}
+
+
+def _format(kind: Any) -> str:
+    """``kind``'s bytes as a Struct format of standard sizes, its padding included (ctypes' layout)."""
+    if kind is ctypes.c_uint or kind is ctypes.c_ulonglong:
+        return "I" if kind is ctypes.c_uint else "Q"
+    out, pos = "", 0
+    for name, ftype in kind._fields_:
+        offset = getattr(kind, name).offset
+        out += f"{offset - pos}x" if offset > pos else ""
+        out += _format(ftype)
+        pos = offset + ctypes.sizeof(ftype)
+    size = ctypes.sizeof(kind)
+    return out + (f"{size - pos}x" if size > pos else "")
+
+
+def _block(kinds: tuple[Any, ...]) -> tuple[Any, Struct, list[int], list[int]]:
+    """A ctypes struct of these out-parameter types one after the other, a Struct reading it whole, and
+    each one's offset in the struct and place of its first value in the reading."""
+    block = _BLOCKS.get(kinds)
+    if block is None:
+        block = _BLOCKS[kinds] = type("Outs", (ctypes.Structure,),
+                                      {"_fields_": [(f"f{i}", kind) for i, kind in enumerate(kinds)]})
+    fmt, pos, offsets, firsts, count = "=", 0, [], [], 0
+    for i, kind in enumerate(kinds):
+        offset = getattr(block, f"f{i}").offset
+        fmt += f"{offset - pos}x" if offset > pos else ""
+        part = Struct("=" + _format(kind))
+        fmt += part.format[1:]
+        offsets.append(offset)
+        firsts.append(count)
+        count += len(part.unpack(bytes(part.size)))
+        pos = offset + ctypes.sizeof(kind)
+    whole = Struct(fmt)
+    if whole.size > ctypes.sizeof(block):
+        raise ValueError("out-parameter layout")
+    return block, whole, offsets, firsts
+
+
+def make_plan(src: Any, dev: Any, now: float, last_gpu: Gpu | None) -> Plan | None:
+    """A plan for ``dev`` from what the full rules kept this poll, or None while they are needed: its kept
+    calls moved to write into one block (their out-parameters' values copied). ``last_gpu``: the Gpu the
+    full rules built from the values now in the out-parameters."""
+    ask = src._ask
+    handle = dev.handle
+    if handle is None or not dev.static_done or dev.failures:
+        return None
+    batch = dev.batch
+    fn = ask.fns.get("nvmlDeviceGetFieldValues")
+    if fn is None or batch.off or batch.names != _ALL or batch.errors or batch.plan is None or batch.buf is None:
+        return None
+    kept: list[tuple[str, Any]] = []  # (name, kept call), scalars then lists
+    present: list[str | None] = []
+    names = ("utilization", "memory", *[a[0] if a is not None else None for a in src._scalars], "throttle_reasons")
+    for name in names:
+        if name is None:  # left unread
+            present.append(None)
+            continue
+        fast = dev.calls.get(name)
+        if fast is None or fast[2][0] is not handle:
+            if name in dev.unsupported or name in ask.absent:
+                present.append(None)
+                continue
+            return None
+        kept.append((name, fast))
+        present.append(name)
+    scalars = len(kept)
+    lists: list[Any] = []
+    for graphics in (False, True):
+        family = RUNNING[graphics][0]
+        if family in dev.unsupported or family in ask.absent:
+            lists.append(None)
+            continue
+        chosen = ask.variants.get(family)
+        fast = dev.calls.get(chosen) if chosen is not None else None
+        if fast is None or fast[2][0] is not handle:
+            return None
+        lists.append(len(kept))
+        kept.append((chosen, fast))
+    hits = [dev.slow.get(name) for name in _SLOW]
+    has_mig = getattr(ask.nv, "nvmlDeviceGetMigMode", None) is not None
+    if has_mig:
+        hits.append(dev.slow.get("mig_mode"))
+    if any(hit is None for hit in hits):
+        return None
+    slow_at = min(hit[1] for hit in hits)
+    if now - slow_at >= ask.slow_ttl:
+        return None
+    mode: MigMode | None = src._mig._mode(dev, now) if has_mig else None
+    if mode is not None and mode.current:
+        return None
+    kinds = tuple(type(fast[1]) for _, fast in kept)
+    block_type, whole, offsets, firsts = _block(kinds)
+    block = block_type()
+    base = ctypes.addressof(block)
+    calls: list[Any] = []
+    for i, (name, fast) in enumerate(kept):  # each kept call moved into the block, its last answer with it
+        fn_i, out, args = fast
+        ctypes.memmove(base + offsets[i], ctypes.addressof(out), ctypes.sizeof(out))
+        view = kinds[i].from_buffer(block, offsets[i])
+        args = (*args[:-1], ctypes.byref(view)) if i < scalars else (args[0], ctypes.byref(view), *args[2:])
+        dev.calls[name] = (fn_i, view, args)
+        calls.append((fn_i, *args))
+    # where each Gpu value is in the reading (-1: the None after it)
+    at = dict(zip([k[0] for k in kept[:scalars]], firsts, strict=False))
+    u, m = at.get("utilization", -1), at.get("memory", -1)
+    v2 = m >= 0 and kinds[[k[0] for k in kept].index("memory")] is MemoryV2
+    pick = [u, u + 1 if u >= 0 else -1, (m + 4 if v2 else m + 2) if m >= 0 else -1,
+            (m + 1 if v2 else m) if m >= 0 else -1, m + 2 if v2 else -1]
+    pick += [at.get(name, -1) if name is not None else -1 for name in present[2:]]
+    if any(offsets[i] != offsets[scalars] + 4 * (i - scalars) for i in range(scalars, len(kept))):
+        return None  # (the lists' counts are set in one pack: side by side)
+    reset = None
+    if scalars < len(kept):
+        reset = (Struct("=" + "I" * (len(kept) - scalars)), offsets[scalars],
+                 tuple(len(fast[2][2]) for _, fast in kept[scalars:]))
+    persistence, enc, dec = (hit[0] for hit in hits[:3])
+    plan = Plan((fn, handle, batch.count, batch.buf, batch.plan[0], batch.plan[1]), tuple(calls),
+                tuple(k[0] for k in kept), block, whole, itemgetter(*pick),
+                reset,
+                tuple(None if i is None else (firsts[i], kept[i][1][2][2], kept[i][0]) for i in lists), slow_at,
+                (None if persistence is None else bool(persistence), None if enc is None else int(enc[0]),
+                 None if dec is None else int(dec[0]), mode))
+    if last_gpu is not None:
+        values = batch.plan[0].unpack_from(batch.buf)
+        plan.last = ((whole.unpack_from(block), values[2::3], src._xids.last.get(dev.index)), last_gpu)
+    return plan
+
+
+def refresh_slow(src: Any, dev: Any, plan: Plan, now: float) -> Plan | None:
+    """The plan with its slow values read again as the full rules read them when due (persistence mode,
+    encoder and decoder utilization, MIG mode), or None when MIG mode is now on (the full rules list its
+    devices). A slow value that failed reads N/A this poll, as in the full rules (its failure is counted,
+    so the next poll is the full rules' and asks it again)."""
+    persistence = src._slow(dev, "persistence_mode", "nvmlDeviceGetPersistenceMode", None, now)
+    enc = src._slow(dev, "encoder_utilization", "nvmlDeviceGetEncoderUtilization", 0, now)
+    dec = src._slow(dev, "decoder_utilization", "nvmlDeviceGetDecoderUtilization", 0, now)
+    has_mig = getattr(src._ask.nv, "nvmlDeviceGetMigMode", None) is not None
+    mode: MigMode | None = src._mig._mode(dev, now) if has_mig else None
+    if mode is not None and mode.current:  # (a plan is made only while MIG mode is off)
+        return None
+    slow = (None if persistence is None else bool(persistence), None if enc is None else int(enc),
+            None if dec is None else int(dec), mode)
+    if slow != plan.slow:
+        plan.slow = slow
+        plan.last = None
+    hits = [dev.slow.get(name) for name in (*_SLOW, "mig_mode")[:4 if has_mig else 3]]
+    plan.slow_at = min(hit[1] for hit in hits if hit is not None) if all(hits) else now
+    return plan
+
+
+def read_steady(src: Any, dev: Any, plan: Plan, now: float) -> tuple[Gpu, tuple[RawProcess, ...]]:
+    """One GPU's poll through its plan (the caller checked that no failure is counted and no slow value is
+    due). Raises Lost."""
+    bfn, handle, count, buf, whole, kinds = plan.batch
+    try:
+        ret = bfn(handle, count, buf)
+    except Exception:  # binding trouble: what FieldBatch.read makes of it
+        ret = 13  # FUNCTION_NOT_FOUND
+    fv: tuple[Any, ...] | None = None
+    if ret == 0:
+        values = whole.unpack_from(buf)
+        if values[0::3] == kinds and not any(values[1::3]):
+            fv = values[2::3]
+    if fv is None:  # not every field answered: the full rules, with this answer
+        dev.steady = None
+        return src._read_device(dev, now, fields=dev.batch.take(ret))  # type: ignore[no-any-return]
+    reset = plan.reset
+    if reset is not None:  # the lists' counts: how many entries their buffers hold
+        reset[0].pack_into(plan.block, reset[1], *reset[2])
+    try:
+        rets = list(starmap(_call, plan.calls))
+    except Exception:  # binding trouble in one of them: the full rules ask again and say what it is
+        dev.steady = None
+        return src._read_device(dev, now, fields=dict(zip(_ALL, fv, strict=True)))  # type: ignore[no-any-return]
+    if any(rets):  # one did not answer: the full rules, with these answers
+        dev.steady = None
+        return src._read_device(dev, now, fields=dict(zip(_ALL, fv, strict=True)),  # type: ignore[no-any-return]
+                                answers=dict(zip(plan.keys, rets, strict=True)))
+    ask = src._ask
+    got: list[Any] = []
+    lists = dev.lists
+    outs = plan.unpack.unpack_from(plan.block)
+    for kept in plan.lists:  # running_both's reading of an answer, inline
+        if kept is None:
+            got.append(None)
+            continue
+        at, kbuf, name = kept
+        n = min(outs[at], len(kbuf))
+        last = lists.get(name)
+        if last is not None and last[2] is kbuf and last[4] == n and last[3].raw == last[0]:
+            got.append(last[1])
+        else:
+            got.append(ask._entries(dev, name, kbuf, n, ctypes.sizeof(kbuf._type_)))
+    procs = src._processes(dev, lists=got)
+    xid = src._xids.last.get(dev.index)
+    key = (outs, fv, xid)  # (the slow values are the plan's own)
+    last_gpu = plan.last
+    if last_gpu is not None and last_gpu[0] == key:
+        return last_gpu[1], procs
+    ug, um, used, total, reserved, temperature, fan, clock_sm, clock_mem, pstate, reasons = plan.pick((*outs, None))
+    power, power_limit, ecc, mt, te, pr, rc, ru, rf = fv
+    persistence, enc, dec, mode = plan.slow
+    names = None
+    if reasons is not None:
+        names = _THROTTLE.get(reasons)
+        if names is None:
+            names = _THROTTLE[reasons] = throttle_names(reasons)
+    gpu = Gpu(
+        index=dev.index, uuid=dev.uuid or "", name=dev.name or "Unknown GPU", pci_bus_id=dev.pci_bus_id,
+        utilization_gpu=ug, utilization_memory=um, memory_used=used, memory_total=total,
+        temperature=temperature, power_draw=power / 1000.0, power_limit=power_limit / 1000.0, fan_speed=fan,
+        clock_sm=clock_sm, clock_memory=clock_mem, clock_sm_max=dev.clock_sm_max,
+        clock_memory_max=dev.clock_memory_max,
+        pstate=pstate if pstate is not None and pstate != _PSTATE_UNKNOWN else None,
+        throttle_reasons=names, ecc_errors=int(ecc), persistence_mode=persistence, minor_number=dev.minor_number,
+        lost=False, mig_mode=mode, mig_devices=(), memory_reserved=reserved,
+        remapped_rows_failure=bool(rf), memory_temperature=int(mt), total_energy_consumption=int(te),
+        pcie_replay_counter=int(pr), remapped_rows_correctable=int(rc), remapped_rows_uncorrectable=int(ru),
+        encoder_utilization=enc, decoder_utilization=dec, xid_last=xid,
+    )
+    plan.last = (key, gpu)
+    return gpu, procs
