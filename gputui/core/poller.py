@@ -10,11 +10,13 @@ refresh: a poll takes whatever inventory is newest.
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from gputui.core.config import Settings
@@ -184,7 +186,7 @@ class Poller:
         lists = tuple(reading.processes.values())
         last_lists, pids = self._pids
         if len(lists) != len(last_lists) or not all(a is b for a, b in zip(lists, last_lists, strict=True)):
-            pids = {p.pid for procs in lists for p in procs}
+            pids = set(map(_PID, chain.from_iterable(lists)))
             self._pids = (lists, pids)
         facts = self.process_source.facts(pids) if pids else {}
 
@@ -210,37 +212,55 @@ class Poller:
                 fact_list = list(map(facts_get, last.pids))
                 if fact_list == last.facts:
                     with_procs = last.with_procs if last.gpu is g else replace(g, processes=last.procs)
-                    gpus_built[index] = _GpuRows(g, raws, last.pids, last.facts, last.rows, last.procs, with_procs,
+                    gpus_built[index] = _GpuRows(g, raws, last.pids, last.facts, last.refs, last.procs, with_procs,
                                                  last.containered)
                     built.append(with_procs)
                     continue
-            last_rows = last.rows if last is not None else {}
-            rows: dict[int, tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]] = {}
-            built_rows: list[Process] = []
-            fact_list = []
-            for raw in raws:
-                fact = facts_get(raw.pid)
-                fact_list.append(fact)
-                prev = last_rows.get(raw.pid)
-                # The same NVML entry, the same facts object and the same inventory: the same row (the
-                # steady state of most processes, kept to a few lookups; _row decides every other case).
-                if same_inventory and prev is not None and prev[0] is raw and prev[1] is fact:
-                    rows[raw.pid] = prev
-                    built_rows.append(prev[3])
-                else:
-                    built_rows.append(self._row(index, raw, fact, records, inventory.available, prev, rows))
+                pids_t = last.pids
+            else:
+                pids_t = tuple(map(_PID, raws))
+                fact_list = list(map(facts_get, pids_t))
+            if last is not None and same_inventory and last.pids == pids_t:
+                # The same PIDs in the same order (their figures moving: the churning state): each row
+                # against the last poll's row at its place, in one pass and no call for an unchanged row.
+                # A row whose facts object is the one it was built from keeps its container (the same
+                # inventory: attribute() would answer the same) and, when only NVML's figures moved, is
+                # the last row with those figures (a copy of its fields: what _process would build).
+                refs = list(last.refs)
+                built_rows: list[Process] = []
+                i = 0
+                for raw, fact, praw, pfact, prow in zip(raws, fact_list, last.raws, last.facts, last.procs,
+                                                        strict=True):
+                    if fact is pfact:
+                        if raw is praw or (raw.sm_utilization == praw.sm_utilization
+                                           and raw.gpu_memory == praw.gpu_memory and raw.type == praw.type
+                                           and raw.mig_device == praw.mig_device):
+                            built_rows.append(prow)
+                        else:
+                            built_rows.append(Process.__record_replace__(  # type: ignore[attr-defined]
+                                prow, {"sm_utilization": raw.sm_utilization, "gpu_memory": raw.gpu_memory,
+                                       "type": raw.type, "mig_device": raw.mig_device}))
+                    else:
+                        ref = attribute(fact, records, inventory.available) if fact is not None else None
+                        if ref != refs[i] or raw is not praw and raw != praw or pfact != fact:
+                            refs[i] = ref
+                            built_rows.append(self._process(index, raw, fact, ref))
+                        else:
+                            built_rows.append(prow)
+                    i += 1
+            else:
+                built_rows, refs = self._rows(index, raws, fact_list, last, same_inventory, records,
+                                              inventory.available)
             procs = tuple(built_rows)
             # The source's same Gpu with the same rows (an unchanged GPU): the GPU built last time.
             if last is not None and last.gpu is g and len(last.procs) == len(procs) \
-                    and all(a is b for a, b in zip(last.procs, procs, strict=True)):
+                    and all(map(operator.is_, last.procs, procs)):
                 procs = last.procs
                 with_procs = last.with_procs
             else:
                 with_procs = replace(g, processes=procs)
-            containered = last.containered if last is not None and procs is last.procs else \
-                any(p.container is not None for p in procs)
-            gpus_built[index] = _GpuRows(g, raws, tuple(r.pid for r in raws), fact_list, rows, procs, with_procs,
-                                         containered)
+            containered = last.containered if last is not None and procs is last.procs else any(refs)
+            gpus_built[index] = _GpuRows(g, raws, pids_t, fact_list, refs, procs, with_procs, containered)
             built.append(with_procs)
         self._gpus = gpus_built
         all_gpus = tuple(built)
@@ -341,20 +361,26 @@ class Poller:
             self._started_cache[create_time] = started
         return started
 
-    def _row(self, gpu_index: int, raw: RawProcess, fact: ProcessFacts | None, records: dict[str, ContainerRecord],
-             docker_available: bool,
-             last: tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process] | None,
-             rows: dict[int, tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]],
-             ) -> Process:
-        """The process's row: the last poll's (``last``, what it was built from) when nothing it is built
-        from changed."""
-        ref = attribute(fact, records, docker_available) if fact is not None else None
-        if last is not None and last[1] is fact and (last[0] is raw or last[0] == raw) and last[2] == ref:
-            row = last[3]
-        else:
-            row = self._process(gpu_index, raw, fact, ref)
-        rows[raw.pid] = (raw, fact, ref, row)
-        return row
+    def _rows(self, gpu_index: int, raws: tuple[RawProcess, ...], fact_list: list[ProcessFacts | None],
+              last: _GpuRows | None, same_inventory: bool, records: dict[str, ContainerRecord],
+              docker_available: bool) -> tuple[list[Process], list[ContainerRef | None]]:
+        """A GPU's rows and their containers when its PIDs are not the last poll's in the same order (or
+        the inventory changed): each row is the last poll's row of its PID when nothing it is built
+        from changed (its NVML entry, facts and container), else built again."""
+        last_at = dict(zip(last.pids, range(len(last.pids)), strict=True)) if last is not None else {}
+        rows: list[Process] = []
+        refs: list[ContainerRef | None] = []
+        for raw, fact in zip(raws, fact_list, strict=True):
+            ref = attribute(fact, records, docker_available) if fact is not None else None
+            at = last_at.get(raw.pid)
+            if last is not None and at is not None and last.facts[at] is fact and last.refs[at] == ref \
+                    and (last.raws[at] is raw or last.raws[at] == raw):
+                row = last.procs[at]
+            else:
+                row = self._process(gpu_index, raw, fact, ref)
+            rows.append(row)
+            refs.append(ref)
+        return rows, refs
 
     def _process(
         self,
@@ -364,50 +390,36 @@ class Poller:
         ref: ContainerRef | None,
     ) -> Process:
         fact = fact or ProcessFacts(pid=raw.pid, visible=False, invisible_reason="vanished")
-        started = self._started(fact.create_time)
-        return Process(
-            pid=raw.pid,
-            gpu_index=gpu_index,
-            type=raw.type,
-            gpu_memory=raw.gpu_memory,
-            sm_utilization=raw.sm_utilization,
-            user=fact.user,
-            command=fact.command,
-            exe=fact.exe,
-            cpu_percent=fact.cpu_percent,
-            host_memory=fact.host_memory,
-            started=started,
-            visible=fact.visible,
-            invisible_reason=fact.invisible_reason,
-            create_time=fact.create_time,
-            ppid=fact.ppid,
-            status=fact.status,
-            uid=fact.uid,
-            orphaned=fact.orphaned,
-            container=ref,
-            mig_device=raw.mig_device,
-        )
+        create_time = fact.create_time
+        started = self._started(create_time) if create_time is not None else None
+        # positional, in field order (a keyword call matches 20 names)
+        return Process(raw.pid, gpu_index, raw.type, raw.gpu_memory, raw.sm_utilization, fact.user, fact.command,
+                       fact.exe, fact.cpu_percent, fact.host_memory, started, fact.visible, fact.invisible_reason,
+                       create_time, fact.ppid, fact.status, fact.uid, fact.orphaned, ref, (), raw.mig_device)
 
 
 class _GpuRows:
     """What one poll built one GPU's rows from, and what it built: the source's Gpu and process tuple,
-    their PIDs, each PID's facts (in order), per PID the row's inputs and the row, the rows, and the
-    Gpu carrying them, and whether any row is in a container. A plain slotted class: one per GPU per poll."""
+    their PIDs, each PID's facts and container (in order), the rows, the Gpu carrying them, and whether
+    any row is in a container. A plain slotted class: one per GPU per poll."""
 
-    __slots__ = ("gpu", "raws", "pids", "facts", "rows", "procs", "with_procs", "containered")
+    __slots__ = ("gpu", "raws", "pids", "facts", "refs", "procs", "with_procs", "containered")
 
     def __init__(self, gpu: Gpu, raws: tuple[RawProcess, ...], pids: tuple[int, ...],
-                 facts: list[ProcessFacts | None],
-                 rows: dict[int, tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]],
+                 facts: list[ProcessFacts | None], refs: list[ContainerRef | None],
                  procs: tuple[Process, ...], with_procs: Gpu, containered: bool) -> None:
         self.gpu = gpu
         self.raws = raws
         self.pids = pids
         self.facts = facts
-        self.rows = rows
+        self.refs = refs
         self.procs = procs
         self.with_procs = with_procs
         self.containered = containered
+
+
+#: a process entry's PID (one C call per tuple of entries: ``map(_PID, raws)``)
+_PID = operator.attrgetter("pid")
 
 
 def _stale_candidate(p: Process, idle_holder_memory: int) -> bool:

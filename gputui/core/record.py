@@ -14,9 +14,12 @@ anything else it imports. A record compiles ``__init__``, ``__eq__`` and ``__has
 names too, but each only on its first call: defining a class costs nothing, and a one-shot compiles
 the few methods it uses. ``__repr__`` is shared (repr is never on a hot path).
 
-A frozen record's ``__init__`` sets fields with ``object.__setattr__`` bound once (a frozen
-dataclass looks it up for every field), never through ``__dict__``, which would cost every later
-attribute read; a poll builds a few hundred records and reads their fields many times more.
+A frozen record's ``__init__`` stores its fields into the instance's ``__dict__`` (a frozen
+dataclass calls ``object.__setattr__`` per field: a wrapper call building two argument tuples, four
+times the cost of the store), and ``replace`` copies the old instance's dict in one ``update``. Every
+frozen instance is built so, and reads its fields through its dict: one kind of instance per class,
+so the interpreter's specialised attribute reads stay specialised (a mix of dict and dict-less
+instances of one class would make them miss).
 """
 
 from __future__ import annotations
@@ -183,12 +186,14 @@ def _lazy(cls: Any, name: str, build: Callable[[], tuple[str, dict[str, Any]]]) 
 
 
 def _init_source(fs: tuple[Field, ...], frozen: bool) -> tuple[str, dict[str, Any]]:
-    """``__init__``. A frozen record's sets each field with ``object.__setattr__`` (bound once, as a
-    global of the function); a mutable one's assigns plainly. Never through ``self.__dict__``: touching
-    it makes CPython give the instance a real dict instead of its inline values, and every attribute
-    read of that instance afterwards costs three times as much."""
-    env: dict[str, Any] = {"_FACTORY": _FACTORY, "_set": object.__setattr__}
-    params, body = ["self"], []
+    """``__init__``. A frozen record's stores each field into the instance's ``__dict__`` (one
+    subscript store per field, no call: the class's own ``__setattr__`` refuses, and
+    ``object.__setattr__`` costs a wrapper call with two argument tuples per field); a mutable
+    one's assigns plainly. Every frozen instance is built this way (and ``replace``'s copies too),
+    so every one reads its fields through its dict alike: the attribute reads of a hot loop meet one
+    kind of instance and stay specialised."""
+    env: dict[str, Any] = {"_FACTORY": _FACTORY}
+    params, body = ["self"], ["    d = self.__dict__"] if frozen and fs else []
     for i, f in enumerate(fs):
         value = f.name
         if f.default_factory is not MISSING:
@@ -200,17 +205,21 @@ def _init_source(fs: tuple[Field, ...], frozen: bool) -> tuple[str, dict[str, An
             params.append(f"{f.name}=_d{i}")
         else:
             params.append(f.name)
-        body.append(f"    _set(self, {f.name!r}, {value})" if frozen else f"    self.{f.name} = {value}")
+        body.append(f"    d[{f.name!r}] = {value}" if frozen else f"    self.{f.name} = {value}")
     return f"def __init__({', '.join(params)}):\n" + ("\n".join(body) or "    pass") + "\n", env
 
 
 def _replace_source(fs: tuple[Field, ...]) -> tuple[str, dict[str, Any]]:
     """``__record_replace__(self, changes)``: a new instance with each field from ``changes`` or
-    ``self``, set as ``__init__`` sets it (no ``__init__`` call: no default factory runs)."""
-    body = "".join(f"    _set(new, {f.name!r}, changes[{f.name!r}] if {f.name!r} in changes else self.{f.name})\n"
-                   for f in fs)
-    return ("def __record_replace__(self, changes):\n    new = _new(self.__class__)\n" + body + "    return new\n",
-            {"_set": object.__setattr__, "_new": object.__new__})
+    ``self``, stored as ``__init__`` stores it (no ``__init__`` call: no default factory runs): the
+    old instance's fields copied in one ``dict.update``, then the changes."""
+    names = repr(tuple(f.name for f in fs))
+    return ("def __record_replace__(self, changes):\n    new = _new(self.__class__)\n    d = new.__dict__\n"
+            "    old = self.__dict__\n"
+            f"    if len(old) == {len(fs)}:\n        d.update(old)\n"
+            f"    else:\n        for n in {names}:\n            d[n] = getattr(self, n)\n"
+            "    d.update(changes)\n    return new\n",
+            {"_new": object.__new__})
 
 
 def _eq_source(names: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
