@@ -19,6 +19,7 @@ would hand a job a card nobody chose.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Iterable
 from typing import Any
 
@@ -69,7 +70,7 @@ def _uuid_text_ok(uuid: str) -> bool:
 
 #: the last uuid_problems() answer and what it was found from (one slot: a poll asks twice, then the next
 #: poll asks about the same cards; the tuple is replaced whole, so threads see one or the other)
-_UUID_LAST: tuple[list[tuple[int, str, bool, tuple[tuple[int, str], ...]]], dict[int, str]] | None = None
+_UUID_LAST: tuple[list[Any], dict[int, str]] | None = None
 
 
 def uuid_problems(gpus: Iterable[Gpu]) -> dict[int, str]:
@@ -79,14 +80,20 @@ def uuid_problems(gpus: Iterable[Gpu]) -> dict[int, str]:
     flag and MIG devices' indices and UUIDs (all it reads) are the last call's."""
     global _UUID_LAST
     gpus = list(gpus)
-    key = [(g.index, g.uuid, g.lost, tuple([(m.index, m.uuid) for m in g.mig_devices]) if g.mig_devices else ())
-           for g in gpus]
+    key: list[Any] = list(map(_IDENTITY, gpus))  # one C call per card
+    if any(map(_MIGS, gpus)):
+        key.append(tuple([tuple([(m.index, m.uuid) for m in g.mig_devices]) for g in gpus]))
     last = _UUID_LAST
     if last is not None and last[0] == key:
         return dict(last[1])
     problems = _uuid_problems(gpus)
     _UUID_LAST = (key, problems)
     return dict(problems)
+
+
+#: what uuid_problems reads of a card besides its MIG devices, and those
+_IDENTITY = operator.attrgetter("index", "uuid", "lost")
+_MIGS = operator.attrgetter("mig_devices")
 
 
 def _uuid_problems(gpus: list[Gpu]) -> dict[int, str]:
@@ -131,10 +138,27 @@ def implausible(name: str, value: float | None) -> bool:
     return _bad(value, low, high)
 
 
+#: every checked field of a Gpu, read in one C call, and their bounds in the same order
+_CHECKED = operator.attrgetter(*LIMITS)
+_BOUNDS = tuple((low, high) for low, high, _ in LIMITS.values())
+
+
 def plausible_gpu(gpu: Gpu) -> tuple[Gpu, list[str]]:
     """``gpu`` with impossible values set to None, and the names of the fields dropped."""
     if gpu.lost:
         return gpu, []
+    # One pass, no call per field: every value in range (or N/A) and memory within the total is
+    # every reading of a working card; only then is anything named or copied.
+    for value, (low, high) in zip(_CHECKED(gpu), _BOUNDS, strict=True):
+        if value is not None and not (low <= value <= high):  # nan fails too
+            break
+    else:
+        total = gpu.memory_total
+        if total is None:
+            return gpu, []
+        used, reserved = gpu.memory_used, gpu.memory_reserved
+        if (used is None or used <= total) and (reserved is None or reserved <= total):
+            return gpu, []
     changes: dict[str, Any] = {}
     dropped: list[str] = []
     for name, (low, high, label) in LIMITS.items():
@@ -158,6 +182,12 @@ def plausible_gpu(gpu: Gpu) -> tuple[Gpu, list[str]]:
 
 def _plausible_processes(procs: tuple[RawProcess, ...], total: int | None) -> tuple[tuple[RawProcess, ...], list[str]]:
     ceiling = total if total is not None else PIB
+    for p in procs:  # one pass without a call: most readings have nothing to drop
+        memory, sm = p.gpu_memory, p.sm_utilization
+        if memory is not None and not 0 <= memory <= ceiling or sm is not None and not 0 <= sm <= 100:
+            break
+    else:
+        return procs, []
     out: list[RawProcess] = []
     dropped: list[str] = []
     for p in procs:

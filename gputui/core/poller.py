@@ -291,7 +291,16 @@ class Poller:
         else:
             containers = build_containers(tuple(records.values()), all_gpus, self.history, self.settings, now)
         by_id = {c.id: c for c in containers}
-        judged_gpus = tuple(self._judge_stale(g, by_id, records) for g in all_gpus)
+        # A GPU none of whose rows a stale finding could apply to (most, most polls: see _judge_stale) is
+        # judged as it is, without a call.
+        threshold = self.settings.idle_holder_memory
+        stale_get = self._stale_candidates.get
+        judged: list[Gpu] = []
+        for g in all_gpus:
+            kept = stale_get(g.index)
+            judged.append(g if kept is not None and kept[0] is g.processes and kept[1] == threshold and not kept[2]
+                          else self._judge_stale(g, by_id, records))
+        judged_gpus = tuple(judged)
         self._idle.prune(self.history)
         snap = replace(snap, gpus=judged_gpus, containers=containers, window=self.history.span)
         imbalance = self._imbalance.update(self.history, snap)
@@ -336,7 +345,13 @@ class Poller:
         if kept is not None and kept[0] is procs and kept[1] == threshold:
             candidates = kept[2]
         else:
-            candidates = tuple(i for i, p in enumerate(procs) if _stale_candidate(p, threshold))
+            # Whether any stale finding could apply to a row (judge_stale answers () for every other row,
+            # whatever the history says): not a visible, parented, container-less, live process holding less
+            # GPU memory than an idle holder must.
+            candidates = tuple([i for i, p in enumerate(procs)
+                                if not (p.visible and not p.orphaned and p.container is None and p.status != "zombie"
+                                        and p.status != "disk-sleep"
+                                        and (p.gpu_memory is None or p.gpu_memory < threshold))])
             self._stale_candidates[g.index] = (procs, threshold, candidates)
         if not candidates:
             return g
@@ -420,14 +435,6 @@ class _GpuRows:
 
 #: a process entry's PID (one C call per tuple of entries: ``map(_PID, raws)``)
 _PID = operator.attrgetter("pid")
-
-
-def _stale_candidate(p: Process, idle_holder_memory: int) -> bool:
-    """Whether any stale finding could apply to ``p`` (``judge_stale`` answers () for every other row,
-    whatever the history says): not a visible, parented, container-less, live process holding less GPU
-    memory than an idle holder must."""
-    return not (p.visible and not p.orphaned and p.container is None and p.status != "zombie"
-                and p.status != "disk-sleep" and (p.gpu_memory is None or p.gpu_memory < idle_holder_memory))
 
 
 #: the inventory of a poller without a container source (one object: see Poller._inventory)
