@@ -35,6 +35,7 @@ from gputui.core.model import (
     DockerStatus,
     Finding,
     Gpu,
+    Imbalance,
     Process,
     ProcessFacts,
     RawProcess,
@@ -152,6 +153,8 @@ class Poller:
         #: the process tuples of the last reading and their PIDs
         self._pids: tuple[tuple[tuple[RawProcess, ...], ...], set[int]] = ((), set())
         self._records: dict[str, ContainerRecord] = {}
+        #: the Docker status of the last snapshot (one object while the inventory says the same)
+        self._docker: DockerStatus | None = None
 
     def close(self) -> None:
         if self.watcher is not None:
@@ -211,7 +214,11 @@ class Poller:
                 # list comparison in C instead of a lookup per process).
                 fact_list = list(map(facts_get, last.pids))
                 if fact_list == last.facts:
-                    with_procs = last.with_procs if last.gpu is g else replace(g, processes=last.procs)
+                    if last.gpu is g:  # nothing changed: what the last poll built, as it is
+                        gpus_built[index] = last
+                        built.append(last.with_procs)
+                        continue
+                    with_procs = replace(g, processes=last.procs)
                     gpus_built[index] = _GpuRows(g, raws, last.pids, last.facts, last.refs, last.procs, with_procs,
                                                  last.containered)
                     built.append(with_procs)
@@ -271,17 +278,13 @@ class Poller:
                 all_gpus, facts, now, wait=self.container_wait if self.polls == 0 else 0.0)
 
         stamp = datetime.fromtimestamp(now, tz=timezone.utc).astimezone()
-        snap = Snapshot(
-            host=self.host,
-            time=stamp,
-            driver_version=reading.driver_version,
-            cuda_driver_version=reading.cuda_driver_version,
-            nvml_version=reading.nvml_version,
-            gpus=all_gpus,
-            docker=DockerStatus(inventory.available, inventory.error),
-            warnings=tuple(warnings),
-            slurm=slurm_status,
-        )
+        docker = self._docker
+        if docker is None or docker.available is not inventory.available or docker.error != inventory.error:
+            docker = self._docker = DockerStatus(inventory.available, inventory.error)
+        # positional, in field order: host, time, driver and CUDA versions, GPUs, Docker, containers,
+        # imbalance, alerts, warnings, NVML version (the rest: their defaults)
+        snap = Snapshot(self.host, stamp, reading.driver_version, reading.cuda_driver_version, all_gpus, docker,
+                        (), _NO_IMBALANCE, (), tuple(warnings), reading.nvml_version, slurm=slurm_status)
         # History first: the judges read windows that end with this poll.
         self.history.add(snap, records.keys())
         # (the Slurm join may rebuild the GPUs: then their rows are asked)
@@ -436,6 +439,9 @@ class _GpuRows:
 #: a process entry's PID (one C call per tuple of entries: ``map(_PID, raws)``)
 _PID = operator.attrgetter("pid")
 
+
+#: a snapshot's imbalance until the judge says (Snapshot's default)
+_NO_IMBALANCE = Imbalance()
 
 #: the inventory of a poller without a container source (one object: see Poller._inventory)
 _CONTAINERS_OFF = ContainerInventory(False, "container information is off")
