@@ -188,14 +188,15 @@ class Poller:
         # (immutable: the same PIDs), else collected again.
         lists = tuple(reading.processes.values())
         last_lists, pids = self._pids
-        if len(lists) != len(last_lists) or not all(a is b for a, b in zip(lists, last_lists, strict=True)):
+        if len(lists) != len(last_lists) or not all(map(operator.is_, lists, last_lists)):
             pids = set(map(_PID, chain.from_iterable(lists)))
             self._pids = (lists, pids)
         facts = self.process_source.facts(pids) if pids else {}
 
         warnings = list(reading.errors)
-        # every process's PID unseen (all() stops at the first that is not: one fact on most polls)
-        if facts and all(f.invisible_reason == "other-namespace" for f in facts.values()):
+        # every process's PID unseen (most polls: the first fact alone says not, without a generator)
+        if facts and next(iter(facts.values())).invisible_reason == "other-namespace" \
+                and all(f.invisible_reason == "other-namespace" for f in facts.values()):
             warnings.append(
                 "gputui cannot see the GPU processes' PIDs: it runs in a container without the host's PID "
                 "namespace; start it with --pid=host."
@@ -288,12 +289,12 @@ class Poller:
         # History first: the judges read windows that end with this poll.
         self.history.add(snap, records.keys())
         # (the Slurm join may rebuild the GPUs: then their rows are asked)
-        if not records and not (any(r.containered for r in gpus_built.values()) if self.slurm is None
+        if not records and not (any(map(_CONTAINERED, gpus_built.values())) if self.slurm is None
                                 else any(p.container is not None for g in all_gpus for p in g.processes)):
             containers: tuple[Container, ...] = ()  # build_containers' answer when it has nothing to build
         else:
             containers = build_containers(tuple(records.values()), all_gpus, self.history, self.settings, now)
-        by_id = {c.id: c for c in containers}
+        by_id = {c.id: c for c in containers} if containers else {}
         # A GPU none of whose rows a stale finding could apply to (most, most polls: see _judge_stale) is
         # judged as it is, without a call.
         threshold = self.settings.idle_holder_memory
@@ -436,8 +437,10 @@ class _GpuRows:
         self.containered = containered
 
 
-#: a process entry's PID (one C call per tuple of entries: ``map(_PID, raws)``)
+#: a process entry's PID (one C call per tuple of entries: ``map(_PID, raws)``), and whether a GPU's rows
+#: have one in a container
 _PID = operator.attrgetter("pid")
+_CONTAINERED = operator.attrgetter("containered")
 
 
 #: a snapshot's imbalance until the judge says (Snapshot's default)
