@@ -205,19 +205,24 @@ def _plausible_processes(procs: tuple[RawProcess, ...], total: int | None) -> tu
 PlausibleMemo = dict[int, tuple[Gpu, tuple[RawProcess, ...] | None, Gpu, tuple[RawProcess, ...] | None, list[str]]]
 
 
+_NO_MEMO: PlausibleMemo = {}  # never written: plausible_reading writes only a memo it is given
+
+
 def plausible_reading(reading: GpuReading, memo: PlausibleMemo | None = None) -> GpuReading:
     """``reading`` with every impossible value N/A and one warning per GPU that had any. ``memo``: a
     dict the caller keeps from reading to reading; a GPU whose Gpu and process tuple are the very
     objects judged last time is not judged again (both are immutable)."""
     gpus: list[Gpu] = []
-    processes = dict(reading.processes)
+    source = reading.processes
+    processes: dict[int, tuple[RawProcess, ...]] | None = None  # copied at the first GPU with a process fixed
     warnings: list[str] = []
-    changed = False
+    memo_get = (memo if memo is not None else _NO_MEMO).get
     for gpu in reading.gpus:
-        procs = processes.get(gpu.index)
-        hit = memo.get(gpu.index) if memo is not None else None
+        index = gpu.index
+        procs = source.get(index)
+        hit = memo_get(index)
         if hit is not None and hit[0] is gpu and hit[1] is procs:
-            fixed, fixed_procs, dropped = hit[2], hit[3], list(hit[4])
+            fixed, fixed_procs, dropped = hit[2], hit[3], hit[4]
         else:
             fixed, dropped = plausible_gpu(gpu)
             fixed_procs = procs
@@ -227,17 +232,18 @@ def plausible_reading(reading: GpuReading, memo: PlausibleMemo | None = None) ->
                     fixed_procs = procs
                 dropped += more
             if memo is not None:
-                memo[gpu.index] = (gpu, procs, fixed, fixed_procs, list(dropped))
-        if fixed_procs is not procs and fixed_procs is not None:
-            processes[gpu.index] = fixed_procs
+                memo[index] = (gpu, procs, fixed, fixed_procs, dropped)  # never changed after this
         if dropped:
-            changed = True
-            warnings.append(f"GPU {gpu.index}: the driver reported impossible values, shown as N/A: "
+            if fixed_procs is not procs and fixed_procs is not None:
+                if processes is None:
+                    processes = dict(source)
+                processes[index] = fixed_procs
+            warnings.append(f"GPU {index}: the driver reported impossible values, shown as N/A: "
                             f"{', '.join(dropped)}.")
         gpus.append(fixed)
     for _, problem in sorted(uuid_problems(gpus).items()):
-        changed = True
         warnings.append(f"{problem}: the card is suspect (a driver fault) and is never picked.")
-    if not changed:
+    if not warnings:  # nothing dropped, no suspect card: the reading as it came
         return reading
-    return replace(reading, gpus=tuple(gpus), processes=processes, errors=reading.errors + tuple(warnings))
+    return replace(reading, gpus=tuple(gpus), processes=processes if processes is not None else dict(source),
+                   errors=reading.errors + tuple(warnings))
