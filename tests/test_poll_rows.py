@@ -179,3 +179,30 @@ def test_a_working_cards_reading_is_kept_as_it_is_and_memory_beyond_the_total_is
     assert fixed.memory_used is None and dropped == [f"memory used ({81 * GIB} bytes of {80 * GIB})"]
     fixed, dropped = plausible_gpu(replace(_GOOD, memory_reserved=81 * GIB))
     assert fixed.memory_reserved is None and dropped == [f"memory reserved ({81 * GIB} bytes of {80 * GIB})"]
+
+
+def test_a_process_that_enters_a_container_under_churning_figures_is_listed_with_it():
+    src = _Churning()
+    poller = _poller(src)
+    for tick in range(3):
+        src.entries[101]["sm_utilization"] = src.entries[102]["sm_utilization"] = tick
+        assert poller.poll().containers == ()
+    docker = cid("trainer")
+    src.facts_by_pid[102] = replace(src.facts_by_pid[102], cgroup=f"0::/system.slice/docker-{docker}.scope\n")
+    for tick in range(3, 6):  # and on the polls after, while it stays, its figures still moving
+        src.entries[101]["sm_utilization"] = src.entries[102]["sm_utilization"] = tick
+        snap = poller.poll()
+        assert [c.id for c in snap.containers] == [docker] and snap.containers[0].pids == (102,)
+        assert {p.pid: p.sm_utilization for p in snap.gpus[0].processes} == {101: tick, 102: tick}
+
+
+def test_new_but_equal_facts_with_moving_nvml_figures_show_the_new_figures():
+    src = _Churning()
+    poller = _poller(src)
+    for _ in range(3):
+        _rows(poller)
+    # the source hands in a new facts object saying the same (it re-read the process), as the figures move
+    src.facts_by_pid[102] = replace(src.facts_by_pid[102])
+    src.entries[102]["sm_utilization"] = 64
+    rows = _rows(poller)
+    assert rows[102][2] == 64 and rows[102][4:6] == ("alice", 0.0) and rows[101][2] == 0

@@ -234,7 +234,7 @@ class Poller:
                 # A row whose facts object is the one it was built from keeps its container (the same
                 # inventory: attribute() would answer the same) and, when only NVML's figures moved, is
                 # the last row with those figures (a copy of its fields: what _process would build).
-                refs = list(last.refs)
+                refs = last.refs  # copied at its first change
                 built_rows: list[Process] = []
                 i = 0
                 for raw, fact, praw, pfact, prow in zip(raws, fact_list, last.raws, last.facts, last.procs,
@@ -248,13 +248,14 @@ class Poller:
                             built_rows.append(Process.__record_replace__(  # type: ignore[attr-defined]
                                 prow, {"sm_utilization": raw.sm_utilization, "gpu_memory": raw.gpu_memory,
                                        "type": raw.type, "mig_device": raw.mig_device}))
-                    else:
+                    elif pfact != fact or raw is not praw and raw != praw:  # new facts (equal ones: the row)
                         ref = attribute(fact, records, inventory.available) if fact is not None else None
-                        if ref != refs[i] or raw is not praw and raw != praw or pfact != fact:
-                            refs[i] = ref
-                            built_rows.append(self._process(index, raw, fact, ref))
-                        else:
-                            built_rows.append(prow)
+                        if refs is last.refs:
+                            refs = list(refs)
+                        refs[i] = ref
+                        built_rows.append(self._process(index, raw, fact, ref))
+                    else:
+                        built_rows.append(prow)
                     i += 1
             else:
                 built_rows, refs = self._rows(index, raws, fact_list, last, same_inventory, records,
@@ -266,7 +267,7 @@ class Poller:
                 procs = last.procs
                 with_procs = last.with_procs
             else:
-                with_procs = replace(g, processes=procs)
+                with_procs = Gpu.__record_replace__(g, {"processes": procs})  # type: ignore[attr-defined]
             containered = last.containered if last is not None and procs is last.procs else any(refs)
             gpus_built[index] = _GpuRows(g, raws, pids_t, fact_list, refs, procs, with_procs, containered)
             built.append(with_procs)
