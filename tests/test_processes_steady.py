@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
@@ -105,5 +106,37 @@ def test_an_idle_process_that_starts_working_shows_its_cpu_on_the_next_read(star
         working = src.facts([busy.pid])[busy.pid]
         assert working.cpu_percent is not None and working.cpu_percent > 0
         assert working.status in ("running", "sleeping")  # preempted or not: what a user sees is the CPU
+    finally:
+        src.close()
+
+
+@pytest.mark.functional  # a process of its own
+def test_cpu_used_between_two_close_reads_shows_once_the_process_sleeps_again(started) -> None:
+    # Works a fixed amount of CPU when told, then sleeps again (blocked on its next line).
+    worker = subprocess.Popen([sys.executable, "-c", "import sys, time\nsys.stdin.readline()\nt = time.process_time()\n"
+                               "while time.process_time() - t < 0.2:\n    pass\nsys.stdin.readline()\n"],
+                              stdin=subprocess.PIPE, text=True)
+    started.append(worker)
+    _until(lambda: psutil.Process(worker.pid).status() == psutil.STATUS_SLEEPING)
+    clock = _Clock()
+    src = HostProcessSource(clock=clock)
+    try:
+        for _ in range(3):
+            clock.tick()
+            idle = src.facts([worker.pid])[worker.pid]
+        assert idle.cpu_percent == 0.0
+        assert worker.stdin is not None
+        ticks = sum(psutil.Process(worker.pid).cpu_times()[:2])
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+        _until(lambda: sum(psutil.Process(worker.pid).cpu_times()[:2]) >= ticks + 0.15
+               and psutil.Process(worker.pid).status() == psutil.STATUS_SLEEPING)
+        # A read too soon after the last for a CPU figure: the work is seen in the stat line, the figure waits.
+        clock.t += 0.05
+        assert src.facts([worker.pid])[worker.pid].cpu_percent == 0.0
+        # The process has not run since: its CPU clock stands still, yet the work is still to be counted.
+        clock.tick()
+        later = src.facts([worker.pid])[worker.pid]
+        assert later.cpu_percent is not None and later.cpu_percent > 0
     finally:
         src.close()

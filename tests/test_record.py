@@ -9,7 +9,7 @@ from functools import cached_property
 import pytest
 
 from gputui.core.model import Gpu, RawProcess
-from gputui.core.record import FrozenRecordError, field, fields, is_record, record, replace
+from gputui.core.record import DICT_FIELDS, FrozenRecordError, field, fields, is_record, record, replace
 
 
 @record
@@ -160,3 +160,34 @@ def test_no_module_of_gputui_uses_dataclasses() -> None:
             if "dataclasses" in names:
                 offenders.append(f"{path.relative_to(root.parent)}:{node.lineno}")
     assert not offenders, offenders
+
+
+def _wide_class() -> type:
+    """A record as wide as a process row (built through its instances' dicts: record.DICT_FIELDS)."""
+    names = [f"f{i}" for i in range(DICT_FIELDS + 2)]
+    body: dict[str, object] = {"__annotations__": {"head": "int", **{n: "int" for n in names}, "tags": "list[str]"},
+                               **{n: i for i, n in enumerate(names)}, "tags": field(default_factory=list, hash=False),
+                               "total": cached_property(lambda self: self.head + self.f0)}
+    return record(type("Wide", (), body))
+
+
+#: at module level: pickle finds a class by its module and name
+Wide = _wide_class()
+
+
+def test_a_wide_record_behaves_as_a_narrow_one() -> None:
+    wide = Wide
+    w = wide(5)
+    assert (w.head, w.f0, w.f3, w.tags) == (5, 0, 3, []) and w.tags is not wide(5).tags
+    with pytest.raises(FrozenRecordError):
+        w.f1 = 9
+    with pytest.raises(FrozenRecordError):
+        del w.head
+    assert w.total == 5
+    v = replace(w, f0=10)
+    assert (v.head, v.f0, v.f1, w.f0) == (5, 10, 1, 0) and v.tags is w.tags
+    assert v.total == 15  # not the cached 5 of the original
+    assert replace(v, f0=0) == w and hash(replace(v, f0=0)) == hash(w) and v != w
+    assert pickle.loads(pickle.dumps(v)) == v
+    with pytest.raises(TypeError, match="'nope'"):
+        replace(w, nope=1)

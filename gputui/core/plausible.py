@@ -19,6 +19,7 @@ would hand a job a card nobody chose.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Iterable
 from typing import Any
 
@@ -69,7 +70,7 @@ def _uuid_text_ok(uuid: str) -> bool:
 
 #: the last uuid_problems() answer and what it was found from (one slot: a poll asks twice, then the next
 #: poll asks about the same cards; the tuple is replaced whole, so threads see one or the other)
-_UUID_LAST: tuple[list[tuple[int, str, bool, tuple[tuple[int, str], ...]]], dict[int, str]] | None = None
+_UUID_LAST: tuple[list[Any], dict[int, str]] | None = None
 
 
 def uuid_problems(gpus: Iterable[Gpu]) -> dict[int, str]:
@@ -79,14 +80,20 @@ def uuid_problems(gpus: Iterable[Gpu]) -> dict[int, str]:
     flag and MIG devices' indices and UUIDs (all it reads) are the last call's."""
     global _UUID_LAST
     gpus = list(gpus)
-    key = [(g.index, g.uuid, g.lost, tuple([(m.index, m.uuid) for m in g.mig_devices]) if g.mig_devices else ())
-           for g in gpus]
+    key: list[Any] = list(map(_IDENTITY, gpus))  # one C call per card
+    if any(map(_MIGS, gpus)):
+        key.append(tuple([tuple([(m.index, m.uuid) for m in g.mig_devices]) for g in gpus]))
     last = _UUID_LAST
     if last is not None and last[0] == key:
         return dict(last[1])
     problems = _uuid_problems(gpus)
     _UUID_LAST = (key, problems)
     return dict(problems)
+
+
+#: what uuid_problems reads of a card besides its MIG devices, and those
+_IDENTITY = operator.attrgetter("index", "uuid", "lost")
+_MIGS = operator.attrgetter("mig_devices")
 
 
 def _uuid_problems(gpus: list[Gpu]) -> dict[int, str]:
@@ -131,10 +138,27 @@ def implausible(name: str, value: float | None) -> bool:
     return _bad(value, low, high)
 
 
+#: every checked field of a Gpu, read in one C call, and their bounds in the same order
+_CHECKED = operator.attrgetter(*LIMITS)
+_BOUNDS = tuple((low, high) for low, high, _ in LIMITS.values())
+
+
 def plausible_gpu(gpu: Gpu) -> tuple[Gpu, list[str]]:
     """``gpu`` with impossible values set to None, and the names of the fields dropped."""
     if gpu.lost:
         return gpu, []
+    # One pass, no call per field: every value in range (or N/A) and memory within the total is
+    # every reading of a working card; only then is anything named or copied.
+    for value, (low, high) in zip(_CHECKED(gpu), _BOUNDS, strict=True):
+        if value is not None and not (low <= value <= high):  # nan fails too
+            break
+    else:
+        total = gpu.memory_total
+        if total is None:
+            return gpu, []
+        used, reserved = gpu.memory_used, gpu.memory_reserved
+        if (used is None or used <= total) and (reserved is None or reserved <= total):
+            return gpu, []
     changes: dict[str, Any] = {}
     dropped: list[str] = []
     for name, (low, high, label) in LIMITS.items():
@@ -158,6 +182,12 @@ def plausible_gpu(gpu: Gpu) -> tuple[Gpu, list[str]]:
 
 def _plausible_processes(procs: tuple[RawProcess, ...], total: int | None) -> tuple[tuple[RawProcess, ...], list[str]]:
     ceiling = total if total is not None else PIB
+    for p in procs:  # one pass without a call: most readings have nothing to drop
+        memory, sm = p.gpu_memory, p.sm_utilization
+        if memory is not None and not 0 <= memory <= ceiling or sm is not None and not 0 <= sm <= 100:
+            break
+    else:
+        return procs, []
     out: list[RawProcess] = []
     dropped: list[str] = []
     for p in procs:
@@ -175,19 +205,24 @@ def _plausible_processes(procs: tuple[RawProcess, ...], total: int | None) -> tu
 PlausibleMemo = dict[int, tuple[Gpu, tuple[RawProcess, ...] | None, Gpu, tuple[RawProcess, ...] | None, list[str]]]
 
 
+_NO_MEMO: PlausibleMemo = {}  # never written: plausible_reading writes only a memo it is given
+
+
 def plausible_reading(reading: GpuReading, memo: PlausibleMemo | None = None) -> GpuReading:
     """``reading`` with every impossible value N/A and one warning per GPU that had any. ``memo``: a
     dict the caller keeps from reading to reading; a GPU whose Gpu and process tuple are the very
     objects judged last time is not judged again (both are immutable)."""
     gpus: list[Gpu] = []
-    processes = dict(reading.processes)
+    source = reading.processes
+    processes: dict[int, tuple[RawProcess, ...]] | None = None  # copied at the first GPU with a process fixed
     warnings: list[str] = []
-    changed = False
+    memo_get = (memo if memo is not None else _NO_MEMO).get
     for gpu in reading.gpus:
-        procs = processes.get(gpu.index)
-        hit = memo.get(gpu.index) if memo is not None else None
+        index = gpu.index
+        procs = source.get(index)
+        hit = memo_get(index)
         if hit is not None and hit[0] is gpu and hit[1] is procs:
-            fixed, fixed_procs, dropped = hit[2], hit[3], list(hit[4])
+            fixed, fixed_procs, dropped = hit[2], hit[3], hit[4]
         else:
             fixed, dropped = plausible_gpu(gpu)
             fixed_procs = procs
@@ -197,17 +232,18 @@ def plausible_reading(reading: GpuReading, memo: PlausibleMemo | None = None) ->
                     fixed_procs = procs
                 dropped += more
             if memo is not None:
-                memo[gpu.index] = (gpu, procs, fixed, fixed_procs, list(dropped))
-        if fixed_procs is not procs and fixed_procs is not None:
-            processes[gpu.index] = fixed_procs
+                memo[index] = (gpu, procs, fixed, fixed_procs, dropped)  # never changed after this
         if dropped:
-            changed = True
-            warnings.append(f"GPU {gpu.index}: the driver reported impossible values, shown as N/A: "
+            if fixed_procs is not procs and fixed_procs is not None:
+                if processes is None:
+                    processes = dict(source)
+                processes[index] = fixed_procs
+            warnings.append(f"GPU {index}: the driver reported impossible values, shown as N/A: "
                             f"{', '.join(dropped)}.")
         gpus.append(fixed)
     for _, problem in sorted(uuid_problems(gpus).items()):
-        changed = True
         warnings.append(f"{problem}: the card is suspect (a driver fault) and is never picked.")
-    if not changed:
+    if not warnings:  # nothing dropped, no suspect card: the reading as it came
         return reading
-    return replace(reading, gpus=tuple(gpus), processes=processes, errors=reading.errors + tuple(warnings))
+    return replace(reading, gpus=tuple(gpus), processes=processes if processes is not None else dict(source),
+                   errors=reading.errors + tuple(warnings))

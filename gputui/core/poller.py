@@ -10,11 +10,13 @@ refresh: a poll takes whatever inventory is newest.
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from gputui.core.config import Settings
@@ -33,6 +35,7 @@ from gputui.core.model import (
     DockerStatus,
     Finding,
     Gpu,
+    Imbalance,
     Process,
     ProcessFacts,
     RawProcess,
@@ -150,6 +153,8 @@ class Poller:
         #: the process tuples of the last reading and their PIDs
         self._pids: tuple[tuple[tuple[RawProcess, ...], ...], set[int]] = ((), set())
         self._records: dict[str, ContainerRecord] = {}
+        #: the Docker status of the last snapshot (one object while the inventory says the same)
+        self._docker: DockerStatus | None = None
 
     def close(self) -> None:
         if self.watcher is not None:
@@ -183,14 +188,15 @@ class Poller:
         # (immutable: the same PIDs), else collected again.
         lists = tuple(reading.processes.values())
         last_lists, pids = self._pids
-        if len(lists) != len(last_lists) or not all(a is b for a, b in zip(lists, last_lists, strict=True)):
-            pids = {p.pid for procs in lists for p in procs}
+        if len(lists) != len(last_lists) or not all(map(operator.is_, lists, last_lists)):
+            pids = set(map(_PID, chain.from_iterable(lists)))
             self._pids = (lists, pids)
         facts = self.process_source.facts(pids) if pids else {}
 
         warnings = list(reading.errors)
-        # every process's PID unseen (all() stops at the first that is not: one fact on most polls)
-        if facts and all(f.invisible_reason == "other-namespace" for f in facts.values()):
+        # every process's PID unseen (most polls: the first fact alone says not, without a generator)
+        if facts and next(iter(facts.values())).invisible_reason == "other-namespace" \
+                and all(f.invisible_reason == "other-namespace" for f in facts.values()):
             warnings.append(
                 "gputui cannot see the GPU processes' PIDs: it runs in a container without the host's PID "
                 "namespace; start it with --pid=host."
@@ -209,38 +215,61 @@ class Poller:
                 # list comparison in C instead of a lookup per process).
                 fact_list = list(map(facts_get, last.pids))
                 if fact_list == last.facts:
-                    with_procs = last.with_procs if last.gpu is g else replace(g, processes=last.procs)
-                    gpus_built[index] = _GpuRows(g, raws, last.pids, last.facts, last.rows, last.procs, with_procs,
+                    if last.gpu is g:  # nothing changed: what the last poll built, as it is
+                        gpus_built[index] = last
+                        built.append(last.with_procs)
+                        continue
+                    with_procs = replace(g, processes=last.procs)
+                    gpus_built[index] = _GpuRows(g, raws, last.pids, last.facts, last.refs, last.procs, with_procs,
                                                  last.containered)
                     built.append(with_procs)
                     continue
-            last_rows = last.rows if last is not None else {}
-            rows: dict[int, tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]] = {}
-            built_rows: list[Process] = []
-            fact_list = []
-            for raw in raws:
-                fact = facts_get(raw.pid)
-                fact_list.append(fact)
-                prev = last_rows.get(raw.pid)
-                # The same NVML entry, the same facts object and the same inventory: the same row (the
-                # steady state of most processes, kept to a few lookups; _row decides every other case).
-                if same_inventory and prev is not None and prev[0] is raw and prev[1] is fact:
-                    rows[raw.pid] = prev
-                    built_rows.append(prev[3])
-                else:
-                    built_rows.append(self._row(index, raw, fact, records, inventory.available, prev, rows))
+                pids_t = last.pids
+            else:
+                pids_t = tuple(map(_PID, raws))
+                fact_list = list(map(facts_get, pids_t))
+            if last is not None and same_inventory and last.pids == pids_t:
+                # The same PIDs in the same order (their figures moving: the churning state): each row
+                # against the last poll's row at its place, in one pass and no call for an unchanged row.
+                # A row whose facts object is the one it was built from keeps its container (the same
+                # inventory: attribute() would answer the same) and, when only NVML's figures moved, is
+                # the last row with those figures (a copy of its fields: what _process would build).
+                refs = last.refs  # copied at its first change
+                built_rows: list[Process] = []
+                i = 0
+                for raw, fact, praw, pfact, prow in zip(raws, fact_list, last.raws, last.facts, last.procs,
+                                                        strict=True):
+                    if fact is pfact:
+                        if raw is praw or (raw.sm_utilization == praw.sm_utilization
+                                           and raw.gpu_memory == praw.gpu_memory and raw.type == praw.type
+                                           and raw.mig_device == praw.mig_device):
+                            built_rows.append(prow)
+                        else:
+                            built_rows.append(Process.__record_replace__(  # type: ignore[attr-defined]
+                                prow, {"sm_utilization": raw.sm_utilization, "gpu_memory": raw.gpu_memory,
+                                       "type": raw.type, "mig_device": raw.mig_device}))
+                    elif pfact != fact or raw is not praw and raw != praw:  # new facts (equal ones: the row)
+                        ref = attribute(fact, records, inventory.available) if fact is not None else None
+                        if refs is last.refs:
+                            refs = list(refs)
+                        refs[i] = ref
+                        built_rows.append(self._process(index, raw, fact, ref))
+                    else:
+                        built_rows.append(prow)
+                    i += 1
+            else:
+                built_rows, refs = self._rows(index, raws, fact_list, last, same_inventory, records,
+                                              inventory.available)
             procs = tuple(built_rows)
             # The source's same Gpu with the same rows (an unchanged GPU): the GPU built last time.
             if last is not None and last.gpu is g and len(last.procs) == len(procs) \
-                    and all(a is b for a, b in zip(last.procs, procs, strict=True)):
+                    and all(map(operator.is_, last.procs, procs)):
                 procs = last.procs
                 with_procs = last.with_procs
             else:
-                with_procs = replace(g, processes=procs)
-            containered = last.containered if last is not None and procs is last.procs else \
-                any(p.container is not None for p in procs)
-            gpus_built[index] = _GpuRows(g, raws, tuple(r.pid for r in raws), fact_list, rows, procs, with_procs,
-                                         containered)
+                with_procs = Gpu.__record_replace__(g, {"processes": procs})  # type: ignore[attr-defined]
+            containered = last.containered if last is not None and procs is last.procs else any(refs)
+            gpus_built[index] = _GpuRows(g, raws, pids_t, fact_list, refs, procs, with_procs, containered)
             built.append(with_procs)
         self._gpus = gpus_built
         all_gpus = tuple(built)
@@ -251,27 +280,32 @@ class Poller:
                 all_gpus, facts, now, wait=self.container_wait if self.polls == 0 else 0.0)
 
         stamp = datetime.fromtimestamp(now, tz=timezone.utc).astimezone()
-        snap = Snapshot(
-            host=self.host,
-            time=stamp,
-            driver_version=reading.driver_version,
-            cuda_driver_version=reading.cuda_driver_version,
-            nvml_version=reading.nvml_version,
-            gpus=all_gpus,
-            docker=DockerStatus(inventory.available, inventory.error),
-            warnings=tuple(warnings),
-            slurm=slurm_status,
-        )
+        docker = self._docker
+        if docker is None or docker.available is not inventory.available or docker.error != inventory.error:
+            docker = self._docker = DockerStatus(inventory.available, inventory.error)
+        # positional, in field order: host, time, driver and CUDA versions, GPUs, Docker, containers,
+        # imbalance, alerts, warnings, NVML version (the rest: their defaults)
+        snap = Snapshot(self.host, stamp, reading.driver_version, reading.cuda_driver_version, all_gpus, docker,
+                        (), _NO_IMBALANCE, (), tuple(warnings), reading.nvml_version, slurm=slurm_status)
         # History first: the judges read windows that end with this poll.
         self.history.add(snap, records.keys())
         # (the Slurm join may rebuild the GPUs: then their rows are asked)
-        if not records and not (any(r.containered for r in gpus_built.values()) if self.slurm is None
+        if not records and not (any(map(_CONTAINERED, gpus_built.values())) if self.slurm is None
                                 else any(p.container is not None for g in all_gpus for p in g.processes)):
             containers: tuple[Container, ...] = ()  # build_containers' answer when it has nothing to build
         else:
             containers = build_containers(tuple(records.values()), all_gpus, self.history, self.settings, now)
-        by_id = {c.id: c for c in containers}
-        judged_gpus = tuple(self._judge_stale(g, by_id, records) for g in all_gpus)
+        by_id = {c.id: c for c in containers} if containers else {}
+        # A GPU none of whose rows a stale finding could apply to (most, most polls: see _judge_stale) is
+        # judged as it is, without a call.
+        threshold = self.settings.idle_holder_memory
+        stale_get = self._stale_candidates.get
+        judged: list[Gpu] = []
+        for g in all_gpus:
+            kept = stale_get(g.index)
+            judged.append(g if kept is not None and kept[0] is g.processes and kept[1] == threshold and not kept[2]
+                          else self._judge_stale(g, by_id, records))
+        judged_gpus = tuple(judged)
         self._idle.prune(self.history)
         snap = replace(snap, gpus=judged_gpus, containers=containers, window=self.history.span)
         imbalance = self._imbalance.update(self.history, snap)
@@ -316,7 +350,13 @@ class Poller:
         if kept is not None and kept[0] is procs and kept[1] == threshold:
             candidates = kept[2]
         else:
-            candidates = tuple(i for i, p in enumerate(procs) if _stale_candidate(p, threshold))
+            # Whether any stale finding could apply to a row (judge_stale answers () for every other row,
+            # whatever the history says): not a visible, parented, container-less, live process holding less
+            # GPU memory than an idle holder must.
+            candidates = tuple([i for i, p in enumerate(procs)
+                                if not (p.visible and not p.orphaned and p.container is None and p.status != "zombie"
+                                        and p.status != "disk-sleep"
+                                        and (p.gpu_memory is None or p.gpu_memory < threshold))])
             self._stale_candidates[g.index] = (procs, threshold, candidates)
         if not candidates:
             return g
@@ -341,20 +381,26 @@ class Poller:
             self._started_cache[create_time] = started
         return started
 
-    def _row(self, gpu_index: int, raw: RawProcess, fact: ProcessFacts | None, records: dict[str, ContainerRecord],
-             docker_available: bool,
-             last: tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process] | None,
-             rows: dict[int, tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]],
-             ) -> Process:
-        """The process's row: the last poll's (``last``, what it was built from) when nothing it is built
-        from changed."""
-        ref = attribute(fact, records, docker_available) if fact is not None else None
-        if last is not None and last[1] is fact and (last[0] is raw or last[0] == raw) and last[2] == ref:
-            row = last[3]
-        else:
-            row = self._process(gpu_index, raw, fact, ref)
-        rows[raw.pid] = (raw, fact, ref, row)
-        return row
+    def _rows(self, gpu_index: int, raws: tuple[RawProcess, ...], fact_list: list[ProcessFacts | None],
+              last: _GpuRows | None, same_inventory: bool, records: dict[str, ContainerRecord],
+              docker_available: bool) -> tuple[list[Process], list[ContainerRef | None]]:
+        """A GPU's rows and their containers when its PIDs are not the last poll's in the same order (or
+        the inventory changed): each row is the last poll's row of its PID when nothing it is built
+        from changed (its NVML entry, facts and container), else built again."""
+        last_at = dict(zip(last.pids, range(len(last.pids)), strict=True)) if last is not None else {}
+        rows: list[Process] = []
+        refs: list[ContainerRef | None] = []
+        for raw, fact in zip(raws, fact_list, strict=True):
+            ref = attribute(fact, records, docker_available) if fact is not None else None
+            at = last_at.get(raw.pid)
+            if last is not None and at is not None and last.facts[at] is fact and last.refs[at] == ref \
+                    and (last.raws[at] is raw or last.raws[at] == raw):
+                row = last.procs[at]
+            else:
+                row = self._process(gpu_index, raw, fact, ref)
+            rows.append(row)
+            refs.append(ref)
+        return rows, refs
 
     def _process(
         self,
@@ -364,59 +410,42 @@ class Poller:
         ref: ContainerRef | None,
     ) -> Process:
         fact = fact or ProcessFacts(pid=raw.pid, visible=False, invisible_reason="vanished")
-        started = self._started(fact.create_time)
-        return Process(
-            pid=raw.pid,
-            gpu_index=gpu_index,
-            type=raw.type,
-            gpu_memory=raw.gpu_memory,
-            sm_utilization=raw.sm_utilization,
-            user=fact.user,
-            command=fact.command,
-            exe=fact.exe,
-            cpu_percent=fact.cpu_percent,
-            host_memory=fact.host_memory,
-            started=started,
-            visible=fact.visible,
-            invisible_reason=fact.invisible_reason,
-            create_time=fact.create_time,
-            ppid=fact.ppid,
-            status=fact.status,
-            uid=fact.uid,
-            orphaned=fact.orphaned,
-            container=ref,
-            mig_device=raw.mig_device,
-        )
+        create_time = fact.create_time
+        started = self._started(create_time) if create_time is not None else None
+        # positional, in field order (a keyword call matches 20 names)
+        return Process(raw.pid, gpu_index, raw.type, raw.gpu_memory, raw.sm_utilization, fact.user, fact.command,
+                       fact.exe, fact.cpu_percent, fact.host_memory, started, fact.visible, fact.invisible_reason,
+                       create_time, fact.ppid, fact.status, fact.uid, fact.orphaned, ref, (), raw.mig_device)
 
 
 class _GpuRows:
     """What one poll built one GPU's rows from, and what it built: the source's Gpu and process tuple,
-    their PIDs, each PID's facts (in order), per PID the row's inputs and the row, the rows, and the
-    Gpu carrying them, and whether any row is in a container. A plain slotted class: one per GPU per poll."""
+    their PIDs, each PID's facts and container (in order), the rows, the Gpu carrying them, and whether
+    any row is in a container. A plain slotted class: one per GPU per poll."""
 
-    __slots__ = ("gpu", "raws", "pids", "facts", "rows", "procs", "with_procs", "containered")
+    __slots__ = ("gpu", "raws", "pids", "facts", "refs", "procs", "with_procs", "containered")
 
     def __init__(self, gpu: Gpu, raws: tuple[RawProcess, ...], pids: tuple[int, ...],
-                 facts: list[ProcessFacts | None],
-                 rows: dict[int, tuple[RawProcess, ProcessFacts | None, ContainerRef | None, Process]],
+                 facts: list[ProcessFacts | None], refs: list[ContainerRef | None],
                  procs: tuple[Process, ...], with_procs: Gpu, containered: bool) -> None:
         self.gpu = gpu
         self.raws = raws
         self.pids = pids
         self.facts = facts
-        self.rows = rows
+        self.refs = refs
         self.procs = procs
         self.with_procs = with_procs
         self.containered = containered
 
 
-def _stale_candidate(p: Process, idle_holder_memory: int) -> bool:
-    """Whether any stale finding could apply to ``p`` (``judge_stale`` answers () for every other row,
-    whatever the history says): not a visible, parented, container-less, live process holding less GPU
-    memory than an idle holder must."""
-    return not (p.visible and not p.orphaned and p.container is None and p.status != "zombie"
-                and p.status != "disk-sleep" and (p.gpu_memory is None or p.gpu_memory < idle_holder_memory))
+#: a process entry's PID (one C call per tuple of entries: ``map(_PID, raws)``), and whether a GPU's rows
+#: have one in a container
+_PID = operator.attrgetter("pid")
+_CONTAINERED = operator.attrgetter("containered")
 
+
+#: a snapshot's imbalance until the judge says (Snapshot's default)
+_NO_IMBALANCE = Imbalance()
 
 #: the inventory of a poller without a container source (one object: see Poller._inventory)
 _CONTAINERS_OFF = ContainerInventory(False, "container information is off")

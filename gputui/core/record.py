@@ -15,8 +15,13 @@ names too, but each only on its first call: defining a class costs nothing, and 
 the few methods it uses. ``__repr__`` is shared (repr is never on a hot path).
 
 A frozen record's ``__init__`` sets fields with ``object.__setattr__`` bound once (a frozen
-dataclass looks it up for every field), never through ``__dict__``, which would cost every later
-attribute read; a poll builds a few hundred records and reads their fields many times more.
+dataclass looks it up for every field), never through ``__dict__``: the instance keeps its inline
+values, the cheapest to read. Except a wide record (``DICT_FIELDS`` fields or more: a GPU, a process
+row, a container), which a churning poll rebuilds by the dozen: its ``__init__`` stores each field
+into the instance's ``__dict__`` (``object.__setattr__`` is a wrapper call building two argument
+tuples, several times the cost of the store) and ``replace`` copies the old instance's dict in one
+``update``. Every instance of a class is built the same way, so the interpreter's specialised
+attribute reads of that class stay specialised (a mix of dict and dict-less instances would miss).
 """
 
 from __future__ import annotations
@@ -182,13 +187,20 @@ def _lazy(cls: Any, name: str, build: Callable[[], tuple[str, dict[str, Any]]]) 
     return method
 
 
+#: a frozen record class with this many fields or more is built through its instances' dicts (measured on
+#: a churning 8 x 64 poll, benchmarks/profile_poll.py --cachegrind --churn: a quarter fewer instructions,
+#: while the narrow records read every poll keep their inline values: fewer cache misses than all dicts)
+DICT_FIELDS = 20
+
+
 def _init_source(fs: tuple[Field, ...], frozen: bool) -> tuple[str, dict[str, Any]]:
     """``__init__``. A frozen record's sets each field with ``object.__setattr__`` (bound once, as a
-    global of the function); a mutable one's assigns plainly. Never through ``self.__dict__``: touching
-    it makes CPython give the instance a real dict instead of its inline values, and every attribute
-    read of that instance afterwards costs three times as much."""
+    global of the function), keeping the instance's inline values; a wide one's (``DICT_FIELDS``)
+    stores each into the instance's ``__dict__`` (a subscript store, no call), as its ``replace``
+    copies do; a mutable one's assigns plainly."""
+    wide = frozen and len(fs) >= DICT_FIELDS
     env: dict[str, Any] = {"_FACTORY": _FACTORY, "_set": object.__setattr__}
-    params, body = ["self"], []
+    params, body = ["self"], ["    d = self.__dict__"] if wide else []
     for i, f in enumerate(fs):
         value = f.name
         if f.default_factory is not MISSING:
@@ -200,17 +212,27 @@ def _init_source(fs: tuple[Field, ...], frozen: bool) -> tuple[str, dict[str, An
             params.append(f"{f.name}=_d{i}")
         else:
             params.append(f.name)
-        body.append(f"    _set(self, {f.name!r}, {value})" if frozen else f"    self.{f.name} = {value}")
+        body.append(f"    d[{f.name!r}] = {value}" if wide else f"    _set(self, {f.name!r}, {value})" if frozen
+                    else f"    self.{f.name} = {value}")
     return f"def __init__({', '.join(params)}):\n" + ("\n".join(body) or "    pass") + "\n", env
 
 
 def _replace_source(fs: tuple[Field, ...]) -> tuple[str, dict[str, Any]]:
     """``__record_replace__(self, changes)``: a new instance with each field from ``changes`` or
-    ``self``, set as ``__init__`` sets it (no ``__init__`` call: no default factory runs)."""
-    body = "".join(f"    _set(new, {f.name!r}, changes[{f.name!r}] if {f.name!r} in changes else self.{f.name})\n"
-                   for f in fs)
-    return ("def __record_replace__(self, changes):\n    new = _new(self.__class__)\n" + body + "    return new\n",
-            {"_set": object.__setattr__, "_new": object.__new__})
+    ``self``, set as ``__init__`` sets it (no ``__init__`` call: no default factory runs); for a wide
+    record, the old instance's dict copied in one ``dict.update``, then the changes."""
+    if len(fs) < DICT_FIELDS:
+        body = "".join(f"    _set(new, {f.name!r}, changes[{f.name!r}] if {f.name!r} in changes else self.{f.name})\n"
+                       for f in fs)
+        return ("def __record_replace__(self, changes):\n    new = _new(self.__class__)\n" + body + "    return new\n",
+                {"_set": object.__setattr__, "_new": object.__new__})
+    names = repr(tuple(f.name for f in fs))
+    return ("def __record_replace__(self, changes):\n    new = _new(self.__class__)\n    d = new.__dict__\n"
+            "    old = self.__dict__\n"
+            f"    if len(old) == {len(fs)}:\n        d.update(old)\n"
+            f"    else:\n        for n in {names}:\n            d[n] = getattr(self, n)\n"
+            "    d.update(changes)\n    return new\n",
+            {"_new": object.__new__})
 
 
 def _eq_source(names: tuple[str, ...]) -> tuple[str, dict[str, Any]]:

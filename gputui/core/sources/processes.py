@@ -129,10 +129,12 @@ class _Static:
     A plain slotted class rather than a dataclass: one is made per process, and it is cheap to import.
     """
 
-    __slots__ = ("starttime", "comm", "create_time", "uid", "user", "command", "exe", "cgroup", "ns_init", "gpu_fd",
-                 "orphan_ppid", "orphaned", "orphan_at", "cpu_ticks", "cpu_at", "cpu_percent", "seen", "rss",
-                 "rss_approx", "rss_at", "last", "last_raw", "stat_fd", "stat_raw", "stat_fields", "stat_at", "pidfd",
-                 "exited", "cpu_ns", "statm_fd")
+    # what the steady state (HostProcessSource.facts) reads and writes first: one or two cache lines of each
+    __slots__ = ("cpu_ns", "stat_fd", "last_raw", "stat_raw", "orphan_ppid", "fact", "orphan_at", "rss_at", "quiet",
+                 "cpu_zero", "cpu_at", "seen", "stat_at",
+                 "starttime", "comm", "create_time", "uid", "user", "command", "exe", "cgroup", "ns_init", "gpu_fd",
+                 "orphaned", "cpu_ticks", "cpu_percent", "rss", "rss_approx", "last", "stat_fields", "pidfd",
+                 "exited", "statm_fd")
 
     def __init__(self, starttime: int, comm: bytes, create_time: float | None, uid: int | None, user: str | None,
                  command: str | None, exe: str, cgroup: str | None, ns_init: bool) -> None:
@@ -163,6 +165,10 @@ class _Static:
         self.statm_fd: int | None = None
         self.rss_at = 0.0
         self.last: tuple[tuple[object, ...], ProcessFacts] | None = None
+        #: ``last``'s facts; whether ``cpu_ticks == stat_fields[5]``, and ``cpu_percent == 0.0``: the steady
+        #: state's tests, kept by ``HostProcessSource._fact`` so that it reads neither tuples nor numbers
+        self.fact: ProcessFacts | None = None
+        self.quiet = self.cpu_zero = False
         #: the /proc/PID/stat line ``last`` was built from (see HostProcessSource._fact's steady path)
         self.last_raw = b""
         #: the process's CPU clock (ns) read just before ``last_raw`` (see HostProcessSource._fact)
@@ -191,6 +197,7 @@ class HostProcessSource:
         self._pinned = 0
         self._fd_budget = fd_budget()
         self._users: dict[int, str] = {}
+        self._ppids: dict[int, int] = {}  # parent PID -> the one int object its children's orphan_ppid hold
         self._last_purge = 0.0
         #: how long a process's stat figures are reused (0: read every poll; see refresh_every)
         self._refresh = 0.0
@@ -283,17 +290,16 @@ class HostProcessSource:
                     clock = None
                 st = static_get(pid)
                 if st is not None and clock is not None and clock == st.cpu_ns and st.stat_fd is not None \
-                        and st.last_raw == st.stat_raw \
+                        and (st.last_raw is st.stat_raw or st.last_raw == st.stat_raw) \
                         and (st.orphan_ppid in watched_parents or st.orphan_ppid in immortal) \
-                        and steady_ok and st.last is not None and now - st.orphan_at < ORPHAN_RECHECK \
-                        and now - st.rss_at < RSS_REFRESH and st.stat_fields is not None \
-                        and st.cpu_ticks == st.stat_fields[5] \
-                        and (st.cpu_percent == 0.0 or now - st.cpu_at < MIN_CPU_INTERVAL):
+                        and steady_ok and st.fact is not None and now - st.orphan_at < ORPHAN_RECHECK \
+                        and now - st.rss_at < RSS_REFRESH and st.quiet \
+                        and (st.cpu_zero or now - st.cpu_at < MIN_CPU_INTERVAL):
                     # _steady_due said nothing is due: _steady, inlined
                     if now - st.cpu_at >= MIN_CPU_INTERVAL:
                         st.cpu_at = now  # no tick since the baseline: 0 % again, the baseline moves on
                     st.seen = st.stat_at = now
-                    out[pid] = st.last[1]
+                    out[pid] = st.fact
                     continue
             out[pid] = self._fact(pid, now, parents, clock if clocks else _UNREAD)
         if now - self._last_purge > CACHE_TTL / 4:
@@ -434,7 +440,9 @@ class HostProcessSource:
 
         if ppid != st.orphan_ppid or now - st.orphan_at >= ORPHAN_RECHECK:
             st.orphaned = self._orphaned(pid, ppid, pgrp, session, st, parents)
-            st.orphan_ppid, st.orphan_at = ppid, now
+            # one int object per parent PID, shared by its children: the steady state hashes it every poll
+            st.orphan_ppid, st.orphan_at = self._ppids.setdefault(ppid, ppid), now
+        st.quiet, st.cpu_zero = st.cpu_ticks == ticks, st.cpu_percent == 0.0
 
         # Unchanged since the last poll (an idle holder): the same frozen object will do.
         key = (ppid, state, rss, st.cpu_percent, st.orphaned)
@@ -444,6 +452,7 @@ class HostProcessSource:
                 and self._parents.watch(ppid):
             self._pinned += 1
         if st.last is not None and st.last[0] == key:
+            st.fact = st.last[1]
             return st.last[1]
         fact = ProcessFacts(
             pid=pid,
@@ -461,6 +470,7 @@ class HostProcessSource:
             orphaned=st.orphaned,
         )
         st.last = (key, fact)
+        st.fact = fact
         return fact
 
     def _rss(self, base: str, st: _Static) -> int:
@@ -505,7 +515,6 @@ class HostProcessSource:
         st = self._static.pop(pid, None)
         if st is not None:
             self._unwatch(st)
-        if st is not None:
             for fd in (st.stat_fd, st.statm_fd):
                 if fd is not None:
                     try:
@@ -657,7 +666,9 @@ class HostProcessSource:
         stale = [pid for pid, st in self._static.items() if now - st.seen > CACHE_TTL]
         for pid in stale:
             self._drop(pid)
-        self._forget_parents({st.orphan_ppid for st in self._static.values()})
+        keep = {st.orphan_ppid for st in self._static.values()}
+        self._forget_parents(keep)
+        self._ppids = {ppid: ppid for ppid in keep}  # the parents of processes still known
 
     def _forget_parents(self, keep: set[int]) -> None:
         for ppid in [p for p in self._parents.fds if p not in keep]:
