@@ -9,6 +9,7 @@ it is never replaced by a made-up number.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
@@ -692,6 +693,7 @@ def resolve_gpu(ident: str, gpus: Iterable[Gpu]) -> Gpu | None:
     return next((g for g in pool if g.uuid == uuid), None) if uuid is not None else None
 
 
+@functools.lru_cache(maxsize=64)  # a handful of masks in a machine's life; read every poll per GPU
 def throttle_names(mask: int) -> tuple[str, ...]:
     """Names of the set bits of an NVML clock-event-reasons mask, in bit order."""
     return tuple(name for bit, name in THROTTLE_REASONS.items() if mask & bit)

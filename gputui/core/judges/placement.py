@@ -87,17 +87,10 @@ def gpu_loads(history: History, gpus: Iterable[Gpu], window: float | None) -> di
         for g in gpus:
             index = g.index
             run, ring = runs.get(index), rings.get(index)
-            if run is not None and ring:
-                newest, last = ring[-1], run.last
-                if last is newest:
-                    out[index] = run.uniform_load(g)
-                    continue
-                if last is not None and len(ring) >= 2 and ring[-2] is last and newest.t > last.t:
-                    run.take(newest)
-                    run.expire(newest.t - window, run.seq - len(ring) + 1)  # as in _running_window
-                    out[index] = run.uniform_load(g)
-                    continue
-            out[index] = _gpu_load(history, g, window)
+            if run is not None and ring and run.step(ring, window):
+                out[index] = run.uniform_load(g)
+            else:
+                out[index] = _gpu_load(history, g, window)
     history.memo[key] = (gpus, out)
     return dict(out)
 
@@ -145,6 +138,19 @@ class _RunningWindow:
         #: (number, free) of the free-memory values that can still be the window's least (increasing
         #: left to right): its first is the least without reading every value
         self.free_low: deque[tuple[int, int]] = deque()
+
+    def step(self, ring: Sequence[GpuSample], window: float) -> bool:
+        """Brought up to ``ring``'s newest sample (``window`` seconds long) when that is the last one taken
+        in, or the next after it and later: True; else False (the caller builds the window again)."""
+        newest, last = ring[-1], self.last
+        if last is newest:
+            return True
+        if last is None or len(ring) < 2 or ring[-2] is not last or newest.t <= last.t:
+            return False
+        self.take(newest)
+        # The ring holds the newest len(ring) samples, and every one taken in since the rebuild was one.
+        self.expire(newest.t - window, self.seq - len(ring) + 1)
+        return True
 
     def take(self, s: GpuSample) -> None:
         self.seq += 1
@@ -252,30 +258,25 @@ def _running_window(history: History, index: int, window: float) -> _RunningWind
         runs.pop(index, None)
         return None
     run = runs.get(index)
-    newest = ring[-1]
-    if isinstance(run, _RunningWindow) and run.last is newest:
+    if isinstance(run, _RunningWindow) and run.step(ring, window):
         return run
-    if (isinstance(run, _RunningWindow) and run.last is not None and len(ring) >= 2 and ring[-2] is run.last
-            and newest.t > run.last.t):
-        run.take(newest)
-    else:
-        run = _RunningWindow()
-        cutoff = newest.t - window
-        start = len(ring)
-        for s in reversed(ring):  # the window as History._tail reads it: back to the first older sample
-            if s.t < cutoff:
-                break
-            start -= 1
-        previous = None
-        for s in islice(ring, start, None):
-            if previous is not None and s.t <= previous:
-                runs.pop(index, None)
-                return None
-            previous = s.t
-            run.take(s)
-        runs[index] = run
-    # The ring holds the newest len(ring) samples, and every one taken in since the rebuild was one.
-    run.expire(newest.t - window, run.seq - len(ring) + 1)
+    run = _RunningWindow()
+    newest = ring[-1]
+    cutoff = newest.t - window
+    start = len(ring)
+    for s in reversed(ring):  # the window as History._tail reads it: back to the first older sample
+        if s.t < cutoff:
+            break
+        start -= 1
+    previous = None
+    for s in islice(ring, start, None):
+        if previous is not None and s.t <= previous:
+            runs.pop(index, None)
+            return None
+        previous = s.t
+        run.take(s)
+    runs[index] = run
+    run.expire(cutoff, run.seq - len(ring) + 1)
     return run
 
 

@@ -71,6 +71,7 @@ from gputui.core.sources.nvml_query import (
     NvmlQueries,
 )
 from gputui.core.sources.nvml_steady import Plan, make_plan, read_steady, refresh_slow
+from gputui.core.sources.nvml_structs import PSTATE_UNKNOWN
 
 #: How long slow values (power limit, ECC, persistence mode) are reused.
 SLOW_TTL = 5.0
@@ -79,7 +80,6 @@ FAIL_THRESHOLD = 2
 #: Per-poll fields a face may choose not to read (NvmlSource.leave_unread): no judge reads them.
 OPTIONAL_FIELDS = frozenset({"pstate", "clock_memory"})
 
-_PSTATE_UNKNOWN = 32
 _CLOCK_SM = 1
 _CLOCK_MEM = 2
 _TEMPERATURE_GPU = 0
@@ -403,7 +403,7 @@ class NvmlSource:
             clock_memory=int(clock_mem) if clock_mem is not None else None,
             clock_sm_max=dev.clock_sm_max,
             clock_memory_max=dev.clock_memory_max,
-            pstate=int(pstate) if pstate is not None and pstate != _PSTATE_UNKNOWN else None,
+            pstate=int(pstate) if pstate is not None and pstate != PSTATE_UNKNOWN else None,
             throttle_reasons=throttle_names(int(reasons)) if reasons is not None else None,
             ecc_errors=int(ecc) if ecc is not None else None,
             persistence_mode=bool(persistence) if persistence is not None else None,

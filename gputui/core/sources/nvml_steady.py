@@ -26,7 +26,7 @@ from typing import Any
 
 from gputui.core.model import Gpu, MigMode, RawProcess, throttle_names
 from gputui.core.sources.nvml_fields import FIELDS
-from gputui.core.sources.nvml_structs import RUNNING, MemoryV2
+from gputui.core.sources.nvml_structs import PSTATE_UNKNOWN, RUNNING, MemoryV2
 
 __all__ = ["Plan", "make_plan", "read_steady", "refresh_slow"]
 
@@ -34,11 +34,7 @@ __all__ = ["Plan", "make_plan", "read_steady", "refresh_slow"]
 _call: Any = getattr(operator, "call", None) or (lambda fn, *args: fn(*args))
 #: the batch's field names in FIELDS' order (a plan exists only while the batch asks every one)
 _ALL = tuple(FIELDS)
-_PSTATE_UNKNOWN = 32
 _SLOW = ("persistence_mode", "encoder_utilization", "decoder_utilization")
-
-#: clock-event masks' names, by mask (a handful of masks in a machine's life)
-_THROTTLE: dict[int, tuple[str, ...]] = {}
 
 
 class Plan:
@@ -277,18 +273,14 @@ def read_steady(src: Any, dev: Any, plan: Plan, now: float) -> tuple[Gpu, tuple[
     ug, um, used, total, reserved, temperature, fan, clock_sm, clock_mem, pstate, reasons = plan.pick((*outs, None))
     power, power_limit, ecc, mt, te, pr, rc, ru, rf = fv
     persistence, enc, dec, mode = plan.slow
-    names = None
-    if reasons is not None:
-        names = _THROTTLE.get(reasons)
-        if names is None:
-            names = _THROTTLE[reasons] = throttle_names(reasons)
+    names = throttle_names(reasons) if reasons is not None else None
     gpu = Gpu(
         index=dev.index, uuid=dev.uuid or "", name=dev.name or "Unknown GPU", pci_bus_id=dev.pci_bus_id,
         utilization_gpu=ug, utilization_memory=um, memory_used=used, memory_total=total,
         temperature=temperature, power_draw=power / 1000.0, power_limit=power_limit / 1000.0, fan_speed=fan,
         clock_sm=clock_sm, clock_memory=clock_mem, clock_sm_max=dev.clock_sm_max,
         clock_memory_max=dev.clock_memory_max,
-        pstate=pstate if pstate is not None and pstate != _PSTATE_UNKNOWN else None,
+        pstate=pstate if pstate is not None and pstate != PSTATE_UNKNOWN else None,
         throttle_reasons=names, ecc_errors=int(ecc), persistence_mode=persistence, minor_number=dev.minor_number,
         lost=False, mig_mode=mode, mig_devices=(), memory_reserved=reserved,
         remapped_rows_failure=bool(rf), memory_temperature=int(mt), total_energy_consumption=int(te),

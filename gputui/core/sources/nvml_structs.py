@@ -7,8 +7,11 @@ from __future__ import annotations
 import ctypes
 from struct import Struct
 
-__all__ = ["MEMORY_V2", "RUNNING", "MemoryV1", "MemoryV2", "ProcessInfoV1", "ProcessInfoV2", "SAMPLE",
-           "Utilization", "UtilizationSample", "process_struct", "samples_struct"]
+__all__ = ["MEMORY_V2", "PSTATE_UNKNOWN", "RUNNING", "MemoryV1", "MemoryV2", "ProcessInfoV1", "ProcessInfoV2",
+           "SAMPLE", "Utilization", "UtilizationSample", "process_struct", "samples_struct"]
+
+#: nvml.h's NVML_PSTATE_UNKNOWN: the driver could not say (read as N/A)
+PSTATE_UNKNOWN = 32
 
 
 class ProcessInfoV1(ctypes.Structure):
