@@ -123,3 +123,74 @@ def test_memory_the_driver_cannot_attribute_reads_na_without_a_warning(fake_nvml
         for _ in range(3):
             read = probe.ask("read")
             assert [p["gpu_memory"] for p in read["processes"]["0"]] == [None, GiB] and read["errors"] == []
+
+
+# -- the SM samples, asked inside the steady read -----------------------------------------------------------
+
+
+def _sm_by_pid(probe) -> dict[int, int | None]:
+    return {p["pid"]: p["sm_utilization"] for p in probe.ask("read")["processes"]["0"]}
+
+
+def test_samples_that_outgrow_their_buffer_after_steady_polls_are_read_whole(fake_nvml: FakeNvml) -> None:
+    """The kept samples call is made with its kept buffer: once more processes have samples than it holds
+    (the process lists' buffers already big enough), the buffer is grown and every SM figure shows."""
+    pids = range(5000, 5100)
+    fake_nvml.write(scenario([gpu(0, processes=[process(p, sm=7 if p < 5003 else None) for p in pids])]))
+    with fake_nvml.probe() as probe:
+        probe.ask("open")
+        for _ in range(3):  # the plan is made and used
+            assert _sm_by_pid(probe) == {p: 7 if p < 5003 else 0 for p in pids}
+        fake_nvml.write(scenario([gpu(0, processes=[process(p, sm=1 + p % 90) for p in pids])]))
+        for _ in range(2):  # grown by the full rules, then kept again
+            assert _sm_by_pid(probe) == {p: 1 + p % 90 for p in pids}
+
+
+def test_a_process_whose_samples_stop_after_steady_polls_reads_idle(fake_nvml: FakeNvml) -> None:
+    """Fewer samples than the last poll (the count the driver wrote) leave no old figure behind."""
+    fake_nvml.write(scenario([gpu(0, processes=[process(5000, sm=10), process(5001, sm=20)])]))
+    with fake_nvml.probe() as probe:
+        probe.ask("open")
+        for _ in range(3):
+            assert _sm_by_pid(probe) == {5000: 10, 5001: 20}
+        fake_nvml.write(scenario([gpu(0, processes=[process(5000, sm=10), process(5001, sm=None)])]))
+        assert _sm_by_pid(probe) == {5000: 10, 5001: 0}
+        fake_nvml.write(scenario([gpu(0, processes=[process(5000, sm=None), process(5001, sm=None)])]))
+        assert _sm_by_pid(probe) == {5000: 0, 5001: 0}  # no sample at all (NOT_FOUND): every process idle
+        fake_nvml.write(scenario([gpu(0, processes=[process(5000, sm=30), process(5001, sm=40)])]))
+        assert _sm_by_pid(probe) == {5000: 30, 5001: 40}
+
+
+def test_more_samples_within_the_kept_buffer_take_one_call(fake_nvml: FakeNvml) -> None:
+    """The steady read tells the kept samples call its buffer's whole length at every poll (the driver
+    writes back how many it filled): a poll with more samples than the last, still within the buffer, is
+    one call, not a refusal and a second call."""
+    fake_nvml.write(scenario([gpu(0, processes=[process(5000 + i, sm=10 + i) for i in range(2)])]))
+    with fake_nvml.probe() as probe:
+        probe.ask("open")
+        for _ in range(3):
+            assert _sm_by_pid(probe) == {5000: 10, 5001: 11}
+        fake_nvml.write(scenario([gpu(0, processes=[process(5000 + i, sm=10 + i) for i in range(2)]
+                                      + [process(6000 + i) for i in range(3)])]))
+        assert _sm_by_pid(probe) == {5000: 10, 5001: 11, 6000: 0, 6001: 0, 6002: 0}  # the lists grow
+        assert _sm_by_pid(probe) == {5000: 10, 5001: 11, 6000: 0, 6001: 0, 6002: 0}
+        fake_nvml.write(scenario([gpu(0, processes=[process(5000 + i, sm=10 + i) for i in range(2)]
+                                      + [process(6000 + i, sm=50 + i) for i in range(3)])]))
+        probe.ask("reset_calls")
+        for _ in range(2):
+            assert _sm_by_pid(probe) == {5000: 10, 5001: 11, 6000: 50, 6001: 51, 6002: 52}
+        probe.ask("calls")
+        calls = fake_nvml.calls()
+    assert calls["nvmlDeviceGetProcessUtilization"] == 2
+
+
+def test_failing_samples_after_steady_polls_read_na_then_recover(fake_nvml: FakeNvml) -> None:
+    fake_nvml.write(scenario([gpu(0, processes=[process(5000, sm=10)])]))
+    with fake_nvml.probe() as probe:
+        probe.ask("open")
+        for _ in range(3):
+            assert _sm_by_pid(probe) == {5000: 10}
+        fake_nvml.write(scenario([gpu(0, processes=[process(5000, sm=10)], errors={"process_utilization": "unknown"})]))
+        assert _sm_by_pid(probe) == {5000: None}
+        fake_nvml.write(scenario([gpu(0, processes=[process(5000, sm=12)])]))
+        assert [_sm_by_pid(probe) for _ in range(3)] == [{5000: 12}] * 3

@@ -85,6 +85,8 @@ _CLOCK_MEM = 2
 _TEMPERATURE_GPU = 0
 _ECC_UNCORRECTED = 1
 _ECC_VOLATILE = 0
+#: ``_processes``' samples when not read yet this poll: it asks them
+_ASK: Any = object()
 
 #: The readings dcgm-exporter's default counters add: (Gpu field, batched, cache name of its getter, the
 #: getter, which part of the getter's answer). One getter answers all three remapped-row fields.
@@ -564,9 +566,11 @@ class NvmlSource:
     # -- processes ------------------------------------------------------------------
 
     def _processes(self, dev: _Device, answers: dict[str, Any] | None = None,
-                   lists: list[Any] | None = None) -> tuple[RawProcess, ...]:
+                   lists: list[Any] | None = None, samples: Any = _ASK) -> tuple[RawProcess, ...]:
         """The GPU's processes. Steady state (the same lists and SM samples as the last poll, which
-        ``NvmlQueries.running`` and ``process_utilization`` hand back as the same objects): the last tuple."""
+        ``NvmlQueries.running`` and ``process_utilization`` hand back as the same objects): the last tuple.
+        ``samples``: this poll's SM samples when the steady reader already read them (asked only for a
+        GPU with processes listed: the caller asked them when a list had an entry)."""
         compute, graphics = self._ask.running_both(dev, answers) if lists is None else lists
         if dev.merged is not None and dev.merged[0] is compute and dev.merged[1] is graphics:
             merged = dev.merged[2]
@@ -590,7 +594,8 @@ class NvmlSource:
         if not merged:
             dev.procs = None
             return ()
-        samples = self._ask.process_utilization(dev, self._wall())
+        if samples is _ASK:
+            samples = self._ask.process_utilization(dev, self._wall())
         last_procs = dev.procs
         if last_procs is not None and last_procs[0] is merged \
                 and (last_procs[1] is samples or last_procs[1] == samples):
