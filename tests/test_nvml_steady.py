@@ -194,3 +194,45 @@ def test_failing_samples_after_steady_polls_read_na_then_recover(fake_nvml: Fake
         assert _sm_by_pid(probe) == {5000: None}
         fake_nvml.write(scenario([gpu(0, processes=[process(5000, sm=12)])]))
         assert [_sm_by_pid(probe) for _ in range(3)] == [{5000: 12}] * 3
+
+
+# -- the slow values, read again inside the steady read when due -------------------------------------------
+
+
+def test_slow_values_failing_when_due_after_steady_polls_read_na_then_recover(fake_nvml: FakeNvml) -> None:
+    """A slow value read again by its C function is what nvidia-ml-py's getter would answer: a new decoder
+    figure shows, a failing persistence mode or MIG mode reads N/A (asked again at the next poll), and one
+    refused for good stays N/A without being asked again."""
+    fake_nvml.write(scenario([gpu(0, mig_mode=False, persistence_mode=True, decoder_utilization=3), gpu(1)]))
+    with fake_nvml.probe(env_extra={"GPUTUI_PROBE_SLOW_TTL": "0.3"}) as probe:
+        probe.ask("open")
+        for _ in range(3):
+            g0 = probe.ask("read")["gpus"][0]
+            assert (g0["persistence_mode"], g0["decoder_utilization"], g0["mig_mode"]["current"]) == (True, 3, False)
+        fake_nvml.write(scenario([gpu(0, mig_mode=False, persistence_mode=True, decoder_utilization=9,
+                                      errors={"persistence_mode": "unknown", "mig_mode": "unknown"}), gpu(1)]))
+        time.sleep(0.5)  # past the cache (a slower machine only waits longer)
+        probe.ask("reset_calls")
+        g0 = probe.ask("read")["gpus"][0]
+        assert (g0["persistence_mode"], g0["decoder_utilization"], g0["mig_mode"]) == (None, 9, None)
+        probe.ask("calls")
+        failing = fake_nvml.calls()
+        fake_nvml.write(scenario([gpu(0, mig_mode=False, persistence_mode=False, decoder_utilization=9,
+                                      errors={"encoder_utilization": "not_supported"}), gpu(1)]))
+        for _ in range(2):
+            g0 = probe.ask("read")["gpus"][0]
+            assert (g0["persistence_mode"], g0["mig_mode"]["current"]) == (False, False)
+        time.sleep(0.5)
+        for _ in range(3):
+            assert probe.ask("read")["gpus"][0]["encoder_utilization"] is None
+        probe.ask("reset_calls")
+        time.sleep(0.5)
+        for _ in range(2):
+            assert probe.ask("read")["gpus"][0]["encoder_utilization"] is None
+        probe.ask("calls")
+        calls = fake_nvml.calls()
+    # each GPU's slow values asked once when due, a failing one too
+    assert failing["nvmlDeviceGetPersistenceMode"] == 2
+    assert failing["nvmlDeviceGetMigMode"] == 1  # (GPU 1 has no MIG mode: refused for good, not asked)
+    assert calls["nvmlDeviceGetEncoderUtilization"] == 1  # GPU 1's, once when due
+    assert calls["nvmlDeviceGetDecoderUtilization"] == 2

@@ -37,6 +37,12 @@ _call: Any = getattr(operator, "call", None) or (lambda fn, *args: fn(*args))
 _ALL = tuple(FIELDS)
 _SLOW = ("persistence_mode", "encoder_utilization", "decoder_utilization")
 _UTIL = "process_utilization"
+#: the slow values read again by ``refresh_slow``: (name, C function, how many unsigned ints it writes, the
+#: part of its answer the Gpu shows); nvidia-ml-py's getter answers the first int alone, or a list of them
+_SLOW_CALLS = (("persistence_mode", "nvmlDeviceGetPersistenceMode", 1, None),
+               ("encoder_utilization", "nvmlDeviceGetEncoderUtilization", 2, 0),
+               ("decoder_utilization", "nvmlDeviceGetDecoderUtilization", 2, 0),
+               ("mig_mode", "nvmlDeviceGetMigMode", 2, None))
 _WINDOW_US = int(UTIL_WINDOW * 1_000_000)
 
 
@@ -222,16 +228,73 @@ def make_plan(src: Any, dev: Any, now: float, last_gpu: Gpu | None) -> Plan | No
     return plan
 
 
+def _function(ask: Any, name: str) -> Any:
+    """``NvmlQueries.function``'s C function, or None when the library lacks it."""
+    try:
+        return ask.function(name)
+    except Exception:
+        return None
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
+
+
+def _read_slow(src: Any, dev: Any, now: float, ttl: float, count: int) -> list[Any]:
+    """The first ``count`` slow values as ``NvmlSource._slow`` reads them (the cached one while it is not
+    due), through their C functions (looked up once, as the full rules look up the per-poll getters; the
+    out-parameters made afresh as nvidia-ml-py's getter makes them: kept ones would be cold memory at every
+    refresh): what the getter would answer is cached, and a call that does not answer is what the getter
+    raises, handed to the full rules' reading of it (counted, N/A)."""
+    ask = src._ask
+    fns = ask.fns
+    out: list[Any] = []
+    slow = dev.slow
+    for entry in _SLOW_CALLS[:count]:
+        name = entry[0]
+        hit = slow.get(name)
+        if hit is not None and now - hit[1] < ttl:
+            value = hit[0]
+        elif name in dev.unsupported or (fns.get(entry[1]) or _function(ask, entry[1])) is None:
+            if name == "mig_mode":  # (the MIG reader's own rule)
+                out.append(_MIG_FULL)
+                continue
+            value = src._slow(dev, name, entry[1], None, now)
+        else:
+            first = ctypes.c_uint()
+            second = ctypes.c_uint() if entry[2] == 2 else None
+            try:
+                ret: Any = fns[entry[1]](dev.handle, ctypes.byref(first)) if second is None else \
+                    fns[entry[1]](dev.handle, ctypes.byref(first), ctypes.byref(second))
+            except Exception as exc:  # binding trouble: what the getter raises
+                ret = exc
+            if ret == 0:
+                value = first.value if second is None else [first.value, second.value]
+                if dev.failures:  # NvmlQueries.get's success, inline
+                    dev.failures.pop(name, None)
+                slow[name] = (value, now)
+            else:
+                error = ret if isinstance(ret, BaseException) else ask.nv.NVMLError(ret)
+                value = ask.cached(dev, name, now, lambda d, n=name, e=error: ask.get(d, n, _raise, e))
+        part = entry[3]
+        out.append(value if part is None or value is None else value[part])
+    return out
+
+
+#: ``_read_slow``'s MIG mode when the MIG reader reads it itself
+_MIG_FULL: Any = object()
+
+
 def refresh_slow(src: Any, dev: Any, plan: Plan, now: float) -> Plan | None:
     """The plan with its slow values read again as the full rules read them when due (persistence mode,
     encoder and decoder utilization, MIG mode), or None when MIG mode is now on (the full rules list its
     devices). A slow value that failed reads N/A this poll, as in the full rules (its failure is counted,
     so the next poll is the full rules' and asks it again)."""
-    persistence = src._slow(dev, "persistence_mode", "nvmlDeviceGetPersistenceMode", None, now)
-    enc = src._slow(dev, "encoder_utilization", "nvmlDeviceGetEncoderUtilization", 0, now)
-    dec = src._slow(dev, "decoder_utilization", "nvmlDeviceGetDecoderUtilization", 0, now)
     has_mig = getattr(src._ask.nv, "nvmlDeviceGetMigMode", None) is not None
-    mode: MigMode | None = src._mig._mode(dev, now) if has_mig else None
+    persistence, enc, dec, *mig = _read_slow(src, dev, now, src._ask.slow_ttl, 4 if has_mig else 3)
+    mode: MigMode | None = None
+    if has_mig:  # the MIG reader's mode from the value cached above (None: it did not answer this poll)
+        mode = src._mig._mode(dev, now) if mig[0] is _MIG_FULL or mig[0] is not None else None
     if mode is not None and mode.current:  # (a plan is made only while MIG mode is off)
         return None
     slow = (None if persistence is None else bool(persistence), None if enc is None else int(enc),
