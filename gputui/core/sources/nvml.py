@@ -49,7 +49,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from operator import is_
 from typing import Any
 
 from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
@@ -302,6 +301,11 @@ class NvmlSource:
             processes: dict[int, tuple[RawProcess, ...]] = {}
             self._xids.drain()
             ttl = self._ask.slow_ttl
+            last = self._last
+            # the very GPUs and process tuples of the last poll so far (compared by identity as they come:
+            # no record's __eq__ runs), and whether any failure is counted
+            same = last is not None and len(last[0]) == len(self._devices)
+            clean = True
             for dev in self._devices:
                 plan = dev.steady
                 try:
@@ -318,18 +322,18 @@ class NvmlSource:
                 except Lost:
                     dev.steady = None
                     gpu, procs = self._lost_gpu(dev), None
+                if same and (last[0][len(gpus)] is not gpu or last[1].get(dev.index) is not procs):  # type: ignore[index]
+                    same = False
+                if dev.failures:
+                    clean = False
                 gpus.append(gpu)
                 if procs is not None:
                     processes[dev.index] = procs
-            read = (tuple(gpus), processes, self._error_sentences())
-            last = self._last
-            # the very GPUs and process tuples of the last poll, and its errors: the last reading, as
-            # plausibility judged it (a function of the reading alone); compared by identity (no record's
-            # __eq__ runs)
-            if last is not None and len(last[0]) == len(read[0]) and all(map(is_, last[0], read[0])) \
-                    and last[1].keys() == processes.keys() and all(map(is_, last[1].values(), processes.values())) \
-                    and last[2] == read[2]:
-                return last[3]
+            read = (tuple(gpus), processes, () if clean else self._error_sentences())
+            # the very GPUs and process tuples of the last poll (of every GPU: the same PIDs in both), and its
+            # errors: the last reading, as plausibility judged it (a function of the reading alone)
+            if same and last[2] == read[2]:  # type: ignore[index]
+                return last[3]  # type: ignore[index]
             # values no hardware can report (wrapped counters, driver bugs) become N/A with a warning
             reading = plausible_reading(GpuReading(
                 driver_version=self.driver_version,
