@@ -255,7 +255,10 @@ def _read_slow(src: Any, dev: Any, now: float, ttl: float, count: int) -> list[A
         hit = slow.get(name)
         if hit is not None and now - hit[1] < ttl:
             value = hit[0]
-        elif name in dev.unsupported or (fns.get(entry[1]) or _function(ask, entry[1])) is None:
+        elif name in dev.unsupported:  # refused for good: N/A, cached again as NvmlQueries.cached does (no call)
+            value = None
+            slow[name] = (None, now)
+        elif (fns.get(entry[1]) or _function(ask, entry[1])) is None:
             if name == "mig_mode":  # (the MIG reader's own rule)
                 out.append(_MIG_FULL)
                 continue
