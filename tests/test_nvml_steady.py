@@ -236,3 +236,21 @@ def test_slow_values_failing_when_due_after_steady_polls_read_na_then_recover(fa
     assert failing["nvmlDeviceGetMigMode"] == 1  # (GPU 1 has no MIG mode: refused for good, not asked)
     assert calls["nvmlDeviceGetEncoderUtilization"] == 1  # GPU 1's, once when due
     assert calls["nvmlDeviceGetDecoderUtilization"] == 2
+
+
+def test_memory_the_driver_stops_attributing_after_steady_polls_reads_na(fake_nvml: FakeNvml) -> None:
+    """New bytes in a kept process list of the same length are read again: a process whose memory NVML no
+    longer attributes reads N/A (no impossible figure, no warning), the others' new figures show."""
+    fake_nvml.write(scenario([gpu(0, processes=[process(4242, used_memory=GiB), process(4243, used_memory=GiB)])]))
+    with fake_nvml.probe() as probe:
+        probe.ask("open")
+        for _ in range(3):
+            assert [p["gpu_memory"] for p in probe.ask("read")["processes"]["0"]] == [GiB, GiB]
+        fake_nvml.write(scenario([gpu(0, processes=[process(4242, used_memory=None),
+                                                    process(4243, used_memory=2 * GiB)])]))
+        for _ in range(2):
+            read = probe.ask("read")
+            assert [p["gpu_memory"] for p in read["processes"]["0"]] == [None, 2 * GiB] and read["errors"] == []
+        fake_nvml.write(scenario([gpu(0, processes=[process(4242, used_memory=3 * GiB),
+                                                    process(4243, used_memory=2 * GiB)])]))
+        assert [p["gpu_memory"] for p in probe.ask("read")["processes"]["0"]] == [3 * GiB, 2 * GiB]

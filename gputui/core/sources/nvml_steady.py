@@ -26,13 +26,14 @@ from typing import Any
 
 from gputui.core.model import Gpu, MigMode, RawProcess, throttle_names
 from gputui.core.sources.nvml_fields import FIELDS
-from gputui.core.sources.nvml_query import NOT_FOUND, UTIL_WINDOW
-from gputui.core.sources.nvml_structs import PSTATE_UNKNOWN, RUNNING, SAMPLES_BY_COUNT, MemoryV2
+from gputui.core.sources.nvml_query import NOT_AVAILABLE_ULL, NOT_FOUND, UTIL_WINDOW
+from gputui.core.sources.nvml_structs import PSTATE_UNKNOWN, RUNNING, SAMPLES_BY_COUNT, MemoryV2, process_struct
 
 __all__ = ["Plan", "make_plan", "read_steady", "refresh_slow"]
 
 #: calls its first argument with the rest (operator.call from Python 3.11)
 _call: Any = getattr(operator, "call", None) or (lambda fn, *args: fn(*args))
+_second = itemgetter(1)
 #: the batch's field names in FIELDS' order (a plan exists only while the batch asks every one)
 _ALL = tuple(FIELDS)
 _SLOW = ("persistence_mode", "encoder_utilization", "decoder_utilization")
@@ -219,7 +220,8 @@ def make_plan(src: Any, dev: Any, now: float, last_gpu: Gpu | None) -> Plan | No
     plan = Plan((fn, handle, batch.count, batch.buf, batch.plan[0], batch.plan[1]), tuple(calls),
                 tuple(k[0] for k in kept), block, whole, itemgetter(*pick),
                 reset,
-                tuple(None if i is None else (firsts[i], kept[i][1][2][2], kept[i][0]) for i in lists), util, slow_at,
+                tuple(None if i is None else (firsts[i], kept[i][1][2][2], kept[i][0],
+                                              process_struct(kept[i][1][2][2]._type_)) for i in lists), util, slow_at,
                 (None if persistence is None else bool(persistence), None if enc is None else int(enc[0]),
                  None if dec is None else int(dec[0]), mode))
     if last_gpu is not None:
@@ -346,13 +348,23 @@ def read_steady(src: Any, dev: Any, plan: Plan, now: float) -> tuple[Gpu, tuple[
         if kept is None:
             got.append(None)
             continue
-        at, kbuf, name = kept
-        n = min(outs[at], len(kbuf))
+        at, kbuf, name, layout = kept
+        n = outs[at]
+        if n > len(kbuf):
+            n = len(kbuf)
         last = lists.get(name)
-        if last is not None and last[2] is kbuf and last[4] == n and last[3].raw == last[0]:
-            got.append(last[1])
-        else:
-            got.append(ask._entries(dev, name, kbuf, n, ctypes.sizeof(kbuf._type_)))
+        if last is not None and last[2] is kbuf and last[4] == n:
+            raw = last[3].raw
+            if raw == last[0]:
+                got.append(last[1])
+                continue
+            if layout is not None:  # NvmlQueries._entries' reading of new bytes in the same view, inline
+                entries = tuple(layout.iter_unpack(raw))
+                if NOT_AVAILABLE_ULL not in map(_second, entries):
+                    lists[name] = (raw, entries, kbuf, last[3], n)
+                    got.append(entries)
+                    continue
+        got.append(ask._entries(dev, name, kbuf, n, ctypes.sizeof(kbuf._type_)))
     util = plan.util
     if util is not None and (got[0] or got[1]):  # processes listed: their SM samples (_processes' ask, inline)
         ufn, uargs, uset, uat, ucount = util
