@@ -4,10 +4,11 @@ rules (``nvml.py``, ``nvml_query.py``), made from a plan kept per GPU instead of
 Once a GPU answered every per-poll call (the field batch with every field, the eight getters, both process
 lists) and its slow values (persistence mode, encoder and decoder utilization, MIG mode — off) are cached,
 its poll is: the batch call, the other calls in one ``starmap`` over their (function, arguments) tuples (no
-bytecode per call), the filled out-parameters read, and the Gpu handed back as it was while none of them
-changed. Anything else — a
-call that does not answer, a field missing from the batch, a failure counted, a slow value due, MIG mode
-on — hands the GPU back to the full rules for that poll (with the answers already had: no call is made
+bytecode per call), the filled out-parameters read, the SM samples call (kept with its count and start time
+in the same block) when a list has an entry, and the Gpu and process tuple handed back as they were while
+none of them changed. Slow values due are read by their C functions as nvidia-ml-py's getters answer them.
+Anything else — a call that does not answer, a field missing from the batch, a failure counted, MIG mode on —
+hands the GPU back to the full rules for that poll (with the answers already had: no call is made
 twice), and the plan is made again from what they kept.
 
 A plan is made from the GPU's kept calls (``Device.calls``), so it is keyed on them: the same C function,
