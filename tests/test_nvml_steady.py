@@ -254,3 +254,19 @@ def test_memory_the_driver_stops_attributing_after_steady_polls_reads_na(fake_nv
         fake_nvml.write(scenario([gpu(0, processes=[process(4242, used_memory=3 * GiB),
                                                     process(4243, used_memory=2 * GiB)])]))
         assert [p["gpu_memory"] for p in probe.ask("read")["processes"]["0"]] == [3 * GiB, 2 * GiB]
+
+
+def test_a_process_listed_twice_after_steady_polls_shows_once_with_its_larger_memory(fake_nvml: FakeNvml) -> None:
+    """A compute list naming a PID twice (one entry per context) is one process with the larger figure, also
+    when it comes after steady polls of a list that named each PID once."""
+    fake_nvml.write(scenario([gpu(0, processes=[process(4242, used_memory=GiB), process(4243, used_memory=GiB)])]))
+    with fake_nvml.probe() as probe:
+        probe.ask("open")
+        for _ in range(3):
+            assert [(p["pid"], p["gpu_memory"]) for p in probe.ask("read")["processes"]["0"]] == [(4242, GiB),
+                                                                                                  (4243, GiB)]
+        fake_nvml.write(scenario([gpu(0, processes=[process(4242, used_memory=3 * GiB), process(4243, used_memory=GiB),
+                                                    process(4242, used_memory=2 * GiB)])]))
+        for _ in range(2):
+            assert [(p["pid"], p["gpu_memory"]) for p in probe.ask("read")["processes"]["0"]] == [(4242, 3 * GiB),
+                                                                                                  (4243, GiB)]

@@ -579,14 +579,19 @@ class NvmlSource:
         if dev.merged is not None and dev.merged[0] is compute and dev.merged[1] is graphics:
             merged = dev.merged[2]
         else:
-            merged = {}  # pid -> (type, memory), in the order first listed
+            # pid -> (type, memory), in the order first listed; compute processes alone, each listed once (the
+            # usual answer): each as listed
+            merged = {pid: ("compute", mem) for pid, mem in compute} if compute and not graphics else {}
+            rest: tuple[Any, Any] = ((), ())
+            if not merged or len(merged) != len(compute):  # type: ignore[arg-type]
+                merged, rest = {}, (compute or (), graphics or ())
             # One process has one memory figure; NVML repeats it in both lists (the larger one is kept).
-            for pid, mem in compute or ():
+            for pid, mem in rest[0]:
                 prev = merged.get(pid)
                 if prev is not None and prev[1] is not None:
                     mem = prev[1] if mem is None else max(prev[1], mem)
                 merged[pid] = ("compute", mem)
-            for pid, mem in graphics or ():
+            for pid, mem in rest[1]:
                 prev = merged.get(pid)
                 if prev is None:
                     merged[pid] = ("graphics", mem)
