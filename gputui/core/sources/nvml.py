@@ -49,7 +49,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from operator import is_
 from typing import Any
 
 from gputui.core.model import Gpu, GpuReading, ProcessType, RawProcess, throttle_names
@@ -85,6 +84,8 @@ _CLOCK_MEM = 2
 _TEMPERATURE_GPU = 0
 _ECC_UNCORRECTED = 1
 _ECC_VOLATILE = 0
+#: ``_processes``' samples when not read yet this poll: it asks them
+_ASK: Any = object()
 
 #: The readings dcgm-exporter's default counters add: (Gpu field, batched, cache name of its getter, the
 #: getter, which part of the getter's answer). One getter answers all three remapped-row fields.
@@ -300,6 +301,11 @@ class NvmlSource:
             processes: dict[int, tuple[RawProcess, ...]] = {}
             self._xids.drain()
             ttl = self._ask.slow_ttl
+            last = self._last
+            # the very GPUs and process tuples of the last poll so far (compared by identity as they come:
+            # no record's __eq__ runs), and whether any failure is counted
+            same = last is not None and len(last[0]) == len(self._devices)
+            clean = True
             for dev in self._devices:
                 plan = dev.steady
                 try:
@@ -316,18 +322,18 @@ class NvmlSource:
                 except Lost:
                     dev.steady = None
                     gpu, procs = self._lost_gpu(dev), None
+                if same and (last[0][len(gpus)] is not gpu or last[1].get(dev.index) is not procs):  # type: ignore[index]
+                    same = False
+                if dev.failures:
+                    clean = False
                 gpus.append(gpu)
                 if procs is not None:
                     processes[dev.index] = procs
-            read = (tuple(gpus), processes, self._error_sentences())
-            last = self._last
-            # the very GPUs and process tuples of the last poll, and its errors: the last reading, as
-            # plausibility judged it (a function of the reading alone); compared by identity (no record's
-            # __eq__ runs)
-            if last is not None and len(last[0]) == len(read[0]) and all(map(is_, last[0], read[0])) \
-                    and last[1].keys() == processes.keys() and all(map(is_, last[1].values(), processes.values())) \
-                    and last[2] == read[2]:
-                return last[3]
+            read = (tuple(gpus), processes, () if clean else self._error_sentences())
+            # the very GPUs and process tuples of the last poll (of every GPU: the same PIDs in both), and its
+            # errors: the last reading, as plausibility judged it (a function of the reading alone)
+            if same and last[2] == read[2]:  # type: ignore[index]
+                return last[3]  # type: ignore[index]
             # values no hardware can report (wrapped counters, driver bugs) become N/A with a warning
             reading = plausible_reading(GpuReading(
                 driver_version=self.driver_version,
@@ -564,21 +570,28 @@ class NvmlSource:
     # -- processes ------------------------------------------------------------------
 
     def _processes(self, dev: _Device, answers: dict[str, Any] | None = None,
-                   lists: list[Any] | None = None) -> tuple[RawProcess, ...]:
+                   lists: list[Any] | None = None, samples: Any = _ASK) -> tuple[RawProcess, ...]:
         """The GPU's processes. Steady state (the same lists and SM samples as the last poll, which
-        ``NvmlQueries.running`` and ``process_utilization`` hand back as the same objects): the last tuple."""
+        ``NvmlQueries.running`` and ``process_utilization`` hand back as the same objects): the last tuple.
+        ``samples``: this poll's SM samples when the steady reader already read them (asked only for a
+        GPU with processes listed: the caller asked them when a list had an entry)."""
         compute, graphics = self._ask.running_both(dev, answers) if lists is None else lists
         if dev.merged is not None and dev.merged[0] is compute and dev.merged[1] is graphics:
             merged = dev.merged[2]
         else:
-            merged = {}  # pid -> (type, memory), in the order first listed
+            # pid -> (type, memory), in the order first listed; compute processes alone, each listed once (the
+            # usual answer): each as listed
+            merged = {pid: ("compute", mem) for pid, mem in compute} if compute and not graphics else {}
+            rest: tuple[Any, Any] = ((), ())
+            if not merged or len(merged) != len(compute):  # type: ignore[arg-type]
+                merged, rest = {}, (compute or (), graphics or ())
             # One process has one memory figure; NVML repeats it in both lists (the larger one is kept).
-            for pid, mem in compute or ():
+            for pid, mem in rest[0]:
                 prev = merged.get(pid)
                 if prev is not None and prev[1] is not None:
                     mem = prev[1] if mem is None else max(prev[1], mem)
                 merged[pid] = ("compute", mem)
-            for pid, mem in graphics or ():
+            for pid, mem in rest[1]:
                 prev = merged.get(pid)
                 if prev is None:
                     merged[pid] = ("graphics", mem)
@@ -590,7 +603,8 @@ class NvmlSource:
         if not merged:
             dev.procs = None
             return ()
-        samples = self._ask.process_utilization(dev, self._wall())
+        if samples is _ASK:
+            samples = self._ask.process_utilization(dev, self._wall())
         last_procs = dev.procs
         if last_procs is not None and last_procs[0] is merged \
                 and (last_procs[1] is samples or last_procs[1] == samples):

@@ -567,12 +567,14 @@ class NvmlQueries:
         dev.lists[key] = (raw, result, buf, view, n)
         return result
 
-    def process_utilization(self, dev: Device, wall: float) -> dict[int, int] | None:
+    def process_utilization(self, dev: Device, wall: float,
+                            answered: int | BaseException | None = None) -> dict[int, int] | None:
         """Newest SM% sample per PID; {} when the driver has no recent samples; None when N/A.
 
         Asks for samples newer than the last one seen, but never for less than
         UTIL_WINDOW seconds before ``wall`` (the epoch now), so a fast refresh does not flicker
-        to 0 between samples.
+        to 0 between samples. ``answered``: what the kept call made by the steady reader
+        (``nvml_steady.py``) returned or raised this poll (it is not made again).
         """
         name = "process_utilization"
         if name in dev.unsupported:
@@ -589,9 +591,14 @@ class NvmlQueries:
             if fast is not None and fast[2][0] is dev.handle:  # the call that answered, made again as it is
                 count, args = fast[1], fast[2]
                 buf: Any = args[1]
-                count.value = len(buf)
-                args[3].value = max(0, since)
-                ret = fast[0](*args)
+                if answered is None:
+                    count.value = len(buf)
+                    args[3].value = max(0, since)
+                    ret = fast[0](*args)
+                elif isinstance(answered, BaseException):
+                    raise answered
+                else:
+                    ret = answered
                 if ret != SUCCESS and ret != NOT_FOUND:
                     del dev.calls[name]
             if ret == INSUFFICIENT_SIZE:  # not kept (or the kept buffer is too small): the full call
@@ -615,7 +622,14 @@ class NvmlQueries:
             return None
         if dev.failures:  # succeeded(), inline
             dev.failures.pop(name, None)
-        n = min(count.value, len(buf))
+        return self.samples(dev, buf, min(count.value, len(buf)))
+
+    @staticmethod
+    def samples(dev: Device, buf: Any, n: int) -> dict[int, int]:
+        """The newest SM % per PID of the first ``n`` samples in the filled buffer ``buf``; the same bytes
+        as last time give the same dict back. Moves ``util_seen`` past them."""
+        name = "process_utilization"
+        struct = UtilizationSample
         last = dev.lists.get(name)
         # the answer's bytes through a view of them kept with the buffer (no foreign call to copy them)
         view = last[3] if last is not None and last[2] is buf and last[4] == n else \

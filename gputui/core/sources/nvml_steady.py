@@ -4,10 +4,11 @@ rules (``nvml.py``, ``nvml_query.py``), made from a plan kept per GPU instead of
 Once a GPU answered every per-poll call (the field batch with every field, the eight getters, both process
 lists) and its slow values (persistence mode, encoder and decoder utilization, MIG mode — off) are cached,
 its poll is: the batch call, the other calls in one ``starmap`` over their (function, arguments) tuples (no
-bytecode per call), the filled out-parameters read, and the Gpu handed back as it was while none of them
-changed. Anything else — a
-call that does not answer, a field missing from the batch, a failure counted, a slow value due, MIG mode
-on — hands the GPU back to the full rules for that poll (with the answers already had: no call is made
+bytecode per call), the filled out-parameters read, the SM samples call (kept with its count and start time
+in the same block) when a list has an entry, and the Gpu and process tuple handed back as they were while
+none of them changed. Slow values due are read by their C functions as nvidia-ml-py's getters answer them.
+Anything else — a call that does not answer, a field missing from the batch, a failure counted, MIG mode on —
+hands the GPU back to the full rules for that poll (with the answers already had: no call is made
 twice), and the plan is made again from what they kept.
 
 A plan is made from the GPU's kept calls (``Device.calls``), so it is keyed on them: the same C function,
@@ -26,25 +27,36 @@ from typing import Any
 
 from gputui.core.model import Gpu, MigMode, RawProcess, throttle_names
 from gputui.core.sources.nvml_fields import FIELDS
-from gputui.core.sources.nvml_structs import PSTATE_UNKNOWN, RUNNING, MemoryV2
+from gputui.core.sources.nvml_query import NOT_AVAILABLE_ULL, NOT_FOUND, UTIL_WINDOW
+from gputui.core.sources.nvml_structs import PSTATE_UNKNOWN, RUNNING, SAMPLES_BY_COUNT, MemoryV2, process_struct
 
 __all__ = ["Plan", "make_plan", "read_steady", "refresh_slow"]
 
 #: calls its first argument with the rest (operator.call from Python 3.11)
 _call: Any = getattr(operator, "call", None) or (lambda fn, *args: fn(*args))
+_second = itemgetter(1)
 #: the batch's field names in FIELDS' order (a plan exists only while the batch asks every one)
 _ALL = tuple(FIELDS)
 _SLOW = ("persistence_mode", "encoder_utilization", "decoder_utilization")
+_UTIL = "process_utilization"
+#: the slow values read again by ``refresh_slow``: (name, C function, how many unsigned ints it writes, the
+#: part of its answer the Gpu shows); nvidia-ml-py's getter answers the first int alone, or a list of them
+_SLOW_CALLS = (("persistence_mode", "nvmlDeviceGetPersistenceMode", 1, None),
+               ("encoder_utilization", "nvmlDeviceGetEncoderUtilization", 2, 0),
+               ("decoder_utilization", "nvmlDeviceGetDecoderUtilization", 2, 0),
+               ("mig_mode", "nvmlDeviceGetMigMode", 2, None))
+_WINDOW_US = int(UTIL_WINDOW * 1_000_000)
 
 
 class Plan:
     """What one GPU's steady poll calls and reads, made from its kept calls (see the module's text)."""
 
-    __slots__ = ("batch", "calls", "keys", "block", "unpack", "pick", "reset", "lists", "slow_at", "slow", "last")
+    __slots__ = ("batch", "calls", "keys", "block", "unpack", "pick", "reset", "lists", "util", "slow_at", "slow",
+                 "last")
 
     def __init__(self, batch: tuple[Any, ...], calls: tuple[Any, ...], keys: tuple[str, ...], block: Any,
                  unpack: Struct, pick: Any, reset: tuple[Struct, int, tuple[int, ...]] | None,
-                 lists: tuple[Any, ...], slow_at: float, slow: tuple[Any, ...]) -> None:
+                 lists: tuple[Any, ...], util: tuple[Any, ...] | None, slow_at: float, slow: tuple[Any, ...]) -> None:
         #: the field batch: (C function, handle, count, buffer, whole-answer Struct, value types)
         self.batch = batch
         #: the calls made after the batch as (C function, *arguments), and the name each is kept under (Device.calls)
@@ -61,6 +73,10 @@ class Plan:
         self.reset = reset
         #: compute, graphics: (its count's place in the reading, buffer, kept name), or None (N/A, no call)
         self.lists = lists
+        #: the kept process-utilization call, made after the lists when one has an entry, its count and start
+        #: time in the block after the others (not in ``unpack``'s reading): (C function, its arguments, a
+        #: Struct setting count and start, their offset, the count), or None (the full rules ask it)
+        self.util = util
         #: the oldest cached slow value's time, and (persistence, encoder, decoder, MIG mode) as the Gpu has them
         self.slow_at = slow_at
         self.slow = slow
@@ -162,7 +178,13 @@ def make_plan(src: Any, dev: Any, now: float, last_gpu: Gpu | None) -> Plan | No
     if mode is not None and mode.current:
         return None
     kinds = tuple(type(fast[1]) for _, fast in kept)
-    block_type, whole, offsets, firsts = _block(kinds)
+    ufast = dev.calls.get(_UTIL)
+    if ufast is not None and (ufast[2][0] is not handle or type(ufast[1]) is not ctypes.c_uint
+                              or type(ufast[2][3]) is not ctypes.c_ulonglong):
+        ufast = None
+    block_type, whole, offsets, firsts = _block(kinds + ((ctypes.c_uint, ctypes.c_ulonglong) if ufast else ()))
+    if ufast is not None:  # the reading stops before the samples' count and start time
+        whole = _block(kinds)[1]
     block = block_type()
     base = ctypes.addressof(block)
     calls: list[Any] = []
@@ -182,6 +204,15 @@ def make_plan(src: Any, dev: Any, now: float, last_gpu: Gpu | None) -> Plan | No
     pick += [at.get(name, -1) if name is not None else -1 for name in present[2:]]
     if any(offsets[i] != offsets[scalars] + 4 * (i - scalars) for i in range(scalars, len(kept))):
         return None  # (the lists' counts are set in one pack: side by side)
+    util = None
+    if ufast is not None:  # its count and start time moved into the block like the others
+        i = len(kept)
+        cview = ctypes.c_uint.from_buffer(block, offsets[i])
+        sview = ctypes.c_ulonglong.from_buffer(block, offsets[i + 1])
+        cview.value, sview.value = ufast[1].value, ufast[2][3].value
+        uargs = (handle, ufast[2][1], ctypes.byref(cview), sview)
+        dev.calls[_UTIL] = (ufast[0], cview, uargs)
+        util = (ufast[0], uargs, Struct(f"=I{offsets[i + 1] - offsets[i] - 4}xQ"), offsets[i], cview)
     reset = None
     if scalars < len(kept):
         reset = (Struct("=" + "I" * (len(kept) - scalars)), offsets[scalars],
@@ -190,7 +221,8 @@ def make_plan(src: Any, dev: Any, now: float, last_gpu: Gpu | None) -> Plan | No
     plan = Plan((fn, handle, batch.count, batch.buf, batch.plan[0], batch.plan[1]), tuple(calls),
                 tuple(k[0] for k in kept), block, whole, itemgetter(*pick),
                 reset,
-                tuple(None if i is None else (firsts[i], kept[i][1][2][2], kept[i][0]) for i in lists), slow_at,
+                tuple(None if i is None else (firsts[i], kept[i][1][2][2], kept[i][0],
+                                              process_struct(kept[i][1][2][2]._type_)) for i in lists), util, slow_at,
                 (None if persistence is None else bool(persistence), None if enc is None else int(enc[0]),
                  None if dec is None else int(dec[0]), mode))
     if last_gpu is not None:
@@ -199,16 +231,76 @@ def make_plan(src: Any, dev: Any, now: float, last_gpu: Gpu | None) -> Plan | No
     return plan
 
 
+def _function(ask: Any, name: str) -> Any:
+    """``NvmlQueries.function``'s C function, or None when the library lacks it."""
+    try:
+        return ask.function(name)
+    except Exception:
+        return None
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
+
+
+def _read_slow(src: Any, dev: Any, now: float, ttl: float, count: int) -> list[Any]:
+    """The first ``count`` slow values as ``NvmlSource._slow`` reads them (the cached one while it is not
+    due), through their C functions (looked up once, as the full rules look up the per-poll getters; the
+    out-parameters made afresh as nvidia-ml-py's getter makes them: kept ones would be cold memory at every
+    refresh): what the getter would answer is cached, and a call that does not answer is what the getter
+    raises, handed to the full rules' reading of it (counted, N/A)."""
+    ask = src._ask
+    fns = ask.fns
+    out: list[Any] = []
+    slow = dev.slow
+    for entry in _SLOW_CALLS[:count]:
+        name = entry[0]
+        hit = slow.get(name)
+        if hit is not None and now - hit[1] < ttl:
+            value = hit[0]
+        elif name in dev.unsupported:  # refused for good: N/A, cached again as NvmlQueries.cached does (no call)
+            value = None
+            slow[name] = (None, now)
+        elif (fns.get(entry[1]) or _function(ask, entry[1])) is None:
+            if name == "mig_mode":  # (the MIG reader's own rule)
+                out.append(_MIG_FULL)
+                continue
+            value = src._slow(dev, name, entry[1], None, now)
+        else:
+            first = ctypes.c_uint()
+            second = ctypes.c_uint() if entry[2] == 2 else None
+            try:
+                ret: Any = fns[entry[1]](dev.handle, ctypes.byref(first)) if second is None else \
+                    fns[entry[1]](dev.handle, ctypes.byref(first), ctypes.byref(second))
+            except Exception as exc:  # binding trouble: what the getter raises
+                ret = exc
+            if ret == 0:
+                value = first.value if second is None else [first.value, second.value]
+                if dev.failures:  # NvmlQueries.get's success, inline
+                    dev.failures.pop(name, None)
+                slow[name] = (value, now)
+            else:
+                error = ret if isinstance(ret, BaseException) else ask.nv.NVMLError(ret)
+                value = ask.cached(dev, name, now, lambda d, n=name, e=error: ask.get(d, n, _raise, e))
+        part = entry[3]
+        out.append(value if part is None or value is None else value[part])
+    return out
+
+
+#: ``_read_slow``'s MIG mode when the MIG reader reads it itself
+_MIG_FULL: Any = object()
+
+
 def refresh_slow(src: Any, dev: Any, plan: Plan, now: float) -> Plan | None:
     """The plan with its slow values read again as the full rules read them when due (persistence mode,
     encoder and decoder utilization, MIG mode), or None when MIG mode is now on (the full rules list its
     devices). A slow value that failed reads N/A this poll, as in the full rules (its failure is counted,
     so the next poll is the full rules' and asks it again)."""
-    persistence = src._slow(dev, "persistence_mode", "nvmlDeviceGetPersistenceMode", None, now)
-    enc = src._slow(dev, "encoder_utilization", "nvmlDeviceGetEncoderUtilization", 0, now)
-    dec = src._slow(dev, "decoder_utilization", "nvmlDeviceGetDecoderUtilization", 0, now)
     has_mig = getattr(src._ask.nv, "nvmlDeviceGetMigMode", None) is not None
-    mode: MigMode | None = src._mig._mode(dev, now) if has_mig else None
+    persistence, enc, dec, *mig = _read_slow(src, dev, now, src._ask.slow_ttl, 4 if has_mig else 3)
+    mode: MigMode | None = None
+    if has_mig:  # the MIG reader's mode from the value cached above (None: it did not answer this poll)
+        mode = src._mig._mode(dev, now) if mig[0] is _MIG_FULL or mig[0] is not None else None
     if mode is not None and mode.current:  # (a plan is made only while MIG mode is off)
         return None
     slow = (None if persistence is None else bool(persistence), None if enc is None else int(enc),
@@ -257,14 +349,77 @@ def read_steady(src: Any, dev: Any, plan: Plan, now: float) -> tuple[Gpu, tuple[
         if kept is None:
             got.append(None)
             continue
-        at, kbuf, name = kept
-        n = min(outs[at], len(kbuf))
+        at, kbuf, name, layout = kept
+        n = outs[at]
+        if n > len(kbuf):
+            n = len(kbuf)
         last = lists.get(name)
-        if last is not None and last[2] is kbuf and last[4] == n and last[3].raw == last[0]:
-            got.append(last[1])
+        if last is not None and last[2] is kbuf and last[4] == n:
+            raw = last[3].raw
+            if raw == last[0]:
+                got.append(last[1])
+                continue
+            if layout is not None:  # NvmlQueries._entries' reading of new bytes in the same view, inline
+                entries = tuple(layout.iter_unpack(raw))
+                if NOT_AVAILABLE_ULL not in map(_second, entries):
+                    lists[name] = (raw, entries, kbuf, last[3], n)
+                    got.append(entries)
+                    continue
+        got.append(ask._entries(dev, name, kbuf, n, ctypes.sizeof(kbuf._type_)))
+    util = plan.util
+    if util is not None and (got[0] or got[1]):  # processes listed: their SM samples (_processes' ask, inline)
+        ufn, uargs, uset, uat, ucount = util
+        ubuf = uargs[1]
+        wall = src._wall()
+        since = int(wall * 1_000_000) - _WINDOW_US
+        seen = dev.util_seen
+        if seen and seen < since:
+            since = seen
+        uset.pack_into(plan.block, uat, len(ubuf), since if since > 0 else 0)
+        try:
+            uret: Any = ufn(*uargs)
+        except Exception as exc:  # binding trouble: the full rules say what it is
+            uret = exc
+        if uret == 0:
+            n = ucount.value
+            if n > len(ubuf):
+                n = len(ubuf)
+            last = lists.get(_UTIL)
+            whole = SAMPLES_BY_COUNT.get(n) if last is not None and len(last) > 5 and last[2] is ubuf and last[4] == n \
+                else None
+            samples = None
+            if whole is not None:  # NvmlQueries.samples' usual answer, inline: the bytes read in one unpack
+                raw = last[3].raw
+                if raw == last[0]:
+                    samples = last[1]  # the same samples as the last poll: the same answer
+                else:
+                    values = whole.unpack(raw)
+                    pids, sms = values[0::3], values[2::3]
+                    same = pids == last[5] and sms == last[6]
+                    if same or len(set(pids)) == n:  # one sample per process: each its newest
+                        top = max(values[1::3]) if n else 0
+                        if top > dev.util_seen:
+                            dev.util_seen = top
+                        # the same processes at the same SM %, newer samples: the same answer
+                        samples = last[1] if same else {pid: sm if sm < 100 else 100
+                                                        for pid, sm in zip(pids, sms, strict=True)}
+                        lists[_UTIL] = (raw, samples, ubuf, last[3], n, pids, sms)
+            if samples is None:
+                samples = ask.samples(dev, ubuf, n)
+        elif uret == NOT_FOUND:  # no sample in the window: every process is idle
+            samples = {}
+        else:  # the full rules read this answer (a failure counted, a buffer grown), and a new plan is made
+            dev.steady = None
+            samples = ask.process_utilization(dev, wall, answered=uret)
+        merged = dev.merged
+        kept_procs = dev.procs
+        if merged is not None and merged[0] is got[0] and merged[1] is got[1] and kept_procs is not None \
+                and kept_procs[0] is merged[2] and (kept_procs[1] is samples or kept_procs[1] == samples):
+            procs = kept_procs[2]  # _processes' steady answer, inline
         else:
-            got.append(ask._entries(dev, name, kbuf, n, ctypes.sizeof(kbuf._type_)))
-    procs = src._processes(dev, lists=got)
+            procs = src._processes(dev, lists=got, samples=samples)
+    else:
+        procs = src._processes(dev, lists=got)
     xid = src._xids.last.get(dev.index)
     key = (outs, fv, xid)  # (the slow values are the plan's own)
     last_gpu = plan.last

@@ -8,7 +8,7 @@ import ctypes
 from struct import Struct
 
 __all__ = ["MEMORY_V2", "PSTATE_UNKNOWN", "RUNNING", "MemoryV1", "MemoryV2", "ProcessInfoV1", "ProcessInfoV2",
-           "SAMPLE", "Utilization", "UtilizationSample", "process_struct", "samples_struct"]
+           "SAMPLE", "SAMPLES_BY_COUNT", "Utilization", "UtilizationSample", "process_struct", "samples_struct"]
 
 #: nvml.h's NVML_PSTATE_UNKNOWN: the driver could not say (read as N/A)
 PSTATE_UNKNOWN = 32
@@ -71,14 +71,14 @@ RUNNING = {
 
 
 #: Structs reading n process-utilization samples at once, by n
-_SAMPLES: dict[int, Struct] = {}
+SAMPLES_BY_COUNT: dict[int, Struct] = {}
 
 
 def samples_struct(n: int) -> Struct | None:
     """A Struct reading ``n`` samples' (pid, timeStamp, smUtil) in one call (None past 4096 samples)."""
-    whole = _SAMPLES.get(n)
+    whole = SAMPLES_BY_COUNT.get(n)
     if whole is None and n <= 4096:
-        whole = _SAMPLES[n] = Struct("@" + SAMPLE.format[1:] * n)
+        whole = SAMPLES_BY_COUNT[n] = Struct("@" + SAMPLE.format[1:] * n)
     return whole
 
 
