@@ -65,6 +65,8 @@ class History:
         #: polls recorded, and the number of the last one whose time did not follow its predecessor's
         self._adds = 0
         self._disorder_at: int | None = None
+        #: whether some add() took in one identity twice on one GPU (two rows: two samples in one poll)
+        self._doubled = False
         #: values the judges derive from the history as it stands (see ``memo``); a new dict each add()
         self._memo: dict[Hashable, object] = {}
         #: state the judges keep in step with the history from poll to poll (see ``kept``)
@@ -170,6 +172,8 @@ class History:
                     per_gpu[index] = per_gpu.get(index, 0) + (memory or 0)
                     memory_by_container[cid] = memory_by_container.get(cid, 0) + (memory or 0)
             keys = frozenset(order_keys)
+            if len(keys) != len(order_keys):
+                self._doubled = True
             seen |= keys
             kept_rows[index] = (rows, rings, taken, keys, memory_by_container, tuple(order_keys))
         order = tuple(indices)
@@ -231,6 +235,18 @@ class History:
         """True when every sample still held was recorded after the one before it in time: no
         clock step back within the last ``capacity`` polls, so each ring is in strict time order."""
         return self._disorder_at is None or self._adds - self._disorder_at > self.capacity
+
+    def shorter_than(self, seconds: float) -> bool:
+        """True when no process ring can yet cover a window of ``seconds`` with one sampling step of
+        slack (``observed + step >= seconds``) nor be full: every sample a ring holds was taken at one of
+        the poll times recorded, one per poll (no identity taken in twice in one poll), so while those
+        times are in time order (:attr:`ordered`) and span less than half ``seconds``, any two samples'
+        times differ by less than that, and while fewer polls than ``capacity`` are recorded no ring is
+        full."""
+        times = self._times
+        n = len(times)
+        return (n < self.capacity and not self._doubled and 2 * (times[-1] - times[0] if n > 1 else 0.0) < seconds
+                and (self._disorder_at is None or self._adds - self._disorder_at > self.capacity))
 
     @property
     def memo(self) -> dict[Hashable, object]:

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.hysteresis import IDLE, Latch, advance, effective_hold
-from gputui.core.judges.imbalance import Condition, conditions, contrast_head, trusted_loads
+from gputui.core.judges.imbalance import Condition, contrast_head, judged_conditions
 from gputui.core.judges.suspect import suspect, suspect_message
 from gputui.core.judges.text import join_and, over
 from gputui.core.model import THERMAL_OR_POWER, Alert, Gpu, Imbalance, Severity, Snapshot
@@ -72,6 +72,8 @@ THROTTLE_WORDS = {
 HARDWARE_THROTTLE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
 
 _SEVERITY_ORDER = {"critical": 0, "warning": 1}
+#: an imbalance kind's place in the (utilization, memory) conditions
+KIND_AT = {"utilization": 0, "memory": 1}
 
 
 def _throttle_reasons(g: Gpu) -> tuple[str, ...]:
@@ -254,10 +256,9 @@ class AlertJudge:
         """(hot GPU, a short sentence) for the imbalance alert: the contrast without the causes and
         the move, which the imbalance banner and the ``imbalance`` JSON object carry in full."""
         s = self.settings
-        loads = trusted_loads(history, snapshot, s)
         observed = min(s.imbalance_window, history.span)
-        relaxed = dict(zip(("utilization", "memory"), conditions(history, loads, s, s.imbalance_margin), strict=True))
-        conds = [c for c in (relaxed.get(kind) for kind in imb.kinds) if c is not None]
+        relaxed = judged_conditions(history, snapshot, s)[2]
+        conds = [c for c in (relaxed[KIND_AT[kind]] for kind in imb.kinds if kind in KIND_AT) if c is not None]
         gpu = imb.suggestion.from_gpu if imb.suggestion is not None else conds[0].hot if conds else None
         if not conds:
             return gpu, imb.message or "The GPUs are unevenly loaded."

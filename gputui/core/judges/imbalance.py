@@ -593,16 +593,54 @@ def trusted_loads(history: History, snapshot: Snapshot, settings: Settings) -> d
 
     Computed once per poll for one tuple of GPUs and window (the imbalance judge and the imbalance
     alert both ask, with the same snapshot's GPUs); each caller gets its own dict."""
+    return dict(_trusted(history, snapshot, settings))
+
+
+def _trusted(history: History, snapshot: Snapshot, settings: Settings) -> dict[int, GpuLoad]:
+    """:func:`trusted_loads`, the memo's own dict (not to be changed)."""
     gpus, window = snapshot.gpus, settings.imbalance_window
     key = ("trusted_loads", window)
     hit = history.memo.get(key)
     if isinstance(hit, tuple) and hit[0] is gpus:  # a tuple of immutable GPUs: the same object, the same loads
-        return dict(hit[1])
+        found: dict[int, GpuLoad] = hit[1]
+        return found
     loads = gpu_loads(history, whole_gpus(gpus)[0], window)
     bad = suspect_indices(snapshot)
     trusted = {i: g for i, g in loads.items() if i not in bad} if bad else loads
     history.memo[key] = (gpus, trusted)
-    return dict(trusted)
+    return trusted
+
+
+Conditions = tuple[Condition | None, Condition | None]
+
+
+def judged_conditions(history: History, snapshot: Snapshot,
+                      settings: Settings) -> tuple[dict[int, GpuLoad], Conditions, Conditions]:
+    """(trusted loads, (utilization, memory) strict conditions, the same ``imbalance_margin`` points more
+    lenient) of this poll: computed once per poll for one snapshot's GPUs and one settings object (the
+    judge and the imbalance alert both ask; the loads are not to be changed). The conditions are kept
+    from poll to poll while every GPU's figures they read (index, lost, utilization, memory: not the
+    samples counted, which grow while the window fills) and the settings object (a frozen record) are
+    the same."""
+    gpus = snapshot.gpus
+    hit = history.memo.get("imbalance.judged")
+    if isinstance(hit, tuple) and hit[0] is gpus and hit[1] is settings:
+        judged: tuple[dict[int, GpuLoad], Conditions, Conditions] = hit[2]
+        return judged
+    loads = _trusted(history, snapshot, settings)
+    items = [(g.index, g.lost, g.util, g.memory) for g in loads.values()]
+    kept = history.kept.get("imbalance.judged")
+    if isinstance(kept, tuple) and kept[0] is settings and kept[1] == items:
+        stricts: Conditions = kept[2]
+        relaxeds: Conditions = kept[3]
+    else:
+        margin = settings.imbalance_margin
+        stricts = (utilization_condition(loads, settings), memory_condition(loads, settings))
+        relaxeds = (utilization_condition(loads, settings, margin), memory_condition(loads, settings, margin))
+        history.kept["imbalance.judged"] = (settings, items, stricts, relaxeds)
+    judged = (loads, stricts, relaxeds)
+    history.memo["imbalance.judged"] = (gpus, settings, judged)
+    return judged
 
 
 def observed_span(history: History, settings: Settings) -> float:
@@ -631,9 +669,8 @@ class ImbalanceJudge:
         if now is None:
             now = snapshot.time.timestamp()
         hold = effective_hold(s.imbalance_hold, history.span)
-        loads = trusted_loads(history, snapshot, s)
+        loads, stricts, relaxeds = judged_conditions(history, snapshot, s)
         active: list[Condition] = []
-        stricts, relaxeds = conditions(history, loads, s), conditions(history, loads, s, s.imbalance_margin)
         for kind, strict, relaxed in (("utilization", stricts[0], relaxeds[0]), ("memory", stricts[1], relaxeds[1])):
             latch = advance(self._latches[kind], now, strict is not None, relaxed is not None, hold)
             self._latches[kind] = latch

@@ -1,0 +1,101 @@
+"""Work the judges skip while it cannot change their answer, and what that skip is keyed on.
+
+The stale judge does not read a process's ring while the history is too short for any ring to cover
+the idle window (``History.shorter_than``); the imbalance judge and the imbalance alert share one
+poll's conditions, kept from poll to poll on the figures they read and the settings. Each test holds
+the inputs that would let the skip answer wrongly and expects the answer a full reading gives."""
+
+from gputui.core.config import Settings
+from gputui.core.history import History
+from gputui.core.judges.alerts import AlertJudge
+from gputui.core.judges.imbalance import ImbalanceJudge
+from gputui.core.judges.stale import judge_stale
+from gputui.core.record import replace
+from tests.fixtures.synthetic import T0, gpu, proc, snapshot
+
+IDLE = proc(20, 0, 30, sm=0, cpu=0.0)
+S = Settings()
+
+
+def _kinds(history: History, p=IDLE, settings=S):
+    return [f.kind for f in judge_stale(p, history, settings, {}, {})]
+
+
+def _fed(times, rows=(IDLE,), capacity=720):
+    h = History(capacity=capacity)
+    for t in times:
+        h.add(snapshot(T0 + t, [gpu(0, procs=list(rows))]))
+    return h
+
+
+def test_a_full_ring_covers_the_idle_window_however_short_the_history():
+    # five polls 1 s apart in a five-sample history: the ring is full, which counts as the window
+    assert _kinds(_fed(range(5), capacity=5)) == ["idle-holder"]
+    assert _kinds(_fed(range(4), capacity=5)) == []
+
+
+def test_one_identity_listed_twice_fills_its_ring_twice_as_fast():
+    # two rows of one process: two samples a poll, so three polls fill a six-sample ring
+    h = _fed(range(3), rows=(IDLE, IDLE), capacity=6)
+    assert _kinds(h) == ["idle-holder"]
+
+
+def test_a_clock_that_stepped_back_is_read_sample_by_sample():
+    # polls at 100, 0 and 350 s: 250 s apart first to last, yet the ring's first sample and its last
+    # step add up to the 600 s window
+    assert _kinds(_fed((100, 0, 350))) == ["idle-holder"]
+
+
+def test_the_window_is_covered_once_half_of_it_plus_a_long_step_has_passed():
+    # two polls 300 s apart: observed 300 s plus a 300 s step
+    assert _kinds(_fed((0, 300))) == ["idle-holder"]
+    assert _kinds(_fed((0, 299))) == []
+
+
+def _imbalanced():
+    return [gpu(0, util=95, procs=[proc(101, 0, 4, sm=50), proc(102, 0, 4, sm=50)]),
+            *(gpu(i, util=5, used_gib=10) for i in (1, 2, 3))]
+
+
+def test_new_settings_under_the_same_figures_judge_again():
+    h, t = History(), T0
+    short = replace(S, imbalance_window=5.0)
+    judge, alerts = ImbalanceJudge(short), AlertJudge(short)
+    gpus = _imbalanced()
+    for _ in range(15):
+        snap = snapshot(t, gpus)
+        t += 1.0
+        h.add(snap)
+        imb = judge.update(h, snap)
+    assert imb.flagged and "GPU 0 at 95%" in imb.message
+    assert any(a.kind == "imbalance" for a in alerts.update(h, snap, imb))
+    # the same figures, thresholds no GPU reaches: nothing is flagged, nor alerted
+    lenient = replace(short, util_high=99.0, util_spread=99.0)
+    judge2, alerts2 = ImbalanceJudge(lenient), AlertJudge(lenient)
+    for _ in range(15):
+        snap = snapshot(t, gpus)
+        t += 1.0
+        h.add(snap)
+        imb = judge2.update(h, snap)
+        out = alerts2.update(h, snap, imb)
+    assert not imb.flagged
+    assert not any(a.kind == "imbalance" for a in out)
+
+
+def test_the_alert_reads_its_own_settings_conditions_in_the_same_poll():
+    # the judge and the alert asked in one poll with different settings objects: each its own conditions
+    h = History()
+    short = replace(S, imbalance_window=5.0)
+    lenient = replace(short, util_high=99.0, util_spread=99.0, imbalance_margin=0.0)
+    judge, alerts = ImbalanceJudge(short), AlertJudge(lenient)
+    gpus, t = _imbalanced(), T0
+    for _ in range(15):
+        snap = snapshot(t, gpus)
+        t += 1.0
+        h.add(snap)
+        imb = judge.update(h, snap)
+        out = alerts.update(h, snap, imb)
+    assert imb.flagged
+    alert = next(a for a in out if a.kind == "imbalance")
+    # no relaxed condition under the lenient thresholds: the alert falls back to the verdict's message
+    assert alert.message == imb.message
