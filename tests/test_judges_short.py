@@ -99,3 +99,24 @@ def test_the_alert_reads_its_own_settings_conditions_in_the_same_poll():
     alert = next(a for a in out if a.kind == "imbalance")
     # no relaxed condition under the lenient thresholds: the alert falls back to the verdict's message
     assert alert.message == imb.message
+
+
+def test_one_pass_conditions_equal_each_kinds_own_under_every_margin():
+    import random
+
+    from gputui.core.judges.imbalance import _strict_and_relaxed, memory_condition, utilization_condition
+    from gputui.core.judges.placement import GpuLoad
+
+    rnd = random.Random(29)
+    for _ in range(3000):
+        loads = {}
+        for i in rnd.sample(range(8), rnd.randint(0, 6)):
+            util = rnd.choice([None, rnd.randint(0, 100), rnd.random() * 100, 50.0])
+            memory = rnd.choice([None, rnd.randint(0, 100), rnd.random() * 100, 50.0])
+            loads[i] = GpuLoad(i, f"GPU-{i}", rnd.random() < 0.1, util, memory, None, None, 3)
+        s = replace(S, imbalance_margin=rnd.choice([0.0, 5.0, 10.0, 30.0, -5.0]),
+                    util_spread=rnd.choice([60.0, 10.0]), memory_low=rnd.choice([20.0, 60.0]))
+        m = s.imbalance_margin
+        assert _strict_and_relaxed(loads, s) == (
+            (utilization_condition(loads, s), memory_condition(loads, s)),
+            (utilization_condition(loads, s, m), memory_condition(loads, s, m)))

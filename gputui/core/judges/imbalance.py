@@ -120,6 +120,43 @@ def memory_condition(loads: dict[int, GpuLoad], settings: Settings, relax: float
                       settings.memory_low + relax, None, settings.memory_low)
 
 
+def _strict_and_relaxed(loads: dict[int, GpuLoad], settings: Settings) -> tuple[Conditions, Conditions]:
+    """(:func:`utilization_condition`, :func:`memory_condition`) of ``loads`` strict and ``imbalance_margin``
+    points more lenient, in one pass per kind: the busiest and the idlest GPU, the others and their mean
+    are the same under both thresholds (one Condition serves both where both hold)."""
+    margin = settings.imbalance_margin
+    alive = [g for g in loads.values() if not g.lost]
+    alive.sort(key=_INDEX)
+    found: list[Condition | None] = []
+    for kind, high, low, spread, nominal in (
+            ("utilization", settings.util_high, settings.util_low, settings.util_spread, settings.util_low),
+            ("memory", settings.memory_high, settings.memory_low, None, settings.memory_low)):
+        known = [g for g in alive if (g.util if kind == "utilization" else g.memory) is not None]
+        if len(known) < 2:
+            found += (None, None)
+            continue
+        values: list[float] = [g.util if kind == "utilization" else g.memory for g in known]  # type: ignore[misc]
+        # the busiest (the lowest index among equals) and the idlest (likewise): ``known`` is in index order
+        hot = cold = known[0]
+        hv = cv = values[0]
+        for g, v in zip(known, values, strict=True):
+            if v > hv:
+                hot, hv = g, v
+            elif v < cv:
+                cold, cv = g, v
+        strict = (hv >= high - 0.0 and cv <= low + 0.0) or (spread is not None and hv - cv > spread - 0.0)
+        relaxed = ((hv >= high - margin and cv <= low + margin)
+                   or (spread is not None and hv - cv > spread - margin))
+        if not (strict or relaxed):
+            found += (None, None)
+            continue
+        others = [v for g, v in zip(known, values, strict=True) if g is not hot]
+        cond = Condition(kind, hot.index, hv, cold.index, cv, tuple([g.index for g in known if g is not hot]),
+                         sum(others) / len(others), nominal)
+        found += (cond if strict else None, cond if relaxed else None)
+    return (found[0], found[2]), (found[1], found[3])
+
+
 def conditions(history: History, loads: dict[int, GpuLoad], settings: Settings,
                relax: float = 0.0) -> tuple[Condition | None, Condition | None]:
     """(utilization, memory) conditions of ``loads`` with thresholds ``relax`` points more lenient, kept
@@ -634,9 +671,7 @@ def judged_conditions(history: History, snapshot: Snapshot,
         stricts: Conditions = kept[2]
         relaxeds: Conditions = kept[3]
     else:
-        margin = settings.imbalance_margin
-        stricts = (utilization_condition(loads, settings), memory_condition(loads, settings))
-        relaxeds = (utilization_condition(loads, settings, margin), memory_condition(loads, settings, margin))
+        stricts, relaxeds = _strict_and_relaxed(loads, settings)
         history.kept["imbalance.judged"] = (settings, items, stricts, relaxeds)
     judged = (loads, stricts, relaxeds)
     history.memo["imbalance.judged"] = (gpus, settings, judged)

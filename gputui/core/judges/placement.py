@@ -87,10 +87,8 @@ def gpu_loads(history: History, gpus: Iterable[Gpu], window: float | None) -> di
         for g in gpus:
             index = g.index
             run, ring = runs.get(index), rings.get(index)
-            if run is not None and ring and run.step(ring, window):
-                out[index] = run.uniform_load(g)
-            else:
-                out[index] = _gpu_load(history, g, window)
+            load = run.step_load(ring, window, g) if run is not None and ring else None
+            out[index] = load if load is not None else _gpu_load(history, g, window)
     history.memo[key] = (gpus, out)
     return dict(out)
 
@@ -151,6 +149,76 @@ class _RunningWindow:
         # The ring holds the newest len(ring) samples, and every one taken in since the rebuild was one.
         self.expire(newest.t - window, self.seq - len(ring) + 1)
         return True
+
+    def step_load(self, ring: Sequence[GpuSample], window: float, g: Gpu) -> GpuLoad | None:
+        """:meth:`step` then :meth:`uniform_load`, in one frame where the newest sample is not lost and no
+        figure has gaps (every poll, most GPUs): :meth:`take` and :func:`_load` written out here. None
+        where :meth:`step` is False."""
+        s, last = ring[-1], self.last
+        if last is not s:
+            if last is None or len(ring) < 2 or ring[-2] is not last or s.t <= last.t or s.lost:
+                if not self.step(ring, window):
+                    return None
+                return self.uniform_load(g)
+            # take(s), for a sample that is not lost
+            seq = self.seq = self.seq + 1
+            self.last = s
+            at = self.at
+            at.append((seq, s.t))
+            same, gaps = self.same, self.gaps
+            u = s.utilization
+            if u is None:
+                self.util.append(None)
+                gaps[0] += 1
+                same[0] = 0
+            else:
+                value = float(u)
+                util = self.util
+                same[0] = same[0] + 1 if util and util[-1] == value else 1
+                util.append(value)
+                if self.util_sum is not None:
+                    self.util_sum = self.util_sum + value if value.is_integer() and abs(value) < 2**40 else None
+            used, total = s.memory_used, s.memory_total
+            mem: float | None = None
+            free: int | None = None
+            if used is not None and total is not None:
+                if total:
+                    mem = 100.0 * used / total
+                free = max(0, total - used)
+            if mem is None:
+                gaps[1] += 1
+                same[1] = 0
+            else:
+                same[1] = same[1] + 1 if self.mem and self.mem[-1] == mem else 1
+            self.mem.append(mem)
+            if free is None:
+                gaps[2] += 1
+                same[2] = 0
+            else:
+                same[2] = same[2] + 1 if self.free and self.free[-1] == free else 1
+                low = self.free_low
+                while low and low[-1][1] >= free:
+                    low.pop()
+                low.append((seq, free))
+            self.free.append(free)
+            # expire(): the ring holds the newest len(ring) samples, every one taken in since the rebuild was one
+            cutoff, oldest = s.t - window, seq - len(ring) + 1
+            if not (at[0][1] >= cutoff and at[0][0] >= oldest):
+                self.expire(cutoff, oldest)
+        util, same, gaps = self.util, self.same, self.gaps
+        n = len(util)
+        if not n or g.lost or gaps[0] or gaps[1] or gaps[2] or (same[0] == n and same[1] == n and same[2] == n):
+            return self.uniform_load(g)
+        # uniform_load's and _load's moving window: the kept sum of the utilization values and the least free
+        # value, so neither reads every sample
+        mem_: deque[float] = self.mem  # type: ignore[assignment]  # no gaps: every entry a float
+        utils: deque[float] = util  # type: ignore[assignment]
+        util_sum = self.util_sum
+        used, total = g.memory_used, g.memory_total  # g.memory_free, without the property's frame
+        # (index, uuid, lost, util, memory, free, free_min, samples)
+        return GpuLoad(g.index, g.uuid, False, (util_sum if util_sum is not None else sum(utils)) / n,
+                       sum(mem_) / len(mem_),
+                       None if total is None or used is None else max(0, total - used), self.free_low[0][1], n)
 
     def take(self, s: GpuSample) -> None:
         self.seq += 1
