@@ -120,3 +120,69 @@ def test_one_pass_conditions_equal_each_kinds_own_under_every_margin():
         assert _strict_and_relaxed(loads, s) == (
             (utilization_condition(loads, s), memory_condition(loads, s)),
             (utilization_condition(loads, s, m), memory_condition(loads, s, m)))
+
+
+def _alerted(judge, h, t, gpus):
+    snap = snapshot(t, gpus)
+    h.add(snap)
+    return [a.kind for a in judge.update(h, snap, ImbalanceJudge(judge.settings).update(h, snap))]
+
+
+def test_a_quiet_machine_is_judged_again_when_one_gpu_is_another_object():
+    h, judge = History(), AlertJudge(S)
+    gpus = [gpu(i, temp=50) for i in range(4)]
+    for k in range(3):
+        assert _alerted(judge, h, T0 + k, gpus) == []
+    hot = [*gpus[:3], gpu(3, temp=95)]
+    assert "temperature" in _alerted(judge, h, T0 + 3, hot)
+
+
+def test_a_quiet_machine_is_judged_again_with_a_gpu_more():
+    h, judge = History(), AlertJudge(S)
+    gpus = [gpu(i, temp=50) for i in range(4)]
+    for k in range(3):
+        assert _alerted(judge, h, T0 + k, gpus) == []
+    assert "temperature" in _alerted(judge, h, T0 + 3, [*gpus, gpu(4, temp=95)])
+
+
+def test_a_quiet_machine_is_judged_again_under_new_settings():
+    h, judge = History(), AlertJudge(S)
+    gpus = [gpu(i, temp=50) for i in range(4)]
+    for k in range(3):
+        assert _alerted(judge, h, T0 + k, gpus) == []
+    judge.settings = replace(S, temp_warning=40)
+    assert "temperature" in _alerted(judge, h, T0 + 3, gpus)
+
+
+def test_a_gpu_turning_suspect_is_no_evidence_of_an_imbalance():
+    # four idle GPUs; then GPU 3 reads 100% busy with no process and no memory (a broken reading): beside
+    # the idle others it would be an imbalance, but a card that looks broken is no evidence of one
+    h, judge = History(), ImbalanceJudge(replace(S, imbalance_window=5.0))
+    calm = [gpu(0, util=10, procs=[proc(101, 0, 4, sm=10)]), gpu(1, util=10, used_gib=10),
+            gpu(2, util=10, used_gib=10), gpu(3, util=10, used_gib=10)]
+    t = T0
+    for _ in range(12):
+        snap = snapshot(t, calm)
+        t += 1
+        h.add(snap)
+        assert not judge.update(h, snap).flagged
+    broken = [*calm[:3], gpu(3, util=100, used_gib=0.0)]
+    for _ in range(30):
+        snap = snapshot(t, broken)
+        t += 1
+        h.add(snap)
+        assert not judge.update(h, snap).flagged
+
+
+def test_a_gpu_added_beside_the_same_ones_is_weighed():
+    h, judge = History(), ImbalanceJudge(replace(S, imbalance_window=5.0, imbalance_hold=0.0))
+    busy = [gpu(0, util=90, procs=[proc(101, 0, 4, sm=90)]), gpu(1, util=90, procs=[proc(102, 1, 4, sm=90)])]
+    t = T0
+    for _ in range(8):
+        snap = snapshot(t, busy)
+        t += 1
+        h.add(snap)
+        assert not judge.update(h, snap).flagged
+    snap = snapshot(t, [*busy, gpu(2, util=5, used_gib=10)])
+    h.add(snap)
+    assert judge.update(h, snap).flagged

@@ -45,6 +45,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
+from operator import is_
 from typing import TYPE_CHECKING, Any, Literal
 
 from gputui.core.config import Settings
@@ -93,6 +94,10 @@ class AlertJudge:
         self._memory: dict[int, float] = {}
         #: the imbalance alert's last contrasts (:func:`contrast_head`) and the conditions they were made of
         self._summary: tuple[list[Condition], list[str]] | None = None
+        #: the GPUs of the last poll on which every GPU was quiet (no latch, every strict verdict false),
+        #: and the settings judged with: the very same GPU objects (immutable) under the very same settings
+        #: are quiet again
+        self._quiet: tuple[tuple[Gpu, ...], Settings] | None = None
 
     def _step(self, key: tuple[int | None, str], now: float, strict: bool, relaxed: bool, hold: float) -> Latch:
         """Raise after ``hold`` (0 while the observation is shorter than the hold), clear after the full hold."""
@@ -120,16 +125,25 @@ class AlertJudge:
 
         alerts: list[Alert] = []
         latches = self._latches
-        # the GPUs with a latch that is not idle (a raised or pending alert); the only key without a GPU
-        # is the imbalance latch's
-        held = {k[0] for k in latches}
-        if len(held) > 1 or None not in held:
-            present = {g.index for g in snapshot.gpus}
-            for key in [k for k in latches if k[0] is not None and k[0] not in present]:
-                del latches[key]
+        gpus = snapshot.gpus
+        quiet = self._quiet
+        if quiet is not None and quiet[1] is s and len(quiet[0]) == len(gpus) and all(map(is_, quiet[0], gpus)):
+            # every GPU of the last poll was quiet, so none holds a latch, and each is the very same GPU:
+            # each is judged quiet again below (nothing is read of them but their figures)
+            judged: tuple[Gpu, ...] = ()
+        else:
+            judged = gpus
+            # the GPUs with a latch that is not idle (a raised or pending alert); the only key without a GPU
+            # is the imbalance latch's
+            held = {k[0] for k in latches}
+            if len(held) > 1 or None not in held:
+                present = {g.index for g in gpus}
+                for key in [k for k in latches if k[0] is not None and k[0] not in present]:
+                    del latches[key]
         temp_warning, temp_critical, memory_full = s.temp_warning, s.temp_critical, s.memory_full
+        loud = False
 
-        for g in snapshot.gpus:
+        for g in judged:
             i = g.index
             if i not in held:
                 # Every latch of this GPU is idle: one whose strict verdict is false stays idle (advance()
@@ -145,6 +159,7 @@ class AlertJudge:
                         self._peak.pop(i, None)
                         self._reasons.pop(i, None)
                     continue
+            loud = True
             # -- lost: raise at once, clear after the hold ------------------------------
             lost_key = (i, "lost")
             latch = self._step(lost_key, now, g.lost, g.lost, 0.0)
@@ -224,8 +239,10 @@ class AlertJudge:
         if latch.active and imb.message:
             gpu, message = self._imbalance_summary(history, snapshot, imb)
             alerts.append(Alert(gpu, "imbalance", "warning", message, at(latch.since)))
+        self._quiet = None if loud else (gpus, s)
 
-        alerts.sort(key=lambda a: (_SEVERITY_ORDER[a.severity], a.gpu is None, a.gpu or 0, a.kind))
+        if len(alerts) > 1:
+            alerts.sort(key=lambda a: (_SEVERITY_ORDER[a.severity], a.gpu is None, a.gpu or 0, a.kind))
         return tuple(alerts)
 
     def _mig_memory(self, g: Gpu, now: float, hold: float, at: Callable[[float | None], datetime]) -> list[Alert]:

@@ -49,7 +49,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator, Sequence
 from itertools import chain, islice
-from operator import attrgetter
+from operator import attrgetter, is_
 
 from gputui.core.config import Settings
 from gputui.core.history import History, ProcessKey, ProcessSample
@@ -58,7 +58,7 @@ from gputui.core.judges.mig_placement import whole_gpus
 from gputui.core.judges.placement import GpuLoad, allocations, gpu_loads, granted_indices, rank_key, reservations
 from gputui.core.judges.suspect import suspect_indices
 from gputui.core.judges.text import duration, gib, gpus_phrase, join_and, over, plural
-from gputui.core.model import Container, Imbalance, Process, Snapshot, Suggestion
+from gputui.core.model import Container, Gpu, Imbalance, Process, Snapshot, Suggestion
 from gputui.core.record import record
 
 KINDS = ("utilization", "memory")
@@ -641,8 +641,16 @@ def _trusted(history: History, snapshot: Snapshot, settings: Settings) -> dict[i
     if isinstance(hit, tuple) and hit[0] is gpus:  # a tuple of immutable GPUs: the same object, the same loads
         found: dict[int, GpuLoad] = hit[1]
         return found
-    loads = gpu_loads(history, whole_gpus(gpus)[0], window)
-    bad = suspect_indices(snapshot)
+    # the whole GPUs and the suspect ones, kept from poll to poll while the GPUs are the very same
+    # (immutable) objects: all either reads
+    kept = history.kept.get("imbalance.trusted")
+    if isinstance(kept, tuple) and len(kept[0]) == len(gpus) and all(map(is_, kept[0], gpus)):
+        whole: tuple[Gpu, ...] = kept[1]
+        bad: frozenset[int] = kept[2]
+    else:
+        whole, bad = whole_gpus(gpus)[0], suspect_indices(snapshot)
+    history.kept["imbalance.trusted"] = (gpus, whole, bad)
+    loads = gpu_loads(history, whole, window)
     trusted = {i: g for i, g in loads.items() if i not in bad} if bad else loads
     history.memo[key] = (gpus, trusted)
     return trusted
