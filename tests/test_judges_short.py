@@ -186,3 +186,19 @@ def test_a_gpu_added_beside_the_same_ones_is_weighed():
     snap = snapshot(t, [*busy, gpu(2, util=5, used_gib=10)])
     h.add(snap)
     assert judge.update(h, snap).flagged
+
+
+def test_the_memory_mean_follows_the_window_as_it_slides():
+    # the memory percentages' sum is kept while samples come in and summed again once some left: the
+    # mean is the window's, exactly as sum() adds its values up
+    from gputui.core.judges.placement import gpu_loads
+    from tests.fixtures.synthetic import GIB
+
+    h, used = History(), [7.3, 13.1, 29.9, 31.7, 37.3, 41.1, 43.9, 47.7, 3.3, 5.9]
+    for k, u in enumerate(used):
+        snap = snapshot(T0 + k, [gpu(0, util=10 + k, used_gib=u), gpu(1, util=10, used_gib=1)])
+        h.add(snap)
+        load = gpu_loads(h, snap.gpus, 3.0)[0]
+        values = [100.0 * int(x * GIB) / int(80 * GIB) for x in used[max(0, k - 3):k + 1]]
+        assert load.memory == sum(values) / len(values)
+        assert load.samples == len(values)

@@ -73,6 +73,8 @@ THROTTLE_WORDS = {
 HARDWARE_THROTTLE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
 
 _SEVERITY_ORDER = {"critical": 0, "warning": 1}
+#: the most polls the alert judge waits before keeping a quiet machine's GPUs again after they changed
+QUIET_WAIT = 16
 #: an imbalance kind's place in the (utilization, memory) conditions
 KIND_AT = {"utilization": 0, "memory": 1}
 
@@ -98,6 +100,11 @@ class AlertJudge:
         #: and the settings judged with: the very same GPU objects (immutable) under the very same settings
         #: are quiet again
         self._quiet: tuple[tuple[Gpu, ...], Settings] | None = None
+        #: polls to judge before keeping the GPUs again, after kept GPUs were not this poll's: a machine
+        #: whose figures move gets new GPU objects every poll, and keeping each poll's alive into the next
+        #: one costs it more than the check saves (the wait doubles with each miss in a row, up to 16)
+        self._quiet_wait = 0
+        self._quiet_backoff = 0
 
     def _step(self, key: tuple[int | None, str], now: float, strict: bool, relaxed: bool, hold: float) -> Latch:
         """Raise after ``hold`` (0 while the observation is shorter than the hold), clear after the full hold."""
@@ -131,8 +138,12 @@ class AlertJudge:
             # every GPU of the last poll was quiet, so none holds a latch, and each is the very same GPU:
             # each is judged quiet again below (nothing is read of them but their figures)
             judged: tuple[Gpu, ...] = ()
+            self._quiet_backoff = 0
         else:
             judged = gpus
+            if quiet is not None:  # kept, and not these GPUs
+                self._quiet = None
+                self._quiet_wait = self._quiet_backoff = min(QUIET_WAIT, 2 * self._quiet_backoff or 1)
             # the GPUs with a latch that is not idle (a raised or pending alert); the only key without a GPU
             # is the imbalance latch's
             held = {k[0] for k in latches}
@@ -239,7 +250,12 @@ class AlertJudge:
         if latch.active and imb.message:
             gpu, message = self._imbalance_summary(history, snapshot, imb)
             alerts.append(Alert(gpu, "imbalance", "warning", message, at(latch.since)))
-        self._quiet = None if loud else (gpus, s)
+        if loud:
+            self._quiet = None
+        elif self._quiet_wait:
+            self._quiet_wait -= 1
+        else:
+            self._quiet = (gpus, s)
 
         if len(alerts) > 1:
             alerts.sort(key=lambda a: (_SEVERITY_ORDER[a.severity], a.gpu is None, a.gpu or 0, a.kind))

@@ -111,7 +111,8 @@ class _RunningWindow:
     One entry per non-lost sample in each of four deques, side by side (``None`` where a sample has no
     such figure), so that a poll appends to and drops from them in one step each."""
 
-    __slots__ = ("last", "seq", "at", "util", "mem", "free", "gaps", "same", "load", "util_sum", "free_low")
+    __slots__ = ("last", "seq", "at", "util", "mem", "free", "gaps", "same", "load", "util_sum", "free_low",
+                 "mem_sum")
 
     def __init__(self) -> None:
         #: the newest sample taken in, and its number (samples are numbered as they are taken in)
@@ -133,6 +134,9 @@ class _RunningWindow:
         #: (then it is exactly what sum() adds up, without reading every sample's value again); None after
         #: any other
         self.util_sum: float | None = 0.0
+        #: the memory percentages' sum exactly as sum() adds them up (left to right from 0): kept as values
+        #: are taken in, and None once any left the window (then summed again when next asked)
+        self.mem_sum: float | None = 0
         #: (number, free) of the free-memory values that can still be the window's least (increasing
         #: left to right): its first is the least without reading every value
         self.free_low: deque[tuple[int, int]] = deque()
@@ -190,6 +194,8 @@ class _RunningWindow:
                 same[1] = 0
             else:
                 same[1] = same[1] + 1 if self.mem and self.mem[-1] == mem else 1
+                if self.mem_sum is not None:
+                    self.mem_sum = self.mem_sum + mem
             self.mem.append(mem)
             if free is None:
                 gaps[2] += 1
@@ -211,13 +217,14 @@ class _RunningWindow:
             return self.uniform_load(g)
         # uniform_load's and _load's moving window: the kept sum of the utilization values and the least free
         # value, so neither reads every sample
-        mem_: deque[float] = self.mem  # type: ignore[assignment]  # no gaps: every entry a float
-        utils: deque[float] = util  # type: ignore[assignment]
-        util_sum = self.util_sum
+        utils: deque[float] = util  # type: ignore[assignment]  # no gaps: every entry a float
+        util_sum, mem_sum = self.util_sum, self.mem_sum
+        if mem_sum is None:
+            mem_sum = self.mem_sum = sum(self.mem)  # type: ignore[arg-type]
         used, total = g.memory_used, g.memory_total  # g.memory_free, without the property's frame
         # (index, uuid, lost, util, memory, free, free_min, samples)
         return GpuLoad(g.index, g.uuid, False, (util_sum if util_sum is not None else sum(utils)) / n,
-                       sum(mem_) / len(mem_),
+                       mem_sum / n,
                        None if total is None or used is None else max(0, total - used), self.free_low[0][1], n)
 
     def take(self, s: GpuSample) -> None:
@@ -251,6 +258,8 @@ class _RunningWindow:
             same[1] = 0
         else:
             same[1] = same[1] + 1 if self.mem and self.mem[-1] == mem else 1
+            if self.mem_sum is not None:
+                self.mem_sum = self.mem_sum + mem
         self.mem.append(mem)
         if free is None:
             gaps[2] += 1
@@ -269,6 +278,7 @@ class _RunningWindow:
         if not at or (at[0][1] >= cutoff and at[0][0] >= oldest):
             return
         util, mem, free, gaps = self.util, self.mem, self.free, self.gaps
+        self.mem_sum = None  # (a sum less its first values is not what sum() gives)
         while at and (at[0][1] < cutoff or at[0][0] < oldest):
             at.popleft()
             value = util.popleft()
@@ -288,6 +298,12 @@ class _RunningWindow:
         while low and (not at or low[0][0] < at[0][0]):  # left the window with its sample
             low.popleft()
 
+    def _mem_sum(self) -> float | None:
+        """``sum()`` of the memory values (no gaps), kept from here until one leaves the window."""
+        if self.mem_sum is None and self.mem:
+            self.mem_sum = sum(self.mem)  # type: ignore[arg-type]
+        return self.mem_sum
+
     def uniform_load(self, g: Gpu) -> GpuLoad:
         """:func:`_load` of this window, reused while every figure is all one value (the same value and
         count as when it was made: the same sequences) and ``g``'s own fields it reads are the same."""
@@ -299,10 +315,10 @@ class _RunningWindow:
             return _load(g, utils, [v for v in mem if v is not None], frees, n,
                          self.util_sum, self.free_low[0][1] if frees else None)
         if same[0] != n or same[1] != n or same[2] != n:
-            # a GPU whose figures move (every poll): the kept sum of the utilization values and the least
-            # free value, so neither reads every sample
+            # a GPU whose figures move (every poll): the kept sums of the utilization and memory values and
+            # the least free value, so none reads every sample
             return _load(g, util, mem, free, n, self.util_sum,  # type: ignore[arg-type]
-                         self.free_low[0][1] if n else None)
+                         self.free_low[0][1] if n else None, self._mem_sum())
         kept = self.load
         if kept is not None and kept[0][0] != n:  # another count (a window still filling): another load
             kept = None
@@ -312,7 +328,7 @@ class _RunningWindow:
         if kept is not None and kept[0] == key:
             return kept[1]
         load = _load(g, util, mem, free, n, self.util_sum,  # type: ignore[arg-type]
-                     self.free_low[0][1] if n else None)
+                     self.free_low[0][1] if n else None, self._mem_sum())
         self.load = (key, load)
         return load
 
@@ -383,7 +399,7 @@ def _gpu_load(history: History, g: Gpu, window: float | None) -> GpuLoad:
 
 
 def _load(g: Gpu, util: Sequence[float], mem: Sequence[float], frees: Sequence[int], n: int,
-          util_sum: float | None = None, free_min: int | None = None) -> GpuLoad:
+          util_sum: float | None = None, free_min: int | None = None, mem_sum: float | None = None) -> GpuLoad:
     """The GpuLoad from the window's figures (oldest first) and its number of non-lost samples.
     ``util_sum``, ``free_min``: ``sum(util)`` and ``min(frees)`` where the caller keeps them (a running
     window), so that neither reads every value again."""
@@ -393,7 +409,7 @@ def _load(g: Gpu, util: Sequence[float], mem: Sequence[float], frees: Sequence[i
         mem = [g.memory_percent] if g.memory_percent is not None else []
         frees = [g.memory_free] if g.memory_free is not None else []
         n = 1
-        util_sum = free_min = None
+        util_sum = free_min = mem_sum = None
     if g.lost:
         return GpuLoad(g.index, g.uuid, True, None, None, None, None, n)
     if not util:
@@ -402,7 +418,8 @@ def _load(g: Gpu, util: Sequence[float], mem: Sequence[float], frees: Sequence[i
         mean = (util_sum if util_sum is not None else sum(util)) / len(util)
     used, total = g.memory_used, g.memory_total  # g.memory_free, without the property's frame
     # (index, uuid, lost, util, memory, free, free_min, samples)
-    return GpuLoad(g.index, g.uuid, False, mean, sum(mem) / len(mem) if mem else None,
+    return GpuLoad(g.index, g.uuid, False, mean,
+                   ((mem_sum if mem_sum is not None else sum(mem)) / len(mem)) if mem else None,
                    None if total is None or used is None else max(0, total - used),
                    None if not frees else (min(frees) if free_min is None else free_min), n)
 
