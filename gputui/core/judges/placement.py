@@ -111,8 +111,8 @@ class _RunningWindow:
     One entry per non-lost sample in each of four deques, side by side (``None`` where a sample has no
     such figure), so that a poll appends to and drops from them in one step each."""
 
-    __slots__ = ("last", "seq", "at", "util", "mem", "free", "gaps", "same", "load", "util_sum", "free_low",
-                 "mem_sum")
+    __slots__ = ("last", "seq", "at", "util", "mem", "free", "gaps", "su", "sm", "sf", "load", "util_sum",
+                 "free_low", "mem_sum")
 
     def __init__(self) -> None:
         #: the newest sample taken in, and its number (samples are numbered as they are taken in)
@@ -123,11 +123,12 @@ class _RunningWindow:
         self.util: deque[float | None] = deque()
         self.mem: deque[float | None] = deque()
         self.free: deque[int | None] = deque()
-        #: per figure (util, mem, free), how many of the entries are None
-        self.gaps = [0, 0, 0]
-        #: per figure, how many of its newest entries in a row equal the newest (not None): a figure whose
-        #: every entry is that value is known by that value and the count alone
-        self.same = [0, 0, 0]
+        #: how many entries of the three figures (util, mem, free) are None (ints in the window itself, not
+        #: lists: fewer objects read each poll)
+        self.gaps = 0
+        #: per figure (su: util, sm: mem, sf: free), how many of its newest entries in a row equal the newest
+        #: (not None): a figure whose every entry is that value is known by that value and the count alone
+        self.su = self.sm = self.sf = 0
         #: the last GpuLoad made while every figure was all one value, and what it was made from
         self.load: tuple[tuple[object, ...], GpuLoad] | None = None
         #: the sum of the utilization values, kept as values come and go while every one is a whole number
@@ -169,16 +170,15 @@ class _RunningWindow:
             self.last = s
             at = self.at
             at.append((seq, s.t))
-            same, gaps = self.same, self.gaps
             u = s.utilization
             if u is None:
                 self.util.append(None)
-                gaps[0] += 1
-                same[0] = 0
+                self.gaps += 1
+                self.su = 0
             else:
                 value = float(u)
                 util = self.util
-                same[0] = same[0] + 1 if util and util[-1] == value else 1
+                self.su = self.su + 1 if util and util[-1] == value else 1
                 util.append(value)
                 if self.util_sum is not None:
                     self.util_sum = self.util_sum + value if value.is_integer() and abs(value) < 2**40 else None
@@ -190,18 +190,18 @@ class _RunningWindow:
                     mem = 100.0 * used / total
                 free = max(0, total - used)
             if mem is None:
-                gaps[1] += 1
-                same[1] = 0
+                self.gaps += 1
+                self.sm = 0
             else:
-                same[1] = same[1] + 1 if self.mem and self.mem[-1] == mem else 1
+                self.sm = self.sm + 1 if self.mem and self.mem[-1] == mem else 1
                 if self.mem_sum is not None:
                     self.mem_sum = self.mem_sum + mem
             self.mem.append(mem)
             if free is None:
-                gaps[2] += 1
-                same[2] = 0
+                self.gaps += 1
+                self.sf = 0
             else:
-                same[2] = same[2] + 1 if self.free and self.free[-1] == free else 1
+                self.sf = self.sf + 1 if self.free and self.free[-1] == free else 1
                 low = self.free_low
                 while low and low[-1][1] >= free:
                     low.pop()
@@ -211,9 +211,9 @@ class _RunningWindow:
             cutoff, oldest = s.t - window, seq - len(ring) + 1
             if not (at[0][1] >= cutoff and at[0][0] >= oldest):
                 self.expire(cutoff, oldest)
-        util, same, gaps = self.util, self.same, self.gaps
+        util = self.util
         n = len(util)
-        if not n or g.lost or gaps[0] or gaps[1] or gaps[2] or (same[0] == n and same[1] == n and same[2] == n):
+        if not n or g.lost or self.gaps or (self.su == n and self.sm == n and self.sf == n):
             return self.uniform_load(g)
         # uniform_load's and _load's moving window: the kept sum of the utilization values and the least free
         # value, so neither reads every sample
@@ -233,16 +233,15 @@ class _RunningWindow:
         if s.lost:
             return
         self.at.append((self.seq, s.t))
-        same, gaps = self.same, self.gaps
         u = s.utilization
         if u is None:
             self.util.append(None)
-            gaps[0] += 1
-            same[0] = 0
+            self.gaps += 1
+            self.su = 0
         else:
             value = float(u)
             util = self.util
-            same[0] = same[0] + 1 if util and util[-1] == value else 1
+            self.su = self.su + 1 if util and util[-1] == value else 1
             util.append(value)
             if self.util_sum is not None:
                 self.util_sum = self.util_sum + value if value.is_integer() and abs(value) < 2**40 else None
@@ -254,18 +253,18 @@ class _RunningWindow:
                 mem = 100.0 * used / total
             free = max(0, total - used)
         if mem is None:
-            gaps[1] += 1
-            same[1] = 0
+            self.gaps += 1
+            self.sm = 0
         else:
-            same[1] = same[1] + 1 if self.mem and self.mem[-1] == mem else 1
+            self.sm = self.sm + 1 if self.mem and self.mem[-1] == mem else 1
             if self.mem_sum is not None:
                 self.mem_sum = self.mem_sum + mem
         self.mem.append(mem)
         if free is None:
-            gaps[2] += 1
-            same[2] = 0
+            self.gaps += 1
+            self.sf = 0
         else:
-            same[2] = same[2] + 1 if self.free and self.free[-1] == free else 1
+            self.sf = self.sf + 1 if self.free and self.free[-1] == free else 1
             low = self.free_low
             while low and low[-1][1] >= free:
                 low.pop()
@@ -283,17 +282,20 @@ class _RunningWindow:
             at.popleft()
             value = util.popleft()
             if value is None:
-                gaps[0] -= 1
+                gaps -= 1
             elif self.util_sum is not None:
                 self.util_sum -= value
             if mem.popleft() is None:
-                gaps[1] -= 1
+                gaps -= 1
             if free.popleft() is None:
-                gaps[2] -= 1
-        same, n = self.same, len(at)
-        for i in (0, 1, 2):
-            if same[i] > n:
-                same[i] = n
+                gaps -= 1
+        self.gaps, n = gaps, len(at)
+        if self.su > n:
+            self.su = n
+        if self.sm > n:
+            self.sm = n
+        if self.sf > n:
+            self.sf = n
         low = self.free_low
         while low and (not at or low[0][0] < at[0][0]):  # left the window with its sample
             low.popleft()
@@ -307,14 +309,14 @@ class _RunningWindow:
     def uniform_load(self, g: Gpu) -> GpuLoad:
         """:func:`_load` of this window, reused while every figure is all one value (the same value and
         count as when it was made: the same sequences) and ``g``'s own fields it reads are the same."""
-        util, mem, free, same, gaps = self.util, self.mem, self.free, self.same, self.gaps
+        util, mem, free = self.util, self.mem, self.free
         n = len(util)
-        if gaps[0] or gaps[1] or gaps[2]:  # a figure missing from some samples: each read without its gaps
+        if self.gaps:  # a figure missing from some samples: each read without its gaps
             utils = [v for v in util if v is not None]
             frees = [v for v in free if v is not None]
             return _load(g, utils, [v for v in mem if v is not None], frees, n,
                          self.util_sum, self.free_low[0][1] if frees else None)
-        if same[0] != n or same[1] != n or same[2] != n:
+        if self.su != n or self.sm != n or self.sf != n:
             # a GPU whose figures move (every poll): the kept sums of the utilization and memory values and
             # the least free value, so none reads every sample
             return _load(g, util, mem, free, n, self.util_sum,  # type: ignore[arg-type]
