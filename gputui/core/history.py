@@ -7,6 +7,7 @@ under it.
 
 from __future__ import annotations
 
+import math
 from collections import deque, namedtuple
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
@@ -67,6 +68,10 @@ class History:
         self._disorder_at: int | None = None
         #: whether some add() took in one identity twice on one GPU (two rows: two samples in one poll)
         self._doubled = False
+        #: see shorter_than(): twice the span of the poll times recorded while every sample held is one of
+        #: them, one per poll, in time order, and no ring can be full; else infinity. Set by add(), so the
+        #: stale judge reads it per process without a call
+        self.reach = 0.0
         #: values the judges derive from the history as it stands (see ``memo``); a new dict each add()
         self._memo: dict[Hashable, object] = {}
         #: state the judges keep in step with the history from poll to poll (see ``kept``)
@@ -200,6 +205,10 @@ class History:
         for cid in [k for k in self._containers if k not in live]:
             del self._containers[cid]
             self._peaks.pop(cid, None)
+        times = self._times
+        n = len(times)
+        self.reach = (2 * (times[-1] - times[0] if n > 1 else 0.0)
+                      if n < self.capacity and not self._doubled and self.ordered else math.inf)
 
     # -- reading -----------------------------------------------------------
     @property
@@ -243,10 +252,7 @@ class History:
         times are in time order (:attr:`ordered`) and span less than half ``seconds``, any two samples'
         times differ by less than that, and while fewer polls than ``capacity`` are recorded no ring is
         full."""
-        times = self._times
-        n = len(times)
-        return (n < self.capacity and not self._doubled and 2 * (times[-1] - times[0] if n > 1 else 0.0) < seconds
-                and (self._disorder_at is None or self._adds - self._disorder_at > self.capacity))
+        return self.reach < seconds
 
     @property
     def memo(self) -> dict[Hashable, object]:

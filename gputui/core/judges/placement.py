@@ -213,19 +213,31 @@ class _RunningWindow:
                 self.expire(cutoff, oldest)
         util = self.util
         n = len(util)
-        if not n or g.lost or self.gaps or (self.su == n and self.sm == n and self.sf == n):
+        if not n or g.lost or self.gaps:
             return self.uniform_load(g)
-        # uniform_load's and _load's moving window: the kept sum of the utilization values and the least free
-        # value, so neither reads every sample
+        key = None
+        if self.su == n and self.sm == n and self.sf == n:
+            # uniform_load's kept load: every figure all one value (the same count and values) and the same
+            # fields of ``g``
+            used, total = g.memory_used, g.memory_total
+            key = (n, util[-1], self.mem[-1], self.free[-1], g.index, g.uuid, False, used, total, None)
+            kept = self.load
+            if kept is not None and kept[0] == key:
+                return kept[1]
+        # _load's window, with the kept sums of the utilization and memory values and the least free value,
+        # so none reads every sample
         utils: deque[float] = util  # type: ignore[assignment]  # no gaps: every entry a float
         util_sum, mem_sum = self.util_sum, self.mem_sum
         if mem_sum is None:
             mem_sum = self.mem_sum = sum(self.mem)  # type: ignore[arg-type]
         used, total = g.memory_used, g.memory_total  # g.memory_free, without the property's frame
         # (index, uuid, lost, util, memory, free, free_min, samples)
-        return GpuLoad(g.index, g.uuid, False, (util_sum if util_sum is not None else sum(utils)) / n,
+        load = GpuLoad(g.index, g.uuid, False, (util_sum if util_sum is not None else sum(utils)) / n,
                        mem_sum / n,
                        None if total is None or used is None else max(0, total - used), self.free_low[0][1], n)
+        if key is not None:
+            self.load = (key, load)
+        return load
 
     def take(self, s: GpuSample) -> None:
         self.seq += 1
