@@ -202,3 +202,11 @@ def test_the_memory_mean_follows_the_window_as_it_slides():
         values = [100.0 * int(x * GIB) / int(80 * GIB) for x in used[max(0, k - 3):k + 1]]
         assert load.memory == sum(values) / len(values)
         assert load.samples == len(values)
+
+
+def test_the_observation_is_worded_for_each_span_asked():
+    from gputui.core.judges.text import over
+
+    assert [over(x) for x in (5.0, 5.0, 6.0, 0.0, 60, 60.0, 3600.0, 0.0)] == [
+        "over 5 s", "over 5 s", "over 6 s", "in one sample", "over 60 s", "over 60 s", "over 60 min",
+        "in one sample"]

@@ -605,7 +605,8 @@ def judge(conditions: list[Condition], loads: dict[int, GpuLoad], snapshot: Snap
     """The Imbalance for these active conditions (utilisation first: it drives the suggestion)."""
     if not conditions:
         return Imbalance()
-    conditions = sorted(conditions, key=lambda c: KINDS.index(c.kind))
+    if len(conditions) > 1:
+        conditions = sorted(conditions, key=lambda c: KINDS.index(c.kind))
     suggestion = None
     for cond in conditions:
         suggestion = suggest(cond, loads, snapshot, history, settings, observed)
