@@ -104,7 +104,7 @@ def test_the_alert_reads_its_own_settings_conditions_in_the_same_poll():
 def test_one_pass_conditions_equal_each_kinds_own_under_every_margin():
     import random
 
-    from gputui.core.judges.imbalance import _strict_and_relaxed, memory_condition, utilization_condition
+    from gputui.core.judges.conditions import memory_condition, strict_and_relaxed, utilization_condition
     from gputui.core.judges.placement import GpuLoad
 
     rnd = random.Random(29)
@@ -117,7 +117,7 @@ def test_one_pass_conditions_equal_each_kinds_own_under_every_margin():
         s = replace(S, imbalance_margin=rnd.choice([0.0, 5.0, 10.0, 30.0, -5.0]),
                     util_spread=rnd.choice([60.0, 10.0]), memory_low=rnd.choice([20.0, 60.0]))
         m = s.imbalance_margin
-        assert _strict_and_relaxed(loads, s) == (
+        assert strict_and_relaxed(loads, s) == (
             (utilization_condition(loads, s), memory_condition(loads, s)),
             (utilization_condition(loads, s, m), memory_condition(loads, s, m)))
 

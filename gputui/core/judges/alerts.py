@@ -50,8 +50,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from gputui.core.config import Settings
 from gputui.core.history import History
+from gputui.core.judges.conditions import Condition
 from gputui.core.judges.hysteresis import IDLE, Latch, advance, effective_hold
-from gputui.core.judges.imbalance import Condition, contrast_head, judged_conditions
+from gputui.core.judges.imbalance import contrast_head, judged_conditions
 from gputui.core.judges.suspect import suspect, suspect_message
 from gputui.core.judges.text import join_and, over
 from gputui.core.model import THERMAL_OR_POWER, Alert, Gpu, Imbalance, Severity, Snapshot
