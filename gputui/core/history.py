@@ -7,6 +7,7 @@ under it.
 
 from __future__ import annotations
 
+import math
 from collections import deque, namedtuple
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
@@ -65,6 +66,12 @@ class History:
         #: polls recorded, and the number of the last one whose time did not follow its predecessor's
         self._adds = 0
         self._disorder_at: int | None = None
+        #: whether some add() took in one identity twice on one GPU (two rows: two samples in one poll)
+        self._doubled = False
+        #: see shorter_than(): twice the span of the poll times recorded while every sample held is one of
+        #: them, one per poll, in time order, and no ring can be full; else infinity. Set by add(), so the
+        #: stale judge reads it per process without a call
+        self.reach = 0.0
         #: values the judges derive from the history as it stands (see ``memo``); a new dict each add()
         self._memo: dict[Hashable, object] = {}
         #: state the judges keep in step with the history from poll to poll (see ``kept``)
@@ -170,6 +177,8 @@ class History:
                     per_gpu[index] = per_gpu.get(index, 0) + (memory or 0)
                     memory_by_container[cid] = memory_by_container.get(cid, 0) + (memory or 0)
             keys = frozenset(order_keys)
+            if len(keys) != len(order_keys):
+                self._doubled = True
             seen |= keys
             kept_rows[index] = (rows, rings, taken, keys, memory_by_container, tuple(order_keys))
         order = tuple(indices)
@@ -196,6 +205,10 @@ class History:
         for cid in [k for k in self._containers if k not in live]:
             del self._containers[cid]
             self._peaks.pop(cid, None)
+        times = self._times
+        n = len(times)
+        self.reach = (2 * (times[-1] - times[0] if n > 1 else 0.0)
+                      if n < self.capacity and not self._doubled and self.ordered else math.inf)
 
     # -- reading -----------------------------------------------------------
     @property
@@ -231,6 +244,15 @@ class History:
         """True when every sample still held was recorded after the one before it in time: no
         clock step back within the last ``capacity`` polls, so each ring is in strict time order."""
         return self._disorder_at is None or self._adds - self._disorder_at > self.capacity
+
+    def shorter_than(self, seconds: float) -> bool:
+        """True when no process ring can yet cover a window of ``seconds`` with one sampling step of
+        slack (``observed + step >= seconds``) nor be full: every sample a ring holds was taken at one of
+        the poll times recorded, one per poll (no identity taken in twice in one poll), so while those
+        times are in time order (:attr:`ordered`) and span less than half ``seconds``, any two samples'
+        times differ by less than that, and while fewer polls than ``capacity`` are recorded no ring is
+        full."""
+        return self.reach < seconds
 
     @property
     def memo(self) -> dict[Hashable, object]:

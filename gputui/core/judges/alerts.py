@@ -45,12 +45,14 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
+from operator import is_
 from typing import TYPE_CHECKING, Any, Literal
 
 from gputui.core.config import Settings
 from gputui.core.history import History
+from gputui.core.judges.conditions import Condition
 from gputui.core.judges.hysteresis import IDLE, Latch, advance, effective_hold
-from gputui.core.judges.imbalance import Condition, conditions, contrast_head, trusted_loads
+from gputui.core.judges.imbalance import contrast_head, judged_conditions
 from gputui.core.judges.suspect import suspect, suspect_message
 from gputui.core.judges.text import join_and, over
 from gputui.core.model import THERMAL_OR_POWER, Alert, Gpu, Imbalance, Severity, Snapshot
@@ -72,6 +74,10 @@ THROTTLE_WORDS = {
 HARDWARE_THROTTLE = frozenset({"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
 
 _SEVERITY_ORDER = {"critical": 0, "warning": 1}
+#: the most polls the alert judge waits before keeping a quiet machine's GPUs again after they changed
+QUIET_WAIT = 16
+#: an imbalance kind's place in the (utilization, memory) conditions
+KIND_AT = {"utilization": 0, "memory": 1}
 
 
 def _throttle_reasons(g: Gpu) -> tuple[str, ...]:
@@ -91,6 +97,15 @@ class AlertJudge:
         self._memory: dict[int, float] = {}
         #: the imbalance alert's last contrasts (:func:`contrast_head`) and the conditions they were made of
         self._summary: tuple[list[Condition], list[str]] | None = None
+        #: the GPUs of the last poll on which every GPU was quiet (no latch, every strict verdict false),
+        #: and the settings judged with: the very same GPU objects (immutable) under the very same settings
+        #: are quiet again
+        self._quiet: tuple[tuple[Gpu, ...], Settings] | None = None
+        #: polls to judge before keeping the GPUs again, after kept GPUs were not this poll's: a machine
+        #: whose figures move gets new GPU objects every poll, and keeping each poll's alive into the next
+        #: one costs it more than the check saves (the wait doubles with each miss in a row, up to 16)
+        self._quiet_wait = 0
+        self._quiet_backoff = 0
 
     def _step(self, key: tuple[int | None, str], now: float, strict: bool, relaxed: bool, hold: float) -> Latch:
         """Raise after ``hold`` (0 while the observation is shorter than the hold), clear after the full hold."""
@@ -118,16 +133,29 @@ class AlertJudge:
 
         alerts: list[Alert] = []
         latches = self._latches
-        # the GPUs with a latch that is not idle (a raised or pending alert); the only key without a GPU
-        # is the imbalance latch's
-        held = {k[0] for k in latches}
-        if len(held) > 1 or None not in held:
-            present = {g.index for g in snapshot.gpus}
-            for key in [k for k in latches if k[0] is not None and k[0] not in present]:
-                del latches[key]
+        gpus = snapshot.gpus
+        quiet = self._quiet
+        if quiet is not None and quiet[1] is s and len(quiet[0]) == len(gpus) and all(map(is_, quiet[0], gpus)):
+            # every GPU of the last poll was quiet, so none holds a latch, and each is the very same GPU:
+            # each is judged quiet again below (nothing is read of them but their figures)
+            judged: tuple[Gpu, ...] = ()
+            self._quiet_backoff = 0
+        else:
+            judged = gpus
+            if quiet is not None:  # kept, and not these GPUs
+                self._quiet = None
+                self._quiet_wait = self._quiet_backoff = min(QUIET_WAIT, 2 * self._quiet_backoff or 1)
+            # the GPUs with a latch that is not idle (a raised or pending alert); the only key without a GPU
+            # is the imbalance latch's
+            held = {k[0] for k in latches}
+            if len(held) > 1 or None not in held:
+                present = {g.index for g in gpus}
+                for key in [k for k in latches if k[0] is not None and k[0] not in present]:
+                    del latches[key]
         temp_warning, temp_critical, memory_full = s.temp_warning, s.temp_critical, s.memory_full
+        loud = False
 
-        for g in snapshot.gpus:
+        for g in judged:
             i = g.index
             if i not in held:
                 # Every latch of this GPU is idle: one whose strict verdict is false stays idle (advance()
@@ -143,6 +171,7 @@ class AlertJudge:
                         self._peak.pop(i, None)
                         self._reasons.pop(i, None)
                     continue
+            loud = True
             # -- lost: raise at once, clear after the hold ------------------------------
             lost_key = (i, "lost")
             latch = self._step(lost_key, now, g.lost, g.lost, 0.0)
@@ -222,8 +251,15 @@ class AlertJudge:
         if latch.active and imb.message:
             gpu, message = self._imbalance_summary(history, snapshot, imb)
             alerts.append(Alert(gpu, "imbalance", "warning", message, at(latch.since)))
+        if loud:
+            self._quiet = None
+        elif self._quiet_wait:
+            self._quiet_wait -= 1
+        else:
+            self._quiet = (gpus, s)
 
-        alerts.sort(key=lambda a: (_SEVERITY_ORDER[a.severity], a.gpu is None, a.gpu or 0, a.kind))
+        if len(alerts) > 1:
+            alerts.sort(key=lambda a: (_SEVERITY_ORDER[a.severity], a.gpu is None, a.gpu or 0, a.kind))
         return tuple(alerts)
 
     def _mig_memory(self, g: Gpu, now: float, hold: float, at: Callable[[float | None], datetime]) -> list[Alert]:
@@ -254,10 +290,9 @@ class AlertJudge:
         """(hot GPU, a short sentence) for the imbalance alert: the contrast without the causes and
         the move, which the imbalance banner and the ``imbalance`` JSON object carry in full."""
         s = self.settings
-        loads = trusted_loads(history, snapshot, s)
         observed = min(s.imbalance_window, history.span)
-        relaxed = dict(zip(("utilization", "memory"), conditions(history, loads, s, s.imbalance_margin), strict=True))
-        conds = [c for c in (relaxed.get(kind) for kind in imb.kinds) if c is not None]
+        relaxed = judged_conditions(history, snapshot, s)[2]
+        conds = [c for c in (relaxed[KIND_AT[kind]] for kind in imb.kinds if kind in KIND_AT) if c is not None]
         gpu = imb.suggestion.from_gpu if imb.suggestion is not None else conds[0].hot if conds else None
         if not conds:
             return gpu, imb.message or "The GPUs are unevenly loaded."

@@ -49,75 +49,26 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator, Sequence
 from itertools import chain, islice
-from operator import attrgetter
+from operator import is_
 
 from gputui.core.config import Settings
 from gputui.core.history import History, ProcessKey, ProcessSample
+from gputui.core.judges.conditions import (
+    Condition,
+    Conditions,
+    memory_condition,
+    strict_and_relaxed,
+    utilization_condition,
+)
 from gputui.core.judges.hysteresis import Latch, advance, effective_hold
 from gputui.core.judges.mig_placement import whole_gpus
 from gputui.core.judges.placement import GpuLoad, allocations, gpu_loads, granted_indices, rank_key, reservations
 from gputui.core.judges.suspect import suspect_indices
 from gputui.core.judges.text import duration, gib, gpus_phrase, join_and, over, plural
-from gputui.core.model import Container, Imbalance, Process, Snapshot, Suggestion
+from gputui.core.model import Container, Gpu, Imbalance, Process, Snapshot, Suggestion
 from gputui.core.record import record
 
 KINDS = ("utilization", "memory")
-
-
-@record
-class Condition:
-    """One kind of imbalance found in a window: the hot GPU against the others."""
-
-    kind: str
-    hot: int
-    hot_value: float
-    coldest: int
-    coldest_value: float
-    others: tuple[int, ...]
-    others_mean: float
-    #: the configured low threshold: under it the others' mean reads as "idle" (wording only)
-    low: float
-
-
-_INDEX = attrgetter("index")
-
-
-def _known(loads: dict[int, GpuLoad], attr: str) -> list[GpuLoad]:
-    known = [g for g in loads.values() if not g.lost and getattr(g, attr) is not None]
-    known.sort(key=_INDEX)
-    return known
-
-
-def _condition(kind: str, known: list[GpuLoad], attr: str, high: float, low: float,
-               spread: float | None, nominal_low: float) -> Condition | None:
-    if len(known) < 2:
-        return None
-    # the busiest (the lowest index among equals) and the idlest (likewise): ``known`` is in index order
-    hot = cold = known[0]
-    hv = cv = getattr(hot, attr)
-    for g in known:
-        v = getattr(g, attr)
-        if v > hv:
-            hot, hv = g, v
-        elif v < cv:
-            cold, cv = g, v
-    if not ((hv >= high and cv <= low) or (spread is not None and hv - cv > spread)):
-        return None
-    others = [g for g in known if g is not hot]
-    return Condition(kind, hot.index, hv, cold.index, cv, tuple([g.index for g in others]),
-                     sum([getattr(g, attr) for g in others]) / len(others), nominal_low)
-
-
-def utilization_condition(loads: dict[int, GpuLoad], settings: Settings, relax: float = 0.0) -> Condition | None:
-    """The utilisation imbalance in these loads, with thresholds ``relax`` points more lenient."""
-    return _condition("utilization", _known(loads, "util"), "util", settings.util_high - relax,
-                      settings.util_low + relax, settings.util_spread - relax, settings.util_low)
-
-
-def memory_condition(loads: dict[int, GpuLoad], settings: Settings, relax: float = 0.0) -> Condition | None:
-    """The memory imbalance in these loads, with thresholds ``relax`` points more lenient."""
-    return _condition("memory", _known(loads, "memory"), "memory", settings.memory_high - relax,
-                      settings.memory_low + relax, None, settings.memory_low)
 
 
 def conditions(history: History, loads: dict[int, GpuLoad], settings: Settings,
@@ -568,7 +519,8 @@ def judge(conditions: list[Condition], loads: dict[int, GpuLoad], snapshot: Snap
     """The Imbalance for these active conditions (utilisation first: it drives the suggestion)."""
     if not conditions:
         return Imbalance()
-    conditions = sorted(conditions, key=lambda c: KINDS.index(c.kind))
+    if len(conditions) > 1:
+        conditions = sorted(conditions, key=lambda c: KINDS.index(c.kind))
     suggestion = None
     for cond in conditions:
         suggestion = suggest(cond, loads, snapshot, history, settings, observed)
@@ -593,16 +545,57 @@ def trusted_loads(history: History, snapshot: Snapshot, settings: Settings) -> d
 
     Computed once per poll for one tuple of GPUs and window (the imbalance judge and the imbalance
     alert both ask, with the same snapshot's GPUs); each caller gets its own dict."""
+    return dict(_trusted(history, snapshot, settings))
+
+
+def _trusted(history: History, snapshot: Snapshot, settings: Settings) -> dict[int, GpuLoad]:
+    """:func:`trusted_loads`, the memo's own dict (not to be changed)."""
     gpus, window = snapshot.gpus, settings.imbalance_window
     key = ("trusted_loads", window)
     hit = history.memo.get(key)
     if isinstance(hit, tuple) and hit[0] is gpus:  # a tuple of immutable GPUs: the same object, the same loads
-        return dict(hit[1])
-    loads = gpu_loads(history, whole_gpus(gpus)[0], window)
-    bad = suspect_indices(snapshot)
+        found: dict[int, GpuLoad] = hit[1]
+        return found
+    # the whole GPUs and the suspect ones, kept from poll to poll while the GPUs are the very same
+    # (immutable) objects: all either reads
+    kept = history.kept.get("imbalance.trusted")
+    if isinstance(kept, tuple) and len(kept[0]) == len(gpus) and all(map(is_, kept[0], gpus)):
+        whole: tuple[Gpu, ...] = kept[1]
+        bad: frozenset[int] = kept[2]
+    else:
+        whole, bad = whole_gpus(gpus)[0], suspect_indices(snapshot)
+    history.kept["imbalance.trusted"] = (gpus, whole, bad)
+    loads = gpu_loads(history, whole, window)
     trusted = {i: g for i, g in loads.items() if i not in bad} if bad else loads
     history.memo[key] = (gpus, trusted)
-    return dict(trusted)
+    return trusted
+
+
+def judged_conditions(history: History, snapshot: Snapshot,
+                      settings: Settings) -> tuple[dict[int, GpuLoad], Conditions, Conditions]:
+    """(trusted loads, (utilization, memory) strict conditions, the same ``imbalance_margin`` points more
+    lenient) of this poll: computed once per poll for one snapshot's GPUs and one settings object (the
+    judge and the imbalance alert both ask; the loads are not to be changed). The conditions are kept
+    from poll to poll while every GPU's figures they read (index, lost, utilization, memory: not the
+    samples counted, which grow while the window fills) and the settings object (a frozen record) are
+    the same."""
+    gpus = snapshot.gpus
+    hit = history.memo.get("imbalance.judged")
+    if isinstance(hit, tuple) and hit[0] is gpus and hit[1] is settings:
+        judged: tuple[dict[int, GpuLoad], Conditions, Conditions] = hit[2]
+        return judged
+    loads = _trusted(history, snapshot, settings)
+    items = [(g.index, g.lost, g.util, g.memory) for g in loads.values()]
+    kept = history.kept.get("imbalance.judged")
+    if isinstance(kept, tuple) and kept[0] is settings and kept[1] == items:
+        stricts: Conditions = kept[2]
+        relaxeds: Conditions = kept[3]
+    else:
+        stricts, relaxeds = strict_and_relaxed(loads, settings)
+        history.kept["imbalance.judged"] = (settings, items, stricts, relaxeds)
+    judged = (loads, stricts, relaxeds)
+    history.memo["imbalance.judged"] = (gpus, settings, judged)
+    return judged
 
 
 def observed_span(history: History, settings: Settings) -> float:
@@ -631,9 +624,8 @@ class ImbalanceJudge:
         if now is None:
             now = snapshot.time.timestamp()
         hold = effective_hold(s.imbalance_hold, history.span)
-        loads = trusted_loads(history, snapshot, s)
+        loads, stricts, relaxeds = judged_conditions(history, snapshot, s)
         active: list[Condition] = []
-        stricts, relaxeds = conditions(history, loads, s), conditions(history, loads, s, s.imbalance_margin)
         for kind, strict, relaxed in (("utilization", stricts[0], relaxeds[0]), ("memory", stricts[1], relaxeds[1])):
             latch = advance(self._latches[kind], now, strict is not None, relaxed is not None, hold)
             self._latches[kind] = latch

@@ -87,10 +87,8 @@ def gpu_loads(history: History, gpus: Iterable[Gpu], window: float | None) -> di
         for g in gpus:
             index = g.index
             run, ring = runs.get(index), rings.get(index)
-            if run is not None and ring and run.step(ring, window):
-                out[index] = run.uniform_load(g)
-            else:
-                out[index] = _gpu_load(history, g, window)
+            load = run.step_load(ring, window, g) if run is not None and ring else None
+            out[index] = load if load is not None else _gpu_load(history, g, window)
     history.memo[key] = (gpus, out)
     return dict(out)
 
@@ -113,7 +111,8 @@ class _RunningWindow:
     One entry per non-lost sample in each of four deques, side by side (``None`` where a sample has no
     such figure), so that a poll appends to and drops from them in one step each."""
 
-    __slots__ = ("last", "seq", "at", "util", "mem", "free", "gaps", "same", "load", "util_sum", "free_low")
+    __slots__ = ("last", "seq", "at", "util", "mem", "free", "gaps", "su", "sm", "sf", "load", "util_sum",
+                 "free_low", "mem_sum")
 
     def __init__(self) -> None:
         #: the newest sample taken in, and its number (samples are numbered as they are taken in)
@@ -124,17 +123,21 @@ class _RunningWindow:
         self.util: deque[float | None] = deque()
         self.mem: deque[float | None] = deque()
         self.free: deque[int | None] = deque()
-        #: per figure (util, mem, free), how many of the entries are None
-        self.gaps = [0, 0, 0]
-        #: per figure, how many of its newest entries in a row equal the newest (not None): a figure whose
-        #: every entry is that value is known by that value and the count alone
-        self.same = [0, 0, 0]
+        #: how many entries of the three figures (util, mem, free) are None (ints in the window itself, not
+        #: lists: fewer objects read each poll)
+        self.gaps = 0
+        #: per figure (su: util, sm: mem, sf: free), how many of its newest entries in a row equal the newest
+        #: (not None): a figure whose every entry is that value is known by that value and the count alone
+        self.su = self.sm = self.sf = 0
         #: the last GpuLoad made while every figure was all one value, and what it was made from
         self.load: tuple[tuple[object, ...], GpuLoad] | None = None
         #: the sum of the utilization values, kept as values come and go while every one is a whole number
         #: (then it is exactly what sum() adds up, without reading every sample's value again); None after
         #: any other
         self.util_sum: float | None = 0.0
+        #: the memory percentages' sum exactly as sum() adds them up (left to right from 0): kept as values
+        #: are taken in, and None once any left the window (then summed again when next asked)
+        self.mem_sum: float | None = 0
         #: (number, free) of the free-memory values that can still be the window's least (increasing
         #: left to right): its first is the least without reading every value
         self.free_low: deque[tuple[int, int]] = deque()
@@ -152,22 +155,105 @@ class _RunningWindow:
         self.expire(newest.t - window, self.seq - len(ring) + 1)
         return True
 
+    def step_load(self, ring: Sequence[GpuSample], window: float, g: Gpu) -> GpuLoad | None:
+        """:meth:`step` then :meth:`uniform_load`, in one frame where the newest sample is not lost and no
+        figure has gaps (every poll, most GPUs): :meth:`take` and :func:`_load` written out here. None
+        where :meth:`step` is False."""
+        s, last = ring[-1], self.last
+        if last is not s:
+            if last is None or len(ring) < 2 or ring[-2] is not last or s.t <= last.t or s.lost:
+                if not self.step(ring, window):
+                    return None
+                return self.uniform_load(g)
+            # take(s), for a sample that is not lost
+            seq = self.seq = self.seq + 1
+            self.last = s
+            at = self.at
+            at.append((seq, s.t))
+            u = s.utilization
+            if u is None:
+                self.util.append(None)
+                self.gaps += 1
+                self.su = 0
+            else:
+                value = float(u)
+                util = self.util
+                self.su = self.su + 1 if util and util[-1] == value else 1
+                util.append(value)
+                if self.util_sum is not None:
+                    self.util_sum = self.util_sum + value if value.is_integer() and abs(value) < 2**40 else None
+            used, total = s.memory_used, s.memory_total
+            mem: float | None = None
+            free: int | None = None
+            if used is not None and total is not None:
+                if total:
+                    mem = 100.0 * used / total
+                free = max(0, total - used)
+            if mem is None:
+                self.gaps += 1
+                self.sm = 0
+            else:
+                self.sm = self.sm + 1 if self.mem and self.mem[-1] == mem else 1
+                if self.mem_sum is not None:
+                    self.mem_sum = self.mem_sum + mem
+            self.mem.append(mem)
+            if free is None:
+                self.gaps += 1
+                self.sf = 0
+            else:
+                self.sf = self.sf + 1 if self.free and self.free[-1] == free else 1
+                low = self.free_low
+                while low and low[-1][1] >= free:
+                    low.pop()
+                low.append((seq, free))
+            self.free.append(free)
+            # expire(): the ring holds the newest len(ring) samples, every one taken in since the rebuild was one
+            cutoff, oldest = s.t - window, seq - len(ring) + 1
+            if not (at[0][1] >= cutoff and at[0][0] >= oldest):
+                self.expire(cutoff, oldest)
+        util = self.util
+        n = len(util)
+        if not n or g.lost or self.gaps:
+            return self.uniform_load(g)
+        key = None
+        if self.su == n and self.sm == n and self.sf == n:
+            # uniform_load's kept load: every figure all one value (the same count and values) and the same
+            # fields of ``g``
+            used, total = g.memory_used, g.memory_total
+            key = (n, util[-1], self.mem[-1], self.free[-1], g.index, g.uuid, False, used, total, None)
+            kept = self.load
+            if kept is not None and kept[0] == key:
+                return kept[1]
+        # _load's window, with the kept sums of the utilization and memory values and the least free value,
+        # so none reads every sample
+        utils: deque[float] = util  # type: ignore[assignment]  # no gaps: every entry a float
+        util_sum, mem_sum = self.util_sum, self.mem_sum
+        if mem_sum is None:
+            mem_sum = self.mem_sum = sum(self.mem)  # type: ignore[arg-type]
+        used, total = g.memory_used, g.memory_total  # g.memory_free, without the property's frame
+        # (index, uuid, lost, util, memory, free, free_min, samples)
+        load = GpuLoad(g.index, g.uuid, False, (util_sum if util_sum is not None else sum(utils)) / n,
+                       mem_sum / n,
+                       None if total is None or used is None else max(0, total - used), self.free_low[0][1], n)
+        if key is not None:
+            self.load = (key, load)
+        return load
+
     def take(self, s: GpuSample) -> None:
         self.seq += 1
         self.last = s
         if s.lost:
             return
         self.at.append((self.seq, s.t))
-        same, gaps = self.same, self.gaps
         u = s.utilization
         if u is None:
             self.util.append(None)
-            gaps[0] += 1
-            same[0] = 0
+            self.gaps += 1
+            self.su = 0
         else:
             value = float(u)
             util = self.util
-            same[0] = same[0] + 1 if util and util[-1] == value else 1
+            self.su = self.su + 1 if util and util[-1] == value else 1
             util.append(value)
             if self.util_sum is not None:
                 self.util_sum = self.util_sum + value if value.is_integer() and abs(value) < 2**40 else None
@@ -179,16 +265,18 @@ class _RunningWindow:
                 mem = 100.0 * used / total
             free = max(0, total - used)
         if mem is None:
-            gaps[1] += 1
-            same[1] = 0
+            self.gaps += 1
+            self.sm = 0
         else:
-            same[1] = same[1] + 1 if self.mem and self.mem[-1] == mem else 1
+            self.sm = self.sm + 1 if self.mem and self.mem[-1] == mem else 1
+            if self.mem_sum is not None:
+                self.mem_sum = self.mem_sum + mem
         self.mem.append(mem)
         if free is None:
-            gaps[2] += 1
-            same[2] = 0
+            self.gaps += 1
+            self.sf = 0
         else:
-            same[2] = same[2] + 1 if self.free and self.free[-1] == free else 1
+            self.sf = self.sf + 1 if self.free and self.free[-1] == free else 1
             low = self.free_low
             while low and low[-1][1] >= free:
                 low.pop()
@@ -201,40 +289,50 @@ class _RunningWindow:
         if not at or (at[0][1] >= cutoff and at[0][0] >= oldest):
             return
         util, mem, free, gaps = self.util, self.mem, self.free, self.gaps
+        self.mem_sum = None  # (a sum less its first values is not what sum() gives)
         while at and (at[0][1] < cutoff or at[0][0] < oldest):
             at.popleft()
             value = util.popleft()
             if value is None:
-                gaps[0] -= 1
+                gaps -= 1
             elif self.util_sum is not None:
                 self.util_sum -= value
             if mem.popleft() is None:
-                gaps[1] -= 1
+                gaps -= 1
             if free.popleft() is None:
-                gaps[2] -= 1
-        same, n = self.same, len(at)
-        for i in (0, 1, 2):
-            if same[i] > n:
-                same[i] = n
+                gaps -= 1
+        self.gaps, n = gaps, len(at)
+        if self.su > n:
+            self.su = n
+        if self.sm > n:
+            self.sm = n
+        if self.sf > n:
+            self.sf = n
         low = self.free_low
         while low and (not at or low[0][0] < at[0][0]):  # left the window with its sample
             low.popleft()
 
+    def _mem_sum(self) -> float | None:
+        """``sum()`` of the memory values (no gaps), kept from here until one leaves the window."""
+        if self.mem_sum is None and self.mem:
+            self.mem_sum = sum(self.mem)  # type: ignore[arg-type]
+        return self.mem_sum
+
     def uniform_load(self, g: Gpu) -> GpuLoad:
         """:func:`_load` of this window, reused while every figure is all one value (the same value and
         count as when it was made: the same sequences) and ``g``'s own fields it reads are the same."""
-        util, mem, free, same, gaps = self.util, self.mem, self.free, self.same, self.gaps
+        util, mem, free = self.util, self.mem, self.free
         n = len(util)
-        if gaps[0] or gaps[1] or gaps[2]:  # a figure missing from some samples: each read without its gaps
+        if self.gaps:  # a figure missing from some samples: each read without its gaps
             utils = [v for v in util if v is not None]
             frees = [v for v in free if v is not None]
             return _load(g, utils, [v for v in mem if v is not None], frees, n,
                          self.util_sum, self.free_low[0][1] if frees else None)
-        if same[0] != n or same[1] != n or same[2] != n:
-            # a GPU whose figures move (every poll): the kept sum of the utilization values and the least
-            # free value, so neither reads every sample
+        if self.su != n or self.sm != n or self.sf != n:
+            # a GPU whose figures move (every poll): the kept sums of the utilization and memory values and
+            # the least free value, so none reads every sample
             return _load(g, util, mem, free, n, self.util_sum,  # type: ignore[arg-type]
-                         self.free_low[0][1] if n else None)
+                         self.free_low[0][1] if n else None, self._mem_sum())
         kept = self.load
         if kept is not None and kept[0][0] != n:  # another count (a window still filling): another load
             kept = None
@@ -244,7 +342,7 @@ class _RunningWindow:
         if kept is not None and kept[0] == key:
             return kept[1]
         load = _load(g, util, mem, free, n, self.util_sum,  # type: ignore[arg-type]
-                     self.free_low[0][1] if n else None)
+                     self.free_low[0][1] if n else None, self._mem_sum())
         self.load = (key, load)
         return load
 
@@ -315,7 +413,7 @@ def _gpu_load(history: History, g: Gpu, window: float | None) -> GpuLoad:
 
 
 def _load(g: Gpu, util: Sequence[float], mem: Sequence[float], frees: Sequence[int], n: int,
-          util_sum: float | None = None, free_min: int | None = None) -> GpuLoad:
+          util_sum: float | None = None, free_min: int | None = None, mem_sum: float | None = None) -> GpuLoad:
     """The GpuLoad from the window's figures (oldest first) and its number of non-lost samples.
     ``util_sum``, ``free_min``: ``sum(util)`` and ``min(frees)`` where the caller keeps them (a running
     window), so that neither reads every value again."""
@@ -325,7 +423,7 @@ def _load(g: Gpu, util: Sequence[float], mem: Sequence[float], frees: Sequence[i
         mem = [g.memory_percent] if g.memory_percent is not None else []
         frees = [g.memory_free] if g.memory_free is not None else []
         n = 1
-        util_sum = free_min = None
+        util_sum = free_min = mem_sum = None
     if g.lost:
         return GpuLoad(g.index, g.uuid, True, None, None, None, None, n)
     if not util:
@@ -334,7 +432,8 @@ def _load(g: Gpu, util: Sequence[float], mem: Sequence[float], frees: Sequence[i
         mean = (util_sum if util_sum is not None else sum(util)) / len(util)
     used, total = g.memory_used, g.memory_total  # g.memory_free, without the property's frame
     # (index, uuid, lost, util, memory, free, free_min, samples)
-    return GpuLoad(g.index, g.uuid, False, mean, sum(mem) / len(mem) if mem else None,
+    return GpuLoad(g.index, g.uuid, False, mean,
+                   ((mem_sum if mem_sum is not None else sum(mem)) / len(mem)) if mem else None,
                    None if total is None or used is None else max(0, total - used),
                    None if not frees else (min(frees) if free_min is None else free_min), n)
 

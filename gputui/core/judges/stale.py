@@ -73,6 +73,8 @@ def idle_finding(p: Process, history: History, settings: Settings,
     if (p.sm_utilization is not None and p.sm_utilization > 0) or (
             p.cpu_percent is not None and p.cpu_percent > settings.idle_cpu):
         return None
+    if history.shorter_than(settings.idle_window):  # no process watched long enough yet (the test below)
+        return None
     key = (p.gpu_index, p.pid, p.create_time)
     samples = history.process_ring(key)
     if not samples:
@@ -344,6 +346,8 @@ def judge_stale(process: Process, history: History, settings: Settings,
         # come first here (a computing process: every poll, most candidates)
         sm, cpu = process.sm_utilization, process.cpu_percent
         if (sm is not None and sm > 0) or (cpu is not None and cpu > settings.idle_cpu):
+            return ()
+        if history.reach < settings.idle_window:  # history.shorter_than(): idle_finding's answer, none covered yet
             return ()
         idle_holder = idle_finding(process, history, settings, idle)
         return () if idle_holder is None else (idle_holder,)
