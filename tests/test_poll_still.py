@@ -1,0 +1,122 @@
+"""A still machine's poll: the GPU source hands in the very same reading, poll after poll.
+
+The real NVML source hands back its last ``GpuReading`` object while nothing it read moved. The
+poller then takes the GPUs (with their rows) it built last poll as they are, while the inventory is
+the same object and the facts are equal, and judges stale findings only on the GPUs the last
+judging found a row a finding could apply to, while the GPUs tuple and the threshold are the same.
+Each test changes one of those inputs under everything else held still and expects to see it."""
+
+from __future__ import annotations
+
+from gputui.core.config import Settings
+from gputui.core.model import ContainerInventory, ContainerRecord, Gpu, GpuReading, ProcessFacts, RawProcess
+from gputui.core.poller import Poller
+from gputui.core.record import replace
+from tests.fixtures.synthetic import GIB, T0, cid
+
+
+class _StillReading:
+    """One GPU whose reading is the very same object until the test sets another, and a process
+    source whose facts objects the test sets (the same objects while it does not)."""
+
+    def __init__(self) -> None:
+        gpu = Gpu(index=0, uuid="GPU-00000000-0000-0000-0000-000000000000", name="Test GPU",
+                  utilization_gpu=0, memory_used=2 * GIB, memory_total=80 * GIB, temperature=40)
+        raws = (RawProcess(pid=101, type="compute", gpu_memory=GIB // 4, sm_utilization=0),
+                RawProcess(pid=102, type="compute", gpu_memory=GIB // 4, sm_utilization=0))
+        self.reading = GpuReading("550", "12.4", (gpu,), {0: raws})
+        self.facts_by_pid = {pid: ProcessFacts(pid=pid, visible=True, user="alice", uid=1000, command="python x.py",
+                                               exe="python", cpu_percent=0.0, host_memory=1 << 20,
+                                               create_time=T0 - 60 + pid, ppid=99, status="sleeping",
+                                               cgroup="0::/user.slice\n")
+                             for pid in (101, 102)}
+
+    def read(self) -> GpuReading:
+        return self.reading
+
+    def facts(self, pids):
+        return {pid: self.facts_by_pid[pid] for pid in pids}
+
+    def close(self) -> None:
+        pass
+
+
+class _Inventories:
+    """Stands in for the container watcher: the inventory the test sets, the same object until then."""
+
+    def __init__(self, inventory: ContainerInventory) -> None:
+        self.inventory = inventory
+
+    def set_gpus(self, uuids, minors) -> None:
+        pass
+
+    def latest(self, wait: float = 0.0) -> ContainerInventory:
+        return self.inventory
+
+    def stop(self) -> None:
+        pass
+
+
+def _poller(src: _StillReading, settings: Settings | None = None) -> Poller:
+    t = iter(range(10**6))
+    return Poller(src, src, settings=settings or Settings(), clock=lambda: T0 + next(t), host="test")
+
+
+def _rows(poller: Poller) -> dict[int, object]:
+    return {p.pid: p for p in poller.poll().gpus[0].processes}
+
+
+def test_facts_that_change_under_the_very_same_reading_show_at_the_next_poll():
+    src = _StillReading()
+    poller = _poller(src)
+    first = poller.poll()
+    assert poller.poll().gpus[0] is first.gpus[0]  # nothing changed: the very same GPU, rows and all
+    src.facts_by_pid[102] = replace(src.facts_by_pid[102], cpu_percent=75.0, user="bob")
+    rows = _rows(poller)
+    assert (rows[102].cpu_percent, rows[102].user) == (75.0, "bob")  # type: ignore[attr-defined]
+    assert (rows[101].cpu_percent, rows[101].user) == (0.0, "alice")  # type: ignore[attr-defined]
+
+
+def test_a_new_reading_with_the_same_processes_and_facts_shows_its_figures():
+    src = _StillReading()
+    poller = _poller(src)
+    poller.poll()
+    poller.poll()
+    gpu = replace(src.reading.gpus[0], temperature=83)
+    src.reading = replace(src.reading, gpus=(gpu,))  # the very same process tuples and facts
+    g = poller.poll().gpus[0]
+    assert g.temperature == 83 and [p.pid for p in g.processes] == [101, 102]
+
+
+def test_a_container_that_appears_in_the_inventory_is_attributed_under_the_very_same_reading():
+    src = _StillReading()
+    docker = cid("trainer")
+    src.facts_by_pid[102] = replace(src.facts_by_pid[102], cgroup=f"0::/system.slice/docker-{docker}.scope\n")
+    poller = _poller(src)
+    inventories = _Inventories(ContainerInventory(True))
+    poller.watcher = inventories  # type: ignore[assignment]
+    for _ in range(3):
+        assert _rows(poller)[102].container.name is None  # type: ignore[attr-defined]  # the cgroup alone
+    inventories.inventory = ContainerInventory(True, containers=(
+        ContainerRecord(id=docker, name="trainer", image="pytorch", state="running"),))
+    assert _rows(poller)[102].container.name == "trainer"  # type: ignore[attr-defined]
+
+
+def test_a_process_that_turns_zombie_under_the_very_same_reading_is_judged_stale_at_once():
+    src = _StillReading()
+    poller = _poller(src)
+    for _ in range(3):
+        assert all(not p.stale for p in poller.poll().gpus[0].processes)
+    src.facts_by_pid[101] = replace(src.facts_by_pid[101], status="zombie")
+    stale = {p.pid: [f.kind for f in p.stale] for p in poller.poll().gpus[0].processes}
+    assert stale == {101: ["zombie"], 102: []}
+
+
+def test_an_idle_holder_threshold_lowered_between_still_polls_is_judged_at_once():
+    src = _StillReading()
+    poller = _poller(src, Settings(idle_window=2.0))
+    for _ in range(4):  # each process holds a quarter GiB: under the 1 GiB threshold, nothing to judge
+        assert all(not p.stale for p in poller.poll().gpus[0].processes)
+    poller.settings = replace(poller.settings, idle_holder_memory=GIB // 8)
+    kinds = {p.pid: [f.kind for f in p.stale] for p in poller.poll().gpus[0].processes}
+    assert kinds == {101: ["idle-holder"], 102: ["idle-holder"]}
