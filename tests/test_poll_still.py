@@ -120,3 +120,33 @@ def test_an_idle_holder_threshold_lowered_between_still_polls_is_judged_at_once(
     poller.settings = replace(poller.settings, idle_holder_memory=GIB // 8)
     kinds = {p.pid: [f.kind for f in p.stale] for p in poller.poll().gpus[0].processes}
     assert kinds == {101: ["idle-holder"], 102: ["idle-holder"]}
+
+
+def test_a_row_that_enters_a_container_under_the_very_same_reading_is_listed_with_it():
+    src = _StillReading()
+    poller = _poller(src)
+    assert poller.poll().containers == () and poller.poll().containers == ()
+    docker = cid("trainer")
+    src.facts_by_pid[102] = replace(src.facts_by_pid[102], cgroup=f"0::/system.slice/docker-{docker}.scope\n")
+    snap = poller.poll()
+    assert [c.id for c in snap.containers] == [docker] and snap.containers[0].pids == (102,)
+    assert poller.poll().containers == snap.containers  # and on the polls after, while it stays
+
+
+def test_pids_that_turn_unseen_under_the_very_same_reading_raise_the_namespace_warning():
+    src = _StillReading()
+    poller = _poller(src)
+    assert poller.poll().warnings == () and poller.poll().warnings == ()
+    for pid in (101, 102):
+        src.facts_by_pid[pid] = ProcessFacts(pid=pid, visible=False, invisible_reason="other-namespace")
+    assert any("--pid=host" in w for w in poller.poll().warnings)
+    assert any("--pid=host" in w for w in poller.poll().warnings)  # and while they stay unseen
+
+
+def test_a_source_error_in_a_new_reading_shows_while_the_facts_stand_still():
+    src = _StillReading()
+    poller = _poller(src)
+    poller.poll()
+    poller.poll()
+    src.reading = replace(src.reading, errors=("GPU 0: the temperature query failed",))
+    assert poller.poll().warnings == ("GPU 0: the temperature query failed",)

@@ -162,6 +162,10 @@ class Poller:
         self._reading: GpuReading | None = None
         self._facts: dict[int, ProcessFacts] = {}
         self._all_gpus: tuple[Gpu, ...] = ()
+        #: the last poll's warnings (the reading's errors and the namespace warning), and whether any row
+        #: of ``_gpus`` is in a container
+        self._warnings: tuple[str, ...] = ()
+        self._containered = False
         #: the GPUs tuple of the last stale judging, the threshold, and the positions of the GPUs that were
         #: judged (the others' rows no stale finding could apply to)
         self._stale_plan: tuple[tuple[Gpu, ...] | None, int, tuple[int, ...]] = (None, 0, ())
@@ -208,14 +212,17 @@ class Poller:
                 self._pids = (lists, pids)
         facts = self.process_source.facts(pids) if pids else {}
 
+        same = same_reading and facts == self._facts  # (compared only for the very same reading)
+        if same:
+            warnings = self._warnings  # the same errors, the same verdict on the same facts
         # every process's PID unseen (most polls: the first fact alone says not, without a generator)
-        if facts and next(iter(facts.values())).invisible_reason == "other-namespace" \
+        elif facts and next(iter(facts.values())).invisible_reason == "other-namespace" \
                 and all(f.invisible_reason == "other-namespace" for f in facts.values()):
-            warnings = (*reading.errors, _NAMESPACE_WARNING)
+            warnings = self._warnings = (*reading.errors, _NAMESPACE_WARNING)
         else:
-            warnings = tuple(reading.errors)
+            warnings = self._warnings = tuple(reading.errors)
 
-        if same_reading and same_inventory and facts == self._facts:
+        if same and same_inventory:
             # The very same reading, inventory and (equal) facts as the last poll: every GPU is the one
             # the last poll built (each GPU's test below would find its Gpu, process tuple and facts the
             # same), compared in one dict comparison instead of a list per GPU.
@@ -293,6 +300,7 @@ class Poller:
             self._gpus = gpus_built
             all_gpus = self._all_gpus = tuple(built)
             self._reading = reading
+            self._containered = any(map(_CONTAINERED, gpus_built.values()))
         self._facts = facts
         slurm_status: SlurmStatus | None = None
         slurm_alerts: tuple[Alert, ...] = ()
@@ -311,7 +319,7 @@ class Poller:
         # History first: the judges read windows that end with this poll.
         self.history.add(snap, records.keys())
         # (the Slurm join may rebuild the GPUs: then their rows are asked)
-        if not records and not (any(map(_CONTAINERED, self._gpus.values())) if self.slurm is None
+        if not records and not (self._containered if self.slurm is None
                                 else any(p.container is not None for g in all_gpus for p in g.processes)):
             containers: tuple[Container, ...] = ()  # build_containers' answer when it has nothing to build
         else:
