@@ -4,9 +4,16 @@ The real NVML source hands back its last ``GpuReading`` object while nothing it 
 poller then takes the GPUs (with their rows) it built last poll as they are, while the inventory is
 the same object and the facts are equal, and judges stale findings only on the GPUs the last
 judging found a row a finding could apply to, while the GPUs tuple and the threshold are the same.
+The poll's local time keeps its zone for a minute once the zone is the same at both ends.
 Each test changes one of those inputs under everything else held still and expects to see it."""
 
 from __future__ import annotations
+
+import calendar
+import time
+from datetime import datetime, timezone
+
+import pytest
 
 from gputui.core.config import Settings
 from gputui.core.model import ContainerInventory, ContainerRecord, Gpu, GpuReading, ProcessFacts, RawProcess
@@ -150,3 +157,67 @@ def test_a_source_error_in_a_new_reading_shows_while_the_facts_stand_still():
     poller.poll()
     src.reading = replace(src.reading, errors=("GPU 0: the temperature query failed",))
     assert poller.poll().warnings == ("GPU 0: the temperature query failed",)
+
+
+#: Central European time by its POSIX rule (no zone file read): summer time from the last Sunday of March,
+#: 01:00 UTC, when 02:00 CET becomes 03:00 CEST
+_CET = "CET-1CEST,M3.5.0,M10.5.0/3"
+_SPRING = calendar.timegm((2026, 3, 29, 1, 0, 0))
+
+
+#: a zone whose summer time has the winter's offset under another name (what a snapshot's time names)
+_RENAMED = "AAA-1BBB-1,M3.5.0,M10.5.0/3"
+
+
+def _zone(monkeypatch, rule: str):
+    monkeypatch.setenv("TZ", rule)
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.fixture
+def cet(monkeypatch):
+    yield from _zone(monkeypatch, _CET)
+
+
+@pytest.fixture
+def renamed(monkeypatch):
+    yield from _zone(monkeypatch, _RENAMED)
+
+
+def _local(t: float) -> tuple[str, str | None]:
+    """What the snapshot's time must say: astimezone() of that moment."""
+    stamp = datetime.fromtimestamp(t, tz=timezone.utc).astimezone()
+    return stamp.isoformat(), stamp.tzname()
+
+
+def _clocked_poller(times: list[float]) -> Poller:
+    src = _StillReading()
+    clock = iter(times)
+    return Poller(src, src, settings=Settings(), clock=lambda: next(clock), host="test")
+
+
+def test_the_snapshot_time_follows_a_summer_time_change_between_polls(cet):
+    times = [_SPRING - 90.0 + i for i in range(120)]  # a poll a second across the change
+    poller = _clocked_poller(times)
+    seen = [(poller.poll().time, t) for t in times]
+    assert [(s.isoformat(), s.tzname()) for s, _ in seen] == [_local(t) for _, t in seen]
+    assert seen[0][0].tzname() == "CET" and seen[-1][0].tzname() == "CEST"
+
+
+def test_a_clock_stepped_back_across_a_summer_time_change_shows_the_winter_time(cet):
+    times = [_SPRING + 10.0, _SPRING + 11.0, _SPRING - 20.0, _SPRING - 19.0]
+    poller = _clocked_poller(times)
+    stamps = [poller.poll().time for _ in times]
+    assert [(s.isoformat(), s.tzname()) for s in stamps] == [_local(t) for t in times]
+    assert [s.tzname() for s in stamps] == ["CEST", "CEST", "CET", "CET"]
+
+
+def test_the_snapshot_time_follows_a_zone_renamed_at_the_same_offset(renamed):
+    times = [_SPRING - 90.0 + i for i in range(120)]
+    poller = _clocked_poller(times)
+    stamps = [poller.poll().time for _ in times]
+    assert [(s.isoformat(), s.tzname()) for s in stamps] == [_local(t) for t in times]
+    assert stamps[0].tzname() == "AAA" and stamps[-1].tzname() == "BBB"

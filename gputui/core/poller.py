@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from itertools import chain
 from typing import TYPE_CHECKING
 
@@ -169,6 +169,8 @@ class Poller:
         #: the GPUs tuple of the last stale judging, the threshold, and the positions of the GPUs that were
         #: judged (the others' rows no stale finding could apply to)
         self._stale_plan: tuple[tuple[Gpu, ...] | None, int, tuple[int, ...]] = (None, 0, ())
+        #: the local zone (as astimezone() gives it) and the span of POSIX times it holds for (see _local_stamp)
+        self._zone: tuple[tzinfo | None, float, float] = (None, 0.0, 0.0)
 
     def close(self) -> None:
         if self.watcher is not None:
@@ -308,7 +310,8 @@ class Poller:
             all_gpus, slurm_status, slurm_alerts = self.slurm.apply(
                 all_gpus, facts, now, wait=self.container_wait if self.polls == 0 else 0.0)
 
-        stamp = datetime.fromtimestamp(now, tz=timezone.utc).astimezone()
+        zone = self._zone
+        stamp = datetime.fromtimestamp(now, zone[0]) if zone[1] <= now < zone[2] else self._local_stamp(now)
         docker = self._docker
         if docker is None or docker.available is not inventory.available or docker.error != inventory.error:
             docker = self._docker = DockerStatus(inventory.available, inventory.error)
@@ -424,6 +427,20 @@ class Poller:
                 out[i] = replace(p, stale=stale)
         return replace(g, processes=tuple(out)) if out is not None else g
 
+    def _local_stamp(self, now: float) -> datetime:
+        """``now`` as an aware local time (``astimezone()``: the zone's offset and name at that moment), and
+        the zone kept for the next ``ZONE_SPAN`` seconds when it is the same at their end: the local zone
+        changes only at a transition (a DST change), and no zone has two within a minute that return to
+        the same offset and name. (A poll then builds its time without the C library's zone lookup, whose
+        code and transition tables are fetched cold every second.)"""
+        stamp = datetime.fromtimestamp(now, tz=timezone.utc).astimezone()
+        end = now + ZONE_SPAN
+        ahead = datetime.fromtimestamp(end, tz=timezone.utc).astimezone()
+        zone = stamp.tzinfo
+        if zone is not None and ahead.tzinfo == zone and ahead.tzname() == stamp.tzname():
+            self._zone = (zone, now, end)
+        return stamp
+
     def _started(self, create_time: float | None) -> datetime | None:
         if create_time is None:
             return None
@@ -497,6 +514,9 @@ class _GpuRows:
 _PID = operator.attrgetter("pid")
 _CONTAINERED = operator.attrgetter("containered")
 
+
+#: how long (s) a poll's local zone is kept once it is the same at both ends (see Poller._local_stamp)
+ZONE_SPAN = 60.0
 
 #: the warning of a poller that sees none of the GPU processes' PIDs
 _NAMESPACE_WARNING = ("gputui cannot see the GPU processes' PIDs: it runs in a container without the host's PID "
