@@ -489,7 +489,7 @@ class HostProcessSource:
                 raise
             st.statm_fd = fd
             self._pinned += 1
-        return int(os.pread(fd, 4096, 0).split()[1]) * self._page
+        return int(os.pread(fd, 64, 0).split()[1]) * self._page  # size and resident: at most 41 bytes
 
     def _steady_due(self, kept: _Static, now: float) -> bool:
         """Whether a steady process (see _fact) still needs the full path: a CPU figure to move off 0,
