@@ -649,15 +649,13 @@ class HostProcessSource:
             status = read_all(f"{self._proc}/{ppid}/status")
         except OSError:
             status = b""
-        for line in status.split(b"\n"):
-            if line.startswith(b"Name:"):
-                parts = line.split(None, 1)
-                if len(parts) > 1 and parts[1].strip().decode(errors="replace") in SUBREAPERS:
-                    reaper = True
-            elif line.startswith(b"NSpid:"):
-                parts = line.split()
-                if len(parts) > 1 and parts[-1] == b"1":
-                    reaper = True
+        text = b"\n" + status  # every line behind a newline: its two lines found, not every line split
+        if (at := text.find(b"\nName:")) >= 0:
+            parts = text[at + 1:].split(b"\n", 1)[0].split(None, 1)
+            reaper = len(parts) > 1 and parts[1].strip().decode(errors="replace") in SUBREAPERS
+        if (at := text.find(b"\nNSpid:")) >= 0:
+            parts = text[at + 1:].split(b"\n", 1)[0].split()
+            reaper = reaper or (len(parts) > 1 and parts[-1] == b"1")
         parents[ppid] = reaper
         return reaper
 
