@@ -138,27 +138,31 @@ def implausible(name: str, value: float | None) -> bool:
     return _bad(value, low, high)
 
 
-#: every checked field of a Gpu, read in one C call, and their bounds in the same order
-_CHECKED = operator.attrgetter(*LIMITS)
-_BOUNDS = tuple((low, high) for low, high, _ in LIMITS.values())
+def _as_it_is_source() -> str:
+    """:func:`_as_it_is`'s source: one test per LIMITS field, its bounds as constants (LIMITS' own
+    numbers), then memory within the total. Straight-line code: no tuple of values, no loop, no
+    unpacking of bounds per field (a churning poll checks every card's reading)."""
+    lines = ["def _as_it_is(g):"]
+    for name, (low, high, _) in LIMITS.items():
+        lines += [f"    v = g.{name}", f"    if v is not None and not ({low!r} <= v <= {high!r}):",
+                  "        return False"]
+    lines += ["    total = g.memory_total", "    if total is None:", "        return True",
+              "    used, reserved = g.memory_used, g.memory_reserved",
+              "    return (used is None or used <= total) and (reserved is None or reserved <= total)"]
+    return "\n".join(lines) + "\n"
+
+
+_namespace: dict[str, Any] = {}
+exec(_as_it_is_source(), {}, _namespace)  # built from LIMITS above, nothing from outside
+#: whether a working card's reading has every checked value in range (or N/A; nan fails) and memory
+#: within the total: every reading of a working card, which is then kept as it is
+_as_it_is: Any = _namespace["_as_it_is"]
 
 
 def plausible_gpu(gpu: Gpu) -> tuple[Gpu, list[str]]:
     """``gpu`` with impossible values set to None, and the names of the fields dropped."""
-    if gpu.lost:
+    if gpu.lost or _as_it_is(gpu):  # only then is anything named or copied
         return gpu, []
-    # One pass, no call per field: every value in range (or N/A) and memory within the total is
-    # every reading of a working card; only then is anything named or copied.
-    for value, (low, high) in zip(_CHECKED(gpu), _BOUNDS, strict=True):
-        if value is not None and not (low <= value <= high):  # nan fails too
-            break
-    else:
-        total = gpu.memory_total
-        if total is None:
-            return gpu, []
-        used, reserved = gpu.memory_used, gpu.memory_reserved
-        if (used is None or used <= total) and (reserved is None or reserved <= total):
-            return gpu, []
     changes: dict[str, Any] = {}
     dropped: list[str] = []
     for name, (low, high, label) in LIMITS.items():
@@ -224,13 +228,17 @@ def plausible_reading(reading: GpuReading, memo: PlausibleMemo | None = None) ->
         if hit is not None and hit[0] is gpu and hit[1] is procs:
             fixed, fixed_procs, dropped = hit[2], hit[3], hit[4]
         else:
-            fixed, dropped = plausible_gpu(gpu)
+            fixed, dropped = (gpu, []) if gpu.lost or _as_it_is(gpu) else plausible_gpu(gpu)
             fixed_procs = procs
             if procs:
-                fixed_procs, more = _plausible_processes(procs, fixed.memory_total)
-                if not more:
-                    fixed_procs = procs
-                dropped += more
+                total = fixed.memory_total
+                ceiling = total if total is not None else PIB
+                for p in procs:  # _plausible_processes' pass, inlined: most readings have nothing to drop
+                    memory, sm = p.gpu_memory, p.sm_utilization
+                    if memory is not None and not 0 <= memory <= ceiling or sm is not None and not 0 <= sm <= 100:
+                        fixed_procs, more = _plausible_processes(procs, total)
+                        dropped += more
+                        break
             if memo is not None:
                 memo[index] = (gpu, procs, fixed, fixed_procs, dropped)  # never changed after this
         if dropped:

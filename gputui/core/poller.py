@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from itertools import chain
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,7 @@ from gputui.core.model import (
     DockerStatus,
     Finding,
     Gpu,
+    GpuReading,
     Imbalance,
     Process,
     ProcessFacts,
@@ -155,6 +156,21 @@ class Poller:
         self._records: dict[str, ContainerRecord] = {}
         #: the Docker status of the last snapshot (one object while the inventory says the same)
         self._docker: DockerStatus | None = None
+        #: the reading and the facts of the last poll, and the GPUs (with their rows) built from them: while
+        #: the source hands in the very same reading, the inventory is the same and the facts are equal,
+        #: they are this poll's GPUs (see poll)
+        self._reading: GpuReading | None = None
+        self._facts: dict[int, ProcessFacts] = {}
+        self._all_gpus: tuple[Gpu, ...] = ()
+        #: the last poll's warnings (the reading's errors and the namespace warning), and whether any row
+        #: of ``_gpus`` is in a container
+        self._warnings: tuple[str, ...] = ()
+        self._containered = False
+        #: the GPUs tuple of the last stale judging, the threshold, and the positions of the GPUs that were
+        #: judged (the others' rows no stale finding could apply to)
+        self._stale_plan: tuple[tuple[Gpu, ...] | None, int, tuple[int, ...]] = (None, 0, ())
+        #: the local zone (as astimezone() gives it) and the span of POSIX times it holds for (see _local_stamp)
+        self._zone: tuple[tzinfo | None, float, float] = (None, 0.0, 0.0)
 
     def close(self) -> None:
         if self.watcher is not None:
@@ -184,113 +200,129 @@ class Poller:
             records = self._records = {r.id: r for r in inventory.containers}
             self._inventory = inventory
 
-        # The PIDs asked about: the last poll's set while the source hands in the very same process tuples
-        # (immutable: the same PIDs), else collected again.
-        lists = tuple(reading.processes.values())
-        last_lists, pids = self._pids
-        if len(lists) != len(last_lists) or not all(map(operator.is_, lists, last_lists)):
-            pids = set(map(_PID, chain.from_iterable(lists)))
-            self._pids = (lists, pids)
+        # The PIDs asked about: the last poll's set while the source hands in the very same reading (a
+        # still machine: its process tuples too) or the very same process tuples (immutable: the same
+        # PIDs), else collected again.
+        same_reading = reading is self._reading
+        if same_reading:
+            pids = self._pids[1]
+        else:
+            lists = tuple(reading.processes.values())
+            last_lists, pids = self._pids
+            if len(lists) != len(last_lists) or not all(map(operator.is_, lists, last_lists)):
+                pids = set(map(_PID, chain.from_iterable(lists)))
+                self._pids = (lists, pids)
         facts = self.process_source.facts(pids) if pids else {}
 
-        warnings = list(reading.errors)
+        same = same_reading and facts == self._facts  # (compared only for the very same reading)
+        if same:
+            warnings = self._warnings  # the same errors, the same verdict on the same facts
         # every process's PID unseen (most polls: the first fact alone says not, without a generator)
-        if facts and next(iter(facts.values())).invisible_reason == "other-namespace" \
+        elif facts and next(iter(facts.values())).invisible_reason == "other-namespace" \
                 and all(f.invisible_reason == "other-namespace" for f in facts.values()):
-            warnings.append(
-                "gputui cannot see the GPU processes' PIDs: it runs in a container without the host's PID "
-                "namespace; start it with --pid=host."
-            )
+            warnings = self._warnings = (*reading.errors, _NAMESPACE_WARNING)
+        else:
+            warnings = self._warnings = tuple(reading.errors)
 
-        built: list[Gpu] = []
-        gpus_built: dict[int, _GpuRows] = {}
-        facts_get = facts.get
-        for g in gpus:
-            index = g.index
-            last = self._gpus.get(index)
-            raws = reading.processes.get(index, ())
-            if last is not None and same_inventory and last.raws is raws:
-                # The source's same process tuple: when every PID's facts are the ones (or equal to the
-                # ones) its rows were built from, so are the rows (the steady state of most GPUs: one
-                # list comparison in C instead of a lookup per process).
-                fact_list = list(map(facts_get, last.pids))
-                if fact_list == last.facts:
-                    if last.gpu is g:  # nothing changed: what the last poll built, as it is
-                        gpus_built[index] = last
-                        built.append(last.with_procs)
+        if same and same_inventory:
+            # The very same reading, inventory and (equal) facts as the last poll: every GPU is the one
+            # the last poll built (each GPU's test below would find its Gpu, process tuple and facts the
+            # same), compared in one dict comparison instead of a list per GPU.
+            all_gpus = self._all_gpus
+        else:
+            built: list[Gpu] = []
+            gpus_built: dict[int, _GpuRows] = {}
+            facts_get = facts.get
+            for g in gpus:
+                index = g.index
+                last = self._gpus.get(index)
+                raws = reading.processes.get(index, ())
+                if last is not None and same_inventory and last.raws is raws:
+                    # The source's same process tuple: when every PID's facts are the ones (or equal to the
+                    # ones) its rows were built from, so are the rows (the steady state of most GPUs: one
+                    # list comparison in C instead of a lookup per process).
+                    fact_list = list(map(facts_get, last.pids))
+                    if fact_list == last.facts:
+                        if last.gpu is g:  # nothing changed: what the last poll built, as it is
+                            gpus_built[index] = last
+                            built.append(last.with_procs)
+                            continue
+                        with_procs = replace(g, processes=last.procs)
+                        gpus_built[index] = _GpuRows(g, raws, last.pids, last.facts, last.refs, last.procs, with_procs,
+                                                     last.containered)
+                        built.append(with_procs)
                         continue
-                    with_procs = replace(g, processes=last.procs)
-                    gpus_built[index] = _GpuRows(g, raws, last.pids, last.facts, last.refs, last.procs, with_procs,
-                                                 last.containered)
-                    built.append(with_procs)
-                    continue
-                pids_t = last.pids
-            else:
-                pids_t = tuple(map(_PID, raws))
-                fact_list = list(map(facts_get, pids_t))
-            if last is not None and same_inventory and last.pids == pids_t:
-                # The same PIDs in the same order (their figures moving: the churning state): each row
-                # against the last poll's row at its place, in one pass and no call for an unchanged row.
-                # A row whose facts object is the one it was built from keeps its container (the same
-                # inventory: attribute() would answer the same) and, when only NVML's figures moved, is
-                # the last row with those figures (a copy of its fields: what _process would build).
-                refs = last.refs  # copied at its first change
-                built_rows: list[Process] = []
-                i = 0
-                for raw, fact, praw, pfact, prow in zip(raws, fact_list, last.raws, last.facts, last.procs,
-                                                        strict=True):
-                    if fact is pfact:
-                        if raw is praw or (raw.sm_utilization == praw.sm_utilization
-                                           and raw.gpu_memory == praw.gpu_memory and raw.type == praw.type
-                                           and raw.mig_device == praw.mig_device):
-                            built_rows.append(prow)
+                    pids_t = last.pids
+                else:
+                    pids_t = tuple(map(_PID, raws))
+                    fact_list = list(map(facts_get, pids_t))
+                if last is not None and same_inventory and last.pids == pids_t:
+                    # The same PIDs in the same order (their figures moving: the churning state): each row
+                    # against the last poll's row at its place, in one pass and no call for an unchanged row.
+                    # A row whose facts object is the one it was built from keeps its container (the same
+                    # inventory: attribute() would answer the same) and, when only NVML's figures moved, is
+                    # the last row with those figures (a copy of its fields: what _process would build).
+                    refs = last.refs  # copied at its first change
+                    built_rows: list[Process] = []
+                    i = 0
+                    for raw, fact, praw, pfact, prow in zip(raws, fact_list, last.raws, last.facts, last.procs,
+                                                            strict=True):
+                        if fact is pfact:
+                            if raw is praw or (raw.sm_utilization == praw.sm_utilization
+                                               and raw.gpu_memory == praw.gpu_memory and raw.type == praw.type
+                                               and raw.mig_device == praw.mig_device):
+                                built_rows.append(prow)
+                            else:
+                                built_rows.append(Process.__record_replace__(  # type: ignore[attr-defined]
+                                    prow, {"sm_utilization": raw.sm_utilization, "gpu_memory": raw.gpu_memory,
+                                           "type": raw.type, "mig_device": raw.mig_device}))
+                        elif pfact != fact or raw is not praw and raw != praw:  # new facts (equal ones: the row)
+                            ref = attribute(fact, records, inventory.available) if fact is not None else None
+                            if refs is last.refs:
+                                refs = list(refs)
+                            refs[i] = ref
+                            built_rows.append(self._process(index, raw, fact, ref))
                         else:
-                            built_rows.append(Process.__record_replace__(  # type: ignore[attr-defined]
-                                prow, {"sm_utilization": raw.sm_utilization, "gpu_memory": raw.gpu_memory,
-                                       "type": raw.type, "mig_device": raw.mig_device}))
-                    elif pfact != fact or raw is not praw and raw != praw:  # new facts (equal ones: the row)
-                        ref = attribute(fact, records, inventory.available) if fact is not None else None
-                        if refs is last.refs:
-                            refs = list(refs)
-                        refs[i] = ref
-                        built_rows.append(self._process(index, raw, fact, ref))
-                    else:
-                        built_rows.append(prow)
-                    i += 1
-            else:
-                built_rows, refs = self._rows(index, raws, fact_list, last, same_inventory, records,
-                                              inventory.available)
-            procs = tuple(built_rows)
-            # The source's same Gpu with the same rows (an unchanged GPU): the GPU built last time.
-            if last is not None and last.gpu is g and len(last.procs) == len(procs) \
-                    and all(map(operator.is_, last.procs, procs)):
-                procs = last.procs
-                with_procs = last.with_procs
-            else:
-                with_procs = Gpu.__record_replace__(g, {"processes": procs})  # type: ignore[attr-defined]
-            containered = last.containered if last is not None and procs is last.procs else any(refs)
-            gpus_built[index] = _GpuRows(g, raws, pids_t, fact_list, refs, procs, with_procs, containered)
-            built.append(with_procs)
-        self._gpus = gpus_built
-        all_gpus = tuple(built)
+                            built_rows.append(prow)
+                        i += 1
+                else:
+                    built_rows, refs = self._rows(index, raws, fact_list, last, same_inventory, records,
+                                                  inventory.available)
+                procs = tuple(built_rows)
+                # The source's same Gpu with the same rows (an unchanged GPU): the GPU built last time.
+                if last is not None and last.gpu is g and len(last.procs) == len(procs) \
+                        and all(map(operator.is_, last.procs, procs)):
+                    procs = last.procs
+                    with_procs = last.with_procs
+                else:
+                    with_procs = Gpu.__record_replace__(g, {"processes": procs})  # type: ignore[attr-defined]
+                containered = last.containered if last is not None and procs is last.procs else any(refs)
+                gpus_built[index] = _GpuRows(g, raws, pids_t, fact_list, refs, procs, with_procs, containered)
+                built.append(with_procs)
+            self._gpus = gpus_built
+            all_gpus = self._all_gpus = tuple(built)
+            self._reading = reading
+            self._containered = any(map(_CONTAINERED, gpus_built.values()))
+        self._facts = facts
         slurm_status: SlurmStatus | None = None
         slurm_alerts: tuple[Alert, ...] = ()
         if self.slurm is not None:
             all_gpus, slurm_status, slurm_alerts = self.slurm.apply(
                 all_gpus, facts, now, wait=self.container_wait if self.polls == 0 else 0.0)
 
-        stamp = datetime.fromtimestamp(now, tz=timezone.utc).astimezone()
+        zone = self._zone
+        stamp = datetime.fromtimestamp(now, zone[0]) if zone[1] <= now < zone[2] else self._local_stamp(now)
         docker = self._docker
         if docker is None or docker.available is not inventory.available or docker.error != inventory.error:
             docker = self._docker = DockerStatus(inventory.available, inventory.error)
         # positional, in field order: host, time, driver and CUDA versions, GPUs, Docker, containers,
         # imbalance, alerts, warnings, NVML version (the rest: their defaults)
         snap = Snapshot(self.host, stamp, reading.driver_version, reading.cuda_driver_version, all_gpus, docker,
-                        (), _NO_IMBALANCE, (), tuple(warnings), reading.nvml_version, slurm=slurm_status)
+                        (), _NO_IMBALANCE, (), warnings, reading.nvml_version, slurm=slurm_status)
         # History first: the judges read windows that end with this poll.
         self.history.add(snap, records.keys())
         # (the Slurm join may rebuild the GPUs: then their rows are asked)
-        if not records and not (any(map(_CONTAINERED, gpus_built.values())) if self.slurm is None
+        if not records and not (self._containered if self.slurm is None
                                 else any(p.container is not None for g in all_gpus for p in g.processes)):
             containers: tuple[Container, ...] = ()  # build_containers' answer when it has nothing to build
         else:
@@ -298,19 +330,44 @@ class Poller:
         by_id = {c.id: c for c in containers} if containers else {}
         # A GPU none of whose rows a stale finding could apply to (most, most polls: see _judge_stale) is
         # judged as it is, without a call.
+        # The positions of the GPUs that are judged are kept with the GPUs tuple they were found in (the
+        # same tuple again: the same GPUs with the very same rows) and the threshold.
         threshold = self.settings.idle_holder_memory
-        stale_get = self._stale_candidates.get
-        judged: list[Gpu] = []
-        for g in all_gpus:
-            kept = stale_get(g.index)
-            judged.append(g if kept is not None and kept[0] is g.processes and kept[1] == threshold and not kept[2]
-                          else self._judge_stale(g, by_id, records))
-        judged_gpus = tuple(judged)
+        plan = self._stale_plan
+        judged: list[Gpu]
+        if plan[0] is all_gpus and plan[1] == threshold:
+            if plan[2]:
+                judged = list(all_gpus)
+                for i in plan[2]:
+                    judged[i] = self._judge_stale(all_gpus[i], by_id, records)
+                judged_gpus = tuple(judged)
+            else:
+                judged_gpus = all_gpus
+        else:
+            stale_get = self._stale_candidates.get
+            judged = []
+            at: list[int] = []
+            for g in all_gpus:
+                kept = stale_get(g.index)
+                if kept is not None and kept[0] is g.processes and kept[1] == threshold and not kept[2]:
+                    judged.append(g)
+                else:
+                    judged.append(self._judge_stale(g, by_id, records))
+                    if stale_get(g.index)[2]:  # type: ignore[index]  # _judge_stale keeps one
+                        at.append(len(judged) - 1)
+            judged_gpus = tuple(judged)
+            self._stale_plan = (all_gpus, threshold, tuple(at))
         self._idle.prune(self.history)
-        snap = replace(snap, gpus=judged_gpus, containers=containers, window=self.history.span)
-        imbalance = self._imbalance.update(self.history, snap)
-        alerts = self._alerts.update(self.history, snap, imbalance)  # the snapshot copied once for both
-        snap = replace(snap, imbalance=imbalance, alerts=alerts + slurm_alerts)
+        history = self.history
+        # Built positionally, in field order (see the first Snapshot above), rather than copied field by field
+        window = history.span
+        snap = Snapshot(self.host, stamp, reading.driver_version, reading.cuda_driver_version, judged_gpus, docker,
+                        containers, _NO_IMBALANCE, (), warnings, reading.nvml_version, window, slurm=slurm_status)
+        imbalance = self._imbalance.update(history, snap)
+        alerts = self._alerts.update(history, snap, imbalance)  # the snapshot built once more for both
+        snap = Snapshot(self.host, stamp, reading.driver_version, reading.cuda_driver_version, judged_gpus, docker,
+                        containers, imbalance, alerts + slurm_alerts, warnings, reading.nvml_version, window,
+                        slurm=slurm_status)
         if self.house_rules is not None:
             snap = self._judge_rules(snap, now)
         if self.gpu_filter is not None:
@@ -369,6 +426,20 @@ class Poller:
                     out = list(procs)
                 out[i] = replace(p, stale=stale)
         return replace(g, processes=tuple(out)) if out is not None else g
+
+    def _local_stamp(self, now: float) -> datetime:
+        """``now`` as an aware local time (``astimezone()``: the zone's offset and name at that moment), and
+        the zone kept for the next ``ZONE_SPAN`` seconds when it is the same at their end: the local zone
+        changes only at a transition (a DST change), and no zone has two within a minute that return to
+        the same offset and name. (A poll then builds its time without the C library's zone lookup, whose
+        code and transition tables are fetched cold every second.)"""
+        stamp = datetime.fromtimestamp(now, tz=timezone.utc).astimezone()
+        end = now + ZONE_SPAN
+        ahead = datetime.fromtimestamp(end, tz=timezone.utc).astimezone()
+        zone = stamp.tzinfo
+        if zone is not None and ahead.tzinfo == zone and ahead.tzname() == stamp.tzname():
+            self._zone = (zone, now, end)
+        return stamp
 
     def _started(self, create_time: float | None) -> datetime | None:
         if create_time is None:
@@ -443,6 +514,13 @@ class _GpuRows:
 _PID = operator.attrgetter("pid")
 _CONTAINERED = operator.attrgetter("containered")
 
+
+#: how long (s) a poll's local zone is kept once it is the same at both ends (see Poller._local_stamp)
+ZONE_SPAN = 60.0
+
+#: the warning of a poller that sees none of the GPU processes' PIDs
+_NAMESPACE_WARNING = ("gputui cannot see the GPU processes' PIDs: it runs in a container without the host's PID "
+                      "namespace; start it with --pid=host.")
 
 #: a snapshot's imbalance until the judge says (Snapshot's default)
 _NO_IMBALANCE = Imbalance()

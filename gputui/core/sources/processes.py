@@ -489,7 +489,7 @@ class HostProcessSource:
                 raise
             st.statm_fd = fd
             self._pinned += 1
-        return int(os.pread(fd, 4096, 0).split()[1]) * self._page
+        return int(os.pread(fd, 64, 0).split()[1]) * self._page  # size and resident: at most 41 bytes
 
     def _steady_due(self, kept: _Static, now: float) -> bool:
         """Whether a steady process (see _fact) still needs the full path: a CPU figure to move off 0,
@@ -649,15 +649,13 @@ class HostProcessSource:
             status = read_all(f"{self._proc}/{ppid}/status")
         except OSError:
             status = b""
-        for line in status.split(b"\n"):
-            if line.startswith(b"Name:"):
-                parts = line.split(None, 1)
-                if len(parts) > 1 and parts[1].strip().decode(errors="replace") in SUBREAPERS:
-                    reaper = True
-            elif line.startswith(b"NSpid:"):
-                parts = line.split()
-                if len(parts) > 1 and parts[-1] == b"1":
-                    reaper = True
+        text = b"\n" + status  # every line behind a newline: its two lines found, not every line split
+        if (at := text.find(b"\nName:")) >= 0:
+            parts = text[at + 1:].split(b"\n", 1)[0].split(None, 1)
+            reaper = len(parts) > 1 and parts[1].strip().decode(errors="replace") in SUBREAPERS
+        if (at := text.find(b"\nNSpid:")) >= 0:
+            parts = text[at + 1:].split(b"\n", 1)[0].split()
+            reaper = reaper or (len(parts) > 1 and parts[-1] == b"1")
         parents[ppid] = reaper
         return reaper
 
