@@ -148,6 +148,9 @@ class Poller:
         #: GPU index -> the judged GPU's processes tuple, the idle threshold, and the positions of the
         #: processes a stale finding could apply to (see _judge_stale)
         self._stale_candidates: dict[int, tuple[tuple[Process, ...], int, tuple[int, ...]]] = {}
+        #: GPU index -> the GPU judged last, the findings found for it (by row position), and the judged GPU
+        #: built from them: the same GPU with the same findings is that very object again (see _judge_stale)
+        self._stale_out: dict[int, tuple[Gpu, tuple[tuple[int, tuple[Finding, ...]], ...], Gpu]] = {}
         #: the container inventory of the last poll and its records by id: while the watcher hands out
         #: the same inventory, a process's container (``attribute``) cannot have changed
         self._inventory: ContainerInventory | None = None
@@ -169,6 +172,8 @@ class Poller:
         #: the GPUs tuple of the last stale judging, the threshold, and the positions of the GPUs that were
         #: judged (the others' rows no stale finding could apply to)
         self._stale_plan: tuple[tuple[Gpu, ...] | None, int, tuple[int, ...]] = (None, 0, ())
+        #: the judged GPUs of the last poll (handed out again while every one of them is the same object)
+        self._stale_judged: tuple[Gpu, ...] = ()
         #: the local zone (as astimezone() gives it) and the span of POSIX times it holds for (see _local_stamp)
         self._zone: tuple[tzinfo | None, float, float] = (None, 0.0, 0.0)
 
@@ -340,7 +345,10 @@ class Poller:
                 judged = list(all_gpus)
                 for i in plan[2]:
                     judged[i] = self._judge_stale(all_gpus[i], by_id, records)
-                judged_gpus = tuple(judged)
+                before = self._stale_judged
+                # the very GPUs judged last poll (the same findings): the last poll's tuple
+                judged_gpus = before if len(before) == len(judged) and all(
+                    a is b for a, b in zip(before, judged, strict=True)) else tuple(judged)
             else:
                 judged_gpus = all_gpus
         else:
@@ -357,6 +365,7 @@ class Poller:
                         at.append(len(judged) - 1)
             judged_gpus = tuple(judged)
             self._stale_plan = (all_gpus, threshold, tuple(at))
+        self._stale_judged = judged_gpus
         self._idle.prune(self.history)
         history = self.history
         # Built positionally, in field order (see the first Snapshot above), rather than copied field by field
@@ -417,15 +426,21 @@ class Poller:
             self._stale_candidates[g.index] = (procs, threshold, candidates)
         if not candidates:
             return g
-        out: list[Process] | None = None
-        for i in candidates:
-            p = procs[i]
-            stale = judge_stale(p, self.history, self.settings, by_id, records, self._idle)
-            if stale:
-                if out is None:
-                    out = list(procs)
-                out[i] = replace(p, stale=stale)
-        return replace(g, processes=tuple(out)) if out is not None else g
+        found = tuple([(i, stale) for i in candidates
+                       if (stale := judge_stale(procs[i], self.history, self.settings, by_id, records, self._idle))])
+        if not found:
+            return g
+        last = self._stale_out.get(g.index)
+        if last is not None and last[0] is g and last[1] == found:
+            # an idle holder stays one poll after another: its row, and the GPU, are the last poll's objects
+            # (what keeps its answers by identity downstream — history, judges, screens — keeps them)
+            return last[2]
+        out = list(procs)
+        for i, stale in found:
+            out[i] = replace(procs[i], stale=stale)
+        judged = replace(g, processes=tuple(out))
+        self._stale_out[g.index] = (g, found, judged)
+        return judged
 
     def _local_stamp(self, now: float) -> datetime:
         """``now`` as an aware local time (``astimezone()``: the zone's offset and name at that moment), and

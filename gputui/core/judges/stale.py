@@ -83,7 +83,17 @@ def idle_finding(p: Process, history: History, settings: Settings,
     cutoff = now - settings.idle_window
     # a ring that starts inside the window (every process watched for less than idle_window): the
     # window starts at its first sample, which is what the search would find
-    first = 0 if samples[0].t >= cutoff else bisect_left(samples, cutoff, key=_time)
+    first = 0 if samples[0].t >= cutoff else -1
+    if first < 0 and tracker is not None and history.ordered:
+        # the window's first sample at the place it was last poll (a full ring shifts by one sample as the
+        # window does): taken where it still is the first at or after the cutoff, which is bisect's answer
+        at = tracker.firsts.get(key, 0)
+        if 0 < at < len(samples) and samples[at].t >= cutoff and samples[at - 1].t < cutoff:
+            first = at
+    if first < 0:
+        first = bisect_left(samples, cutoff, key=_time)
+    if tracker is not None:
+        tracker.firsts[key] = first
     observed = now - samples[first].t
     # One sampling step of slack: the window's edge falls between two polls.
     if first > 0:
@@ -168,6 +178,9 @@ class IdleTracker:
     def __init__(self) -> None:
         self._runs: dict[ProcessKey, _IdleRun] = {}
         self._params: tuple[int, float, float] | None = None
+        #: per process identity, the index of its window's first sample at the last judging (idle_finding
+        #: takes it again where it is still the first sample at or after the window's start)
+        self.firsts: dict[ProcessKey, int] = {}
 
     def window(self, key: ProcessKey, samples: Sequence[ProcessSample], first: int, history: History,
                settings: Settings) -> tuple[bool, float | None] | None:
@@ -195,6 +208,9 @@ class IdleTracker:
         if self._runs:
             for key in [k for k in self._runs if not history.process_ring(k)]:
                 del self._runs[key]
+        if self.firsts:
+            for key in [k for k in self.firsts if not history.process_ring(k)]:
+                del self.firsts[key]
 
     def _update(self, key: ProcessKey, samples: Sequence[ProcessSample], history: History,
                 settings: Settings) -> _IdleRun | None:
