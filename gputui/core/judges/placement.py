@@ -156,61 +156,18 @@ class _RunningWindow:
         return True
 
     def step_load(self, ring: Sequence[GpuSample], window: float, g: Gpu) -> GpuLoad | None:
-        """:meth:`step` then :meth:`uniform_load`, in one frame where the newest sample is not lost and no
-        figure has gaps (every poll, most GPUs): :meth:`take` and :func:`_load` written out here. None
-        where :meth:`step` is False."""
+        """:meth:`step` then :meth:`uniform_load`, where the newest sample is not lost and no figure has gaps
+        (every poll, most GPUs) with :func:`_load` written out here over the kept sums. None where
+        :meth:`step` is False."""
         s, last = ring[-1], self.last
         if last is not s:
             if last is None or len(ring) < 2 or ring[-2] is not last or s.t <= last.t or s.lost:
                 if not self.step(ring, window):
                     return None
                 return self.uniform_load(g)
-            # take(s), for a sample that is not lost
-            seq = self.seq = self.seq + 1
-            self.last = s
-            at = self.at
-            at.append((seq, s.t))
-            u = s.utilization
-            if u is None:
-                self.util.append(None)
-                self.gaps += 1
-                self.su = 0
-            else:
-                value = float(u)
-                util = self.util
-                self.su = self.su + 1 if util and util[-1] == value else 1
-                util.append(value)
-                if self.util_sum is not None:
-                    self.util_sum = self.util_sum + value if value.is_integer() and abs(value) < 2**40 else None
-            used, total = s.memory_used, s.memory_total
-            mem: float | None = None
-            free: int | None = None
-            if used is not None and total is not None:
-                if total:
-                    mem = 100.0 * used / total
-                free = max(0, total - used)
-            if mem is None:
-                self.gaps += 1
-                self.sm = 0
-            else:
-                self.sm = self.sm + 1 if self.mem and self.mem[-1] == mem else 1
-                if self.mem_sum is not None:
-                    self.mem_sum = self.mem_sum + mem
-            self.mem.append(mem)
-            if free is None:
-                self.gaps += 1
-                self.sf = 0
-            else:
-                self.sf = self.sf + 1 if self.free and self.free[-1] == free else 1
-                low = self.free_low
-                while low and low[-1][1] >= free:
-                    low.pop()
-                low.append((seq, free))
-            self.free.append(free)
-            # expire(): the ring holds the newest len(ring) samples, every one taken in since the rebuild was one
-            cutoff, oldest = s.t - window, seq - len(ring) + 1
-            if not (at[0][1] >= cutoff and at[0][0] >= oldest):
-                self.expire(cutoff, oldest)
+            self.take(s)
+            # the ring holds the newest len(ring) samples, and every one taken in since the rebuild was one
+            self.expire(s.t - window, self.seq - len(ring) + 1)
         util = self.util
         n = len(util)
         if not n or g.lost or self.gaps:
