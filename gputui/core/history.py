@@ -69,9 +69,8 @@ class History:
         #: whether some add() took in one identity twice on one GPU (two rows: two samples in one poll)
         self._doubled = False
         #: see shorter_than(): twice the span of the poll times recorded while every sample held is one of
-        #: them, one per poll, in time order, and no ring can be full; else infinity. Set by add(), so the
-        #: stale judge reads it per process without a call
-        self.reach = 0.0
+        #: them, one per poll, in time order, and no ring can be full; else infinity (set by add())
+        self._reach = 0.0
         #: values the judges derive from the history as it stands (see ``memo``); a new dict each add()
         self._memo: dict[Hashable, object] = {}
         #: state the judges keep in step with the history from poll to poll (see ``kept``)
@@ -207,7 +206,7 @@ class History:
             self._peaks.pop(cid, None)
         times = self._times
         n = len(times)
-        self.reach = (2 * (times[-1] - times[0] if n > 1 else 0.0)
+        self._reach = (2 * (times[-1] - times[0] if n > 1 else 0.0)
                       if n < self.capacity and not self._doubled and self.ordered else math.inf)
 
     # -- reading -----------------------------------------------------------
@@ -252,7 +251,7 @@ class History:
         times are in time order (:attr:`ordered`) and span less than half ``seconds``, any two samples'
         times differ by less than that, and while fewer polls than ``capacity`` are recorded no ring is
         full."""
-        return self.reach < seconds
+        return self._reach < seconds
 
     @property
     def memo(self) -> dict[Hashable, object]:

@@ -41,19 +41,24 @@ def _known(loads: dict[int, GpuLoad], attr: str) -> list[GpuLoad]:
     return known
 
 
-def _condition(kind: str, known: list[GpuLoad], attr: str, high: float, low: float,
-               spread: float | None, nominal_low: float) -> Condition | None:
-    if len(known) < 2:
-        return None
-    # the busiest (the lowest index among equals) and the idlest (likewise): ``known`` is in index order
+def _extremes(known: list[GpuLoad], values: list[float]) -> tuple[GpuLoad, float, GpuLoad, float]:
+    """The busiest GPU and its value, then the idlest and its: the lowest index among equals (``known`` is
+    in index order, ``values`` its figures in the same order)."""
     hot = cold = known[0]
-    hv = cv = getattr(hot, attr)
-    for g in known:
-        v = getattr(g, attr)
+    hv = cv = values[0]
+    for g, v in zip(known, values, strict=True):
         if v > hv:
             hot, hv = g, v
         elif v < cv:
             cold, cv = g, v
+    return hot, hv, cold, cv
+
+
+def _condition(kind: str, known: list[GpuLoad], attr: str, high: float, low: float,
+               spread: float | None, nominal_low: float) -> Condition | None:
+    if len(known) < 2:
+        return None
+    hot, hv, cold, cv = _extremes(known, [getattr(g, attr) for g in known])
     if not ((hv >= high and cv <= low) or (spread is not None and hv - cv > spread)):
         return None
     others = [g for g in known if g is not hot]
@@ -89,15 +94,8 @@ def strict_and_relaxed(loads: dict[int, GpuLoad], settings: Settings) -> tuple[C
             found += (None, None)
             continue
         values: list[float] = [g.util if kind == "utilization" else g.memory for g in known]  # type: ignore[misc]
-        # the busiest (the lowest index among equals) and the idlest (likewise): ``known`` is in index order
-        hot = cold = known[0]
-        hv = cv = values[0]
-        for g, v in zip(known, values, strict=True):
-            if v > hv:
-                hot, hv = g, v
-            elif v < cv:
-                cold, cv = g, v
-        strict = (hv >= high - 0.0 and cv <= low + 0.0) or (spread is not None and hv - cv > spread - 0.0)
+        hot, hv, cold, cv = _extremes(known, values)
+        strict = (hv >= high and cv <= low) or (spread is not None and hv - cv > spread)
         relaxed = ((hv >= high - margin and cv <= low + margin)
                    or (spread is not None and hv - cv > spread - margin))
         if not (strict or relaxed):

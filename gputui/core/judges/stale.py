@@ -363,7 +363,7 @@ def judge_stale(process: Process, history: History, settings: Settings,
         sm, cpu = process.sm_utilization, process.cpu_percent
         if (sm is not None and sm > 0) or (cpu is not None and cpu > settings.idle_cpu):
             return ()
-        if history.reach < settings.idle_window:  # history.shorter_than(): idle_finding's answer, none covered yet
+        if history.shorter_than(settings.idle_window):  # idle_finding's answer: no ring covers the window yet
             return ()
         idle_holder = idle_finding(process, history, settings, idle)
         return () if idle_holder is None else (idle_holder,)

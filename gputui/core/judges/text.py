@@ -25,19 +25,9 @@ def duration(seconds: float) -> str:
     return f"{h} h {m} min" if m else f"{h} h"
 
 
-#: the last observation over() worded, and its words (a poll's imbalance banner and alert ask for the same)
-_over_last: tuple[float, str] = (0.0, "in one sample")
-
-
 def over(observed: float) -> str:
     """The observation: "over 60 s", or "in one sample" when there is only one."""
-    global _over_last
-    last = _over_last
-    if last[0] == observed:  # (the words depend on the value alone)
-        return last[1]
-    words = f"over {duration(observed)}" if observed > 0 else "in one sample"
-    _over_last = (observed, words)
-    return words
+    return f"over {duration(observed)}" if observed > 0 else "in one sample"
 
 
 def index_ranges(indices: Iterable[int]) -> str:
