@@ -77,6 +77,8 @@ class History:
         self._kept: dict[Hashable, object] = {}
         #: the same per process identity, forgotten with the process (see ``process_kept``)
         self._proc_kept: dict[ProcessKey, dict[str, object]] = {}
+        #: process identities forgotten so far (see ``departures``)
+        self._departures = 0
         #: GPU index -> the processes tuple the last add() took from that GPU, and what it found for it:
         #: per process its ring, and the sample it took in (its figures), the identities, the GPU memory
         #: per container, and the identities in row order. While a GPU hands in the very same tuple (the
@@ -189,6 +191,7 @@ class History:
             if len(seen) != len(procs):  # every key seen is in procs: equal sizes mean nobody left
                 for key in [k for k in procs if k not in seen]:
                     del procs[key]
+                    self._departures += 1
                     self._first_seen.pop(key, None)
                     self._proc_kept.pop(key, None)
             # Every ring a kept entry of this add names was seen; a GPU absent from it keeps none.
@@ -243,6 +246,12 @@ class History:
         """True when every sample still held was recorded after the one before it in time: no
         clock step back within the last ``capacity`` polls, so each ring is in strict time order."""
         return self._disorder_at is None or self._adds - self._disorder_at > self.capacity
+
+    @property
+    def departures(self) -> int:
+        """How many process identities the history has forgotten since it began: one who keeps state per
+        identity beside it need look for identities gone only when this moved."""
+        return self._departures
 
     def shorter_than(self, seconds: float) -> bool:
         """True when no process ring can yet cover a window of ``seconds`` with one sampling step of

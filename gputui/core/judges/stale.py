@@ -66,8 +66,8 @@ def idle_finding(p: Process, history: History, settings: Settings,
 
     With a ``tracker`` fed by the same history poll after poll (the poller's), the window is not
     walked again each poll: the tracker knows how many of the newest samples in a row are idle."""
-    threshold = settings.idle_holder_memory
-    if p.gpu_memory is None or p.gpu_memory < threshold:
+    memory = p.gpu_memory
+    if memory is None or memory < settings.idle_holder_memory:
         return None
     # Cheap exits on the newest reading before any window is read (this runs for every process, every poll).
     if (p.sm_utilization is not None and p.sm_utilization > 0) or (
@@ -79,39 +79,51 @@ def idle_finding(p: Process, history: History, settings: Settings,
     samples = history.process_ring(key)
     if not samples:
         return None
-    now = samples[-1].t
-    cutoff = now - settings.idle_window
-    # a ring that starts inside the window (every process watched for less than idle_window): the
-    # window starts at its first sample, which is what the search would find
-    first = 0 if samples[0].t >= cutoff else -1
-    if first < 0 and tracker is not None and history.ordered:
-        # the window's first sample at the place it was last poll (a full ring shifts by one sample as the
-        # window does): taken where it still is the first at or after the cutoff, which is bisect's answer
-        at = tracker.firsts.get(key, 0)
-        if 0 < at < len(samples) and samples[at].t >= cutoff and samples[at - 1].t < cutoff:
-            first = at
-    if first < 0:
-        first = bisect_left(samples, cutoff, key=_time)
     if tracker is not None:
-        tracker.firsts[key] = first
-    observed = now - samples[first].t
-    # One sampling step of slack: the window's edge falls between two polls.
+        if history.ordered:
+            return tracker.finding(key, samples, memory, history, settings)
+        tracker.forget()  # its runs cannot vouch for samples out of time order
+    first = _first(samples, settings.idle_window, 0)
+    observed = _covered(samples, first, history, settings)
+    if observed is None:
+        return None
+    idle, peak_cpu = _walk(tuple(samples), first, p.gpu_index, history, settings)
+    if not idle or peak_cpu is None:
+        return None  # a busy sample in the window, or never saw its CPU: cannot vouch that it is idle
+    return Finding("idle-holder", _sentence(memory, observed, peak_cpu))
+
+
+def _first(samples: Sequence[ProcessSample], window: float, hint: int) -> int:
+    """The index of the window's first sample: the first at or after ``window`` seconds before the newest.
+
+    A ring that starts inside the window (a process watched for less than the window) starts it at its
+    first sample, which is what the search finds. ``hint``: where it was last poll (a full ring shifts
+    by one sample as the window does), taken where it is still the first at or after the cutoff."""
+    cutoff = samples[-1].t - window
+    if samples[0].t >= cutoff:
+        return 0
+    if 0 < hint < len(samples) and samples[hint].t >= cutoff and samples[hint - 1].t < cutoff:
+        return hint
+    return bisect_left(samples, cutoff, key=_time)
+
+
+def _covered(samples: Sequence[ProcessSample], first: int, history: History, settings: Settings) -> float | None:
+    """The span observed from the window's ``first`` sample to the newest, when it covers ``idle_window``
+    within one sampling step (the window's edge falls between two polls) or the ring is full; else None."""
+    observed = samples[-1].t - samples[first].t
     if first > 0:
         step = samples[first].t - samples[first - 1].t
     else:
         step = samples[-1].t - samples[-2].t if len(samples) > 1 else 0.0
-    covered = observed + step >= settings.idle_window or len(samples) >= history.capacity
-    if not covered:
-        return None
-    verdict = tracker.window(key, samples, first, history, settings) if tracker is not None else None
-    if verdict is None:
-        verdict = _walk(tuple(samples), first, p.gpu_index, history, settings)
-    idle, peak_cpu = verdict
-    if not idle or peak_cpu is None:
-        return None  # a busy sample in the window, or never saw its CPU: cannot vouch that it is idle
+    if observed + step >= settings.idle_window or len(samples) >= history.capacity:
+        return observed
+    return None
+
+
+def _sentence(memory: int, observed: float, peak_cpu: float) -> str:
     cpu_text = "0% CPU" if peak_cpu == 0 else f"at most {peak_cpu:.1f}% CPU"
-    return Finding("idle-holder", f"Holds {gib(p.gpu_memory)} of GPU memory with 0% SM and {cpu_text} "
-                                  f"throughout the {duration(observed)} observed.")
+    return (f"Holds {gib(memory)} of GPU memory with 0% SM and {cpu_text} throughout the "
+            f"{duration(observed)} observed.")
 
 
 def _idle_sample(s: ProcessSample, settings: Settings, gpu_util: int | None) -> bool:
@@ -147,9 +159,10 @@ def _walk(samples: Sequence[ProcessSample], first: int, gpu_index: int, history:
 
 
 class _IdleRun:
-    """The newest samples in a row of one process that are idle (see :func:`_idle_sample`)."""
+    """One process identity as the tracker keeps it: the newest samples in a row that are idle (see
+    :func:`_idle_sample`), where its window started last poll, and its last finding."""
 
-    __slots__ = ("last", "length", "seq", "peaks")
+    __slots__ = ("last", "length", "seq", "peaks", "first", "said")
 
     def __init__(self, last: ProcessSample, length: int, seq: int, peaks: deque[tuple[int, float]]) -> None:
         #: the newest sample taken into account
@@ -161,6 +174,11 @@ class _IdleRun:
         #: (number, CPU %) of the run's samples with a CPU figure, CPU strictly decreasing: the first
         #: one at or after a window's first number is the most CPU in that window
         self.peaks = peaks
+        #: the index of the window's first sample in the ring at the last judging (see :func:`_first`)
+        self.first = 0
+        #: the last idle-holder finding, with the figures it was worded from (memory held, span
+        #: observed, most CPU): found again with the same figures, it is the same object
+        self.said: tuple[int, float, float, Finding] | None = None
 
 
 class IdleTracker:
@@ -171,55 +189,99 @@ class IdleTracker:
     the CPU peaks of that run; a poll then costs a step per process instead of a walk over the whole
     ``idle_window`` (600 samples at 1 s polls) for each process idling with memory held. Where it
     cannot vouch for the samples — a history not fed poll after poll, a wall clock that stepped
-    back, samples that do not line up with their GPU's — :meth:`window` answers None and the window
-    is walked as before, so the findings are the same either way.
+    back, samples that do not line up with their GPU's — the window is walked as before, so the
+    findings are the same either way. An idle holder found again with the same figures is the same
+    ``Finding`` object (the poller then sees its GPU unchanged by identity).
     """
 
     def __init__(self) -> None:
         self._runs: dict[ProcessKey, _IdleRun] = {}
         self._params: tuple[int, float, float] | None = None
-        #: per process identity, the index of its window's first sample at the last judging (idle_finding
-        #: takes it again where it is still the first sample at or after the window's start)
-        self.firsts: dict[ProcessKey, int] = {}
+        #: the settings object whose parameters are ``_params`` (settings are immutable records)
+        self._settings: Settings | None = None
+        #: the history's count of forgotten identities at the last prune (see :meth:`prune`)
+        self._departures = -1
 
-    def window(self, key: ProcessKey, samples: Sequence[ProcessSample], first: int, history: History,
-               settings: Settings) -> tuple[bool, float | None] | None:
-        """(every sample from index ``first`` on is idle, the most CPU among them), or None."""
-        params = (settings.idle_holder_memory, settings.idle_cpu, settings.idle_window)
-        if params != self._params or not history.ordered:
-            self._runs.clear()
-            self._params = params
-            if not history.ordered:
-                return None
-        run = self._update(key, samples, history, settings)
-        if run is None:
+    def forget(self) -> None:
+        self._runs.clear()
+
+    def finding(self, key: ProcessKey, samples: Sequence[ProcessSample], memory: int, history: History,
+                settings: Settings) -> Finding | None:
+        """:func:`idle_finding`'s answer for one identity past its cheap exits, in a history in time order."""
+        if settings is not self._settings:
+            params = (settings.idle_holder_memory, settings.idle_cpu, settings.idle_window)
+            if params != self._params:
+                self._runs.clear()
+                self._params = params
+            self._settings = settings
+        run = self._runs.get(key)
+        first = _first(samples, settings.idle_window, 0 if run is None else run.first)
+        if run is not None:
+            run.first = first
+        observed = _covered(samples, first, history, settings)
+        if observed is None:
             return None
+        run = self._step(key, run, samples, history, settings)
+        if run is None:  # samples that do not line up with their GPU's: walked
+            idle, peak_cpu = _walk(tuple(samples), first, key[0], history, settings)
+            if not idle or peak_cpu is None:
+                return None
+            return Finding("idle-holder", _sentence(memory, observed, peak_cpu))
+        run.first = first
         need = len(samples) - first
         if run.length < need:
-            return False, None
+            return None  # a busy sample in the window
         since = run.seq - need + 1
         peaks = run.peaks
         while peaks and peaks[0][0] < since:  # windows only move forward: what left them is done with
             peaks.popleft()
-        return True, peaks[0][1] if peaks else None
+        if not peaks:
+            return None  # never saw its CPU: cannot vouch that it is idle
+        peak_cpu = peaks[0][1]
+        said = run.said
+        if said is not None and said[0] == memory and said[1] == observed and said[2] == peak_cpu:
+            return said[3]
+        message = _sentence(memory, observed, peak_cpu)
+        # figures that changed within their wording (a span a rounding apart) keep the same finding
+        finding = said[3] if said is not None and said[3].message == message else Finding("idle-holder", message)
+        run.said = (memory, observed, peak_cpu, finding)
+        return finding
 
     def prune(self, history: History) -> None:
-        """Forget the processes the history no longer holds."""
-        if self._runs:
-            for key in [k for k in self._runs if not history.process_ring(k)]:
-                del self._runs[key]
-        if self.firsts:
-            for key in [k for k in self.firsts if not history.process_ring(k)]:
-                del self.firsts[key]
+        """Forget the processes the history no longer holds (looked for only when it forgot some)."""
+        if history.departures == self._departures:
+            return
+        self._departures = history.departures
+        for key in [k for k in self._runs if not history.process_ring(k)]:
+            del self._runs[key]
 
-    def _update(self, key: ProcessKey, samples: Sequence[ProcessSample], history: History,
-                settings: Settings) -> _IdleRun | None:
-        run = self._runs.get(key)
+    def _step(self, key: ProcessKey, run: _IdleRun | None, samples: Sequence[ProcessSample], history: History,
+              settings: Settings) -> _IdleRun | None:
+        """The identity's run brought up to the ring's newest sample: one step when the ring gained one
+        sample since, else counted back from the newest; None where the samples do not line up."""
         newest = samples[-1]
-        if run is not None and run.last is newest:
-            return run
+        n = len(samples)
+        if run is not None:
+            if run.last is newest:
+                return run
+            if n >= 2 and samples[-2] is run.last and newest.sm_utilization is not None:
+                # one new sample after the run's last, with its own SM figure (no GPU sample needed)
+                run.seq += 1
+                run.last = newest
+                if _idle_sample(newest, settings, None):
+                    run.length += 1
+                    cpu = newest.cpu_percent
+                    if cpu is not None:
+                        peaks = run.peaks
+                        while peaks and peaks[-1][1] <= cpu:
+                            peaks.pop()
+                        peaks.append((run.seq, cpu))
+                else:
+                    run.length = 0
+                    run.peaks.clear()
+                return run
         gpus = history.gpu_ring(key[0])
-        offset = len(gpus) - len(samples)  # the GPU's sample of the same poll as samples[i] is gpus[offset + i]
+        offset = len(gpus) - n  # the GPU's sample of the same poll as samples[i] is gpus[offset + i]
         if offset < 0:
             self._runs.pop(key, None)
             return None
@@ -237,7 +299,7 @@ class IdleTracker:
                 gpu_sm = g.utilization
             return _idle_sample(s, settings, gpu_sm)
 
-        n = len(samples)
+        said = run.said if run is not None else None
         if run is not None and n >= 2 and samples[-2] is run.last:
             run.seq += 1
             run.last = newest
@@ -255,6 +317,7 @@ class IdleTracker:
             while start > 0 and idle(start - 1):
                 start -= 1
             run = _IdleRun(newest, n - start, n - 1, deque())
+            run.said = said
             for i in range(start, n):
                 cpu = samples[i].cpu_percent
                 if cpu is not None:
