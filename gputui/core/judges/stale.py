@@ -100,10 +100,12 @@ def _first(samples: Sequence[ProcessSample], window: float, hint: int) -> int:
     first sample, which is what the search finds. ``hint``: where it was last poll (a full ring shifts
     by one sample as the window does), taken where it is still the first at or after the cutoff."""
     cutoff = samples[-1].t - window
-    if samples[0].t >= cutoff:
-        return 0
+    # the hint first: a ring in time order whose hint holds does not start inside the window, and the
+    # ring's oldest sample (cold memory, long unread) is not read
     if 0 < hint < len(samples) and samples[hint].t >= cutoff and samples[hint - 1].t < cutoff:
         return hint
+    if samples[0].t >= cutoff:
+        return 0
     return bisect_left(samples, cutoff, key=_time)
 
 
