@@ -10,7 +10,8 @@ import pytest
 from gputui.core.config import Settings
 from gputui.core.history import History
 from gputui.core.judges.alerts import AlertJudge
-from gputui.core.judges.imbalance import conditions, trusted_loads
+from gputui.core.judges.conditions import strict_and_relaxed
+from gputui.core.judges.imbalance import trusted_loads
 from gputui.core.judges.placement import GpuLoad, gpu_loads
 from gputui.core.model import Gpu, GpuReading, ProcessFacts, RawProcess
 from gputui.core.poller import Poller
@@ -279,36 +280,39 @@ def _loads(*figures: tuple[float, float]) -> dict:
             for i, (u, m) in enumerate(figures)}
 
 
-def test_imbalance_conditions_kept_while_the_loads_hold_follow_each_threshold_the_margin_and_the_loads():
-    """The conditions are kept from poll to poll while the loads are equal: each threshold, the margin
-    and the loads, changed alone, must each be judged afresh."""
-    h = History()
+def conditions(loads: dict, settings: Settings, relax: float = 0.0) -> tuple:
+    """(utilization, memory) conditions of ``loads``, ``relax`` points more lenient than ``settings``."""
+    stricts, relaxeds = strict_and_relaxed(loads, replace(settings, imbalance_margin=relax))
+    return relaxeds if relax else stricts
+
+
+def test_imbalance_conditions_follow_each_threshold_the_margin_and_the_loads():
+    """Each threshold, the margin and the loads, changed alone, change the conditions judged."""
     s = replace(Settings(), util_spread=80)  # high/low alone decide utilization here
     hot = _loads((85, 95), (15, 10))
-    assert all(conditions(h, hot, s))
-    assert conditions(h, hot, replace(s, util_high=90))[0] is None
-    assert conditions(h, hot, replace(s, util_low=10))[0] is None
-    assert conditions(h, hot, replace(s, memory_high=96))[1] is None
-    assert conditions(h, hot, replace(s, memory_low=5))[1] is None
+    assert all(conditions(hot, s))
+    assert conditions(hot, replace(s, util_high=90))[0] is None
+    assert conditions(hot, replace(s, util_low=10))[0] is None
+    assert conditions(hot, replace(s, memory_high=96))[1] is None
+    assert conditions(hot, replace(s, memory_low=5))[1] is None
     spread = _loads((70, 10), (5, 10))
-    assert conditions(h, spread, s)[0] is None
-    assert conditions(h, spread, replace(s, util_spread=60))[0] is not None
+    assert conditions(spread, s)[0] is None
+    assert conditions(spread, replace(s, util_spread=60))[0] is not None
     near = _loads((75, 10), (25, 10))
-    assert conditions(h, near, s)[0] is None
-    assert conditions(h, near, s, 10.0)[0] is not None
-    assert conditions(h, _loads((75, 10), (15, 10)), s)[0] is None  # another load, the same thresholds
-    assert conditions(h, _loads((85, 10), (15, 10)), s)[0] is not None
-    assert conditions(h, _loads((85, 50), (15, 10)), s)[1] is None
-    assert conditions(h, _loads((85, 95), (15, 10)), s)[1] is not None
+    assert conditions(near, s)[0] is None
+    assert conditions(near, s, 10.0)[0] is not None
+    assert conditions(_loads((75, 10), (15, 10)), s)[0] is None  # another load, the same thresholds
+    assert conditions(_loads((85, 10), (15, 10)), s)[0] is not None
+    assert conditions(_loads((85, 50), (15, 10)), s)[1] is None
+    assert conditions(_loads((85, 95), (15, 10)), s)[1] is not None
     lost = _loads((85, 95), (15, 10))
     lost[1] = replace(lost[1], lost=True)  # the only other GPU is lost: nothing to compare with
-    assert conditions(h, lost, s) == (None, None)
-    assert conditions(h, _loads((85, 95), (15, 10)), s)[0].coldest == 1
+    assert conditions(lost, s) == (None, None)
+    assert conditions(_loads((85, 95), (15, 10)), s)[0].coldest == 1
     moved = _loads((85, 95), (15, 10))
     moved[1] = replace(moved[1], index=7)  # the same figures on another GPU: the condition names it
-    assert conditions(h, moved, s)[0].coldest == 7
-    # one more sample in every window, the same figures: the conditions kept
-    assert conditions(h, {i: replace(g, samples=2) for i, g in moved.items()}, s)[0].coldest == 7
+    assert conditions(moved, s)[0].coldest == 7
+    assert conditions({i: replace(g, samples=2) for i, g in moved.items()}, s)[0].coldest == 7
 
 
 def test_the_pids_asked_about_follow_a_new_process_tuple_from_the_source():

@@ -71,36 +71,6 @@ from gputui.core.record import record
 KINDS = ("utilization", "memory")
 
 
-def conditions(history: History, loads: dict[int, GpuLoad], settings: Settings,
-               relax: float = 0.0) -> tuple[Condition | None, Condition | None]:
-    """(utilization, memory) conditions of ``loads`` with thresholds ``relax`` points more lenient, kept
-    in the history from poll to poll while every GPU's figures a condition reads (its index, lost flag,
-    utilization and memory) and the thresholds are the same: not the samples counted, which grow while
-    the window fills."""
-    items = _items(history, loads)
-    key = ("imbalance.conditions", relax, settings.util_high, settings.util_low, settings.util_spread,
-           settings.memory_high, settings.memory_low)
-    kept = history.kept.get(key)
-    if isinstance(kept, tuple) and kept[0] == items:
-        found: tuple[Condition | None, Condition | None] = kept[1]
-        return found
-    found = (utilization_condition(loads, settings, relax), memory_condition(loads, settings, relax))
-    history.kept[key] = (items, found)
-    return found
-
-
-def _items(history: History, loads: dict[int, GpuLoad]) -> tuple[tuple[int, bool, float | None, float | None], ...]:
-    """What the conditions read of each load (index, lost, utilization, memory), made once per loads dict
-    (the judge asks for the strict and the relaxed conditions of one dict)."""
-    last = history.memo.get("imbalance.items")
-    if isinstance(last, tuple) and last[0] is loads:
-        items: tuple[tuple[int, bool, float | None, float | None], ...] = last[1]
-        return items
-    items = tuple([(g.index, g.lost, g.util, g.memory) for g in loads.values()])
-    history.memo["imbalance.items"] = (loads, items)
-    return items
-
-
 # -- wording --------------------------------------------------------------------------------
 
 
