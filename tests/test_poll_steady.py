@@ -73,14 +73,18 @@ def test_new_nvml_figures_with_the_same_facts_show_at_the_next_poll():
     assert row[102].sm_utilization == 0
 
 
-def test_a_process_that_turns_zombie_under_an_unchanged_nvml_list_is_judged_stale_at_once():
-    src = _Still()
-    poller = _poller(src)
+def zombie_judged_at_once(src, poller) -> None:
+    """Three quiet polls of ``src`` (PIDs 101 and 102, ``facts_by_pid``), then 101 turns zombie: stale that poll."""
     for _ in range(3):
         assert all(not p.stale for p in poller.poll().gpus[0].processes)
     src.facts_by_pid[101] = replace(src.facts_by_pid[101], status="zombie")
     stale = {p.pid: [f.kind for f in p.stale] for p in poller.poll().gpus[0].processes}
     assert stale == {101: ["zombie"], 102: []}
+
+
+def test_a_process_that_turns_zombie_under_an_unchanged_nvml_list_is_judged_stale_at_once():
+    src = _Still()
+    zombie_judged_at_once(src, _poller(src))
 
 
 def test_a_gpu_whose_reading_changes_with_the_same_processes_shows_the_new_reading_and_the_rows():

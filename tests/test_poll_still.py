@@ -20,6 +20,8 @@ from gputui.core.model import ContainerInventory, ContainerRecord, Gpu, GpuReadi
 from gputui.core.poller import Poller
 from gputui.core.record import replace
 from tests.fixtures.synthetic import GIB, T0, cid
+from tests.test_poll_rows import _Inventories
+from tests.test_poll_steady import zombie_judged_at_once
 
 
 class _StillReading:
@@ -45,22 +47,6 @@ class _StillReading:
         return {pid: self.facts_by_pid[pid] for pid in pids}
 
     def close(self) -> None:
-        pass
-
-
-class _Inventories:
-    """Stands in for the container watcher: the inventory the test sets, the same object until then."""
-
-    def __init__(self, inventory: ContainerInventory) -> None:
-        self.inventory = inventory
-
-    def set_gpus(self, uuids, minors) -> None:
-        pass
-
-    def latest(self, wait: float = 0.0) -> ContainerInventory:
-        return self.inventory
-
-    def stop(self) -> None:
         pass
 
 
@@ -111,12 +97,7 @@ def test_a_container_that_appears_in_the_inventory_is_attributed_under_the_very_
 
 def test_a_process_that_turns_zombie_under_the_very_same_reading_is_judged_stale_at_once():
     src = _StillReading()
-    poller = _poller(src)
-    for _ in range(3):
-        assert all(not p.stale for p in poller.poll().gpus[0].processes)
-    src.facts_by_pid[101] = replace(src.facts_by_pid[101], status="zombie")
-    stale = {p.pid: [f.kind for f in p.stale] for p in poller.poll().gpus[0].processes}
-    assert stale == {101: ["zombie"], 102: []}
+    zombie_judged_at_once(src, _poller(src))
 
 
 def test_an_idle_holder_threshold_lowered_between_still_polls_is_judged_at_once():

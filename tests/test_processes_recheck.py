@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
 
 from gputui.core.sources.processes import ORPHAN_RECHECK, RSS_REFRESH, HostProcessSource
+from tests.test_processes_steady import _Clock, _until
 
 #: a parent named like a known subreaper (its comm set with prctl), in a session of its own, that starts a
 #: process-group leader and a process in that group, and kills and reaps the leader when told
@@ -29,22 +29,6 @@ sys.stdin.readline()
 member.kill()
 member.wait()
 """
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def _until(check, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("the process did not get there in time")
-        time.sleep(0.01)
 
 
 def _sleeping(pid: int) -> bool:

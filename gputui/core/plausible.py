@@ -228,17 +228,11 @@ def plausible_reading(reading: GpuReading, memo: PlausibleMemo | None = None) ->
         if hit is not None and hit[0] is gpu and hit[1] is procs:
             fixed, fixed_procs, dropped = hit[2], hit[3], hit[4]
         else:
-            fixed, dropped = (gpu, []) if gpu.lost or _as_it_is(gpu) else plausible_gpu(gpu)
+            fixed, dropped = plausible_gpu(gpu)
             fixed_procs = procs
-            if procs:
-                total = fixed.memory_total
-                ceiling = total if total is not None else PIB
-                for p in procs:  # _plausible_processes' pass, inlined: most readings have nothing to drop
-                    memory, sm = p.gpu_memory, p.sm_utilization
-                    if memory is not None and not 0 <= memory <= ceiling or sm is not None and not 0 <= sm <= 100:
-                        fixed_procs, more = _plausible_processes(procs, total)
-                        dropped += more
-                        break
+            if procs:  # (the very tuple back when nothing is dropped)
+                fixed_procs, more = _plausible_processes(procs, fixed.memory_total)
+                dropped += more
             if memo is not None:
                 memo[index] = (gpu, procs, fixed, fixed_procs, dropped)  # never changed after this
         if dropped:

@@ -54,16 +54,29 @@ def _extremes(known: list[GpuLoad], values: list[float]) -> tuple[GpuLoad, float
     return hot, hv, cold, cv
 
 
+def _holds(hv: float, cv: float, high: float, low: float, spread: float | None) -> bool:
+    """The imbalance test on the busiest and the idlest value: one at or over ``high`` while the other is at or
+    under ``low``, or (where a spread applies) further apart than ``spread``."""
+    return (hv >= high and cv <= low) or (spread is not None and hv - cv > spread)
+
+
+def _made(kind: str, known: list[GpuLoad], values: list[float], hot: GpuLoad, hv: float, cold: GpuLoad,
+          cv: float, nominal_low: float) -> Condition:
+    """The Condition of a test that holds: the hot GPU against the others and their mean."""
+    others = [v for g, v in zip(known, values, strict=True) if g is not hot]
+    return Condition(kind, hot.index, hv, cold.index, cv, tuple([g.index for g in known if g is not hot]),
+                     sum(others) / len(others), nominal_low)
+
+
 def _condition(kind: str, known: list[GpuLoad], attr: str, high: float, low: float,
                spread: float | None, nominal_low: float) -> Condition | None:
     if len(known) < 2:
         return None
-    hot, hv, cold, cv = _extremes(known, [getattr(g, attr) for g in known])
-    if not ((hv >= high and cv <= low) or (spread is not None and hv - cv > spread)):
+    values = [getattr(g, attr) for g in known]
+    hot, hv, cold, cv = _extremes(known, values)
+    if not _holds(hv, cv, high, low, spread):
         return None
-    others = [g for g in known if g is not hot]
-    return Condition(kind, hot.index, hv, cold.index, cv, tuple([g.index for g in others]),
-                     sum([getattr(g, attr) for g in others]) / len(others), nominal_low)
+    return _made(kind, known, values, hot, hv, cold, cv, nominal_low)
 
 
 def utilization_condition(loads: dict[int, GpuLoad], settings: Settings, relax: float = 0.0) -> Condition | None:
@@ -95,14 +108,11 @@ def strict_and_relaxed(loads: dict[int, GpuLoad], settings: Settings) -> tuple[C
             continue
         values: list[float] = [g.util if kind == "utilization" else g.memory for g in known]  # type: ignore[misc]
         hot, hv, cold, cv = _extremes(known, values)
-        strict = (hv >= high and cv <= low) or (spread is not None and hv - cv > spread)
-        relaxed = ((hv >= high - margin and cv <= low + margin)
-                   or (spread is not None and hv - cv > spread - margin))
+        strict = _holds(hv, cv, high, low, spread)
+        relaxed = _holds(hv, cv, high - margin, low + margin, None if spread is None else spread - margin)
         if not (strict or relaxed):
             found += (None, None)
             continue
-        others = [v for g, v in zip(known, values, strict=True) if g is not hot]
-        cond = Condition(kind, hot.index, hv, cold.index, cv, tuple([g.index for g in known if g is not hot]),
-                         sum(others) / len(others), nominal)
+        cond = _made(kind, known, values, hot, hv, cold, cv, nominal)
         found += (cond if strict else None, cond if relaxed else None)
     return (found[0], found[2]), (found[1], found[3])

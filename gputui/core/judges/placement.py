@@ -184,13 +184,11 @@ class _RunningWindow:
         # _load's window, with the kept sums of the utilization and memory values and the least free value,
         # so none reads every sample
         utils: deque[float] = util  # type: ignore[assignment]  # no gaps: every entry a float
-        util_sum, mem_sum = self.util_sum, self.mem_sum
-        if mem_sum is None:
-            mem_sum = self.mem_sum = sum(self.mem)  # type: ignore[arg-type]
+        util_sum, mem_sum = self.util_sum, self._mem_sum()
         used, total = g.memory_used, g.memory_total  # g.memory_free, without the property's frame
         # (index, uuid, lost, util, memory, free, free_min, samples)
         load = GpuLoad(g.index, g.uuid, False, (util_sum if util_sum is not None else sum(utils)) / n,
-                       mem_sum / n,
+                       mem_sum / n,  # type: ignore[operator]  # no gaps, n values: a sum
                        None if total is None or used is None else max(0, total - used), self.free_low[0][1], n)
         if key is not None:
             self.load = (key, load)

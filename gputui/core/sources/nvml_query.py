@@ -64,6 +64,17 @@ PERMANENT = frozenset({NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION, INVALID
 NOT_AVAILABLE_ULL = 0xFFFFFFFFFFFFFFFF
 #: Process-utilization samples older than this (seconds) are not asked for.
 UTIL_WINDOW = 1.0
+_WINDOW_US = int(UTIL_WINDOW * 1_000_000)
+
+
+def samples_since(util_seen: int, wall: float) -> int:
+    """The time (µs since the epoch) SM samples are asked from: past the newest one seen (``util_seen``), but
+    never less than ``UTIL_WINDOW`` before ``wall`` (the epoch now), so a fast refresh does not flicker to 0
+    between samples."""
+    since = int(wall * 1_000_000) - _WINDOW_US
+    if util_seen and util_seen < since:
+        since = util_seen
+    return since if since > 0 else 0
 
 _second = itemgetter(1)
 
@@ -571,19 +582,14 @@ class NvmlQueries:
                             answered: int | BaseException | None = None) -> dict[int, int] | None:
         """Newest SM% sample per PID; {} when the driver has no recent samples; None when N/A.
 
-        Asks for samples newer than the last one seen, but never for less than
-        UTIL_WINDOW seconds before ``wall`` (the epoch now), so a fast refresh does not flicker
-        to 0 between samples. ``answered``: what the kept call made by the steady reader
+        Asks from :func:`samples_since`. ``answered``: what the kept call made by the steady reader
         (``nvml_steady.py``) returned or raised this poll (it is not made again).
         """
         name = "process_utilization"
         if name in dev.unsupported:
             return None
         nv = self.nv
-        now_us = int(wall * 1_000_000)
-        since = now_us - int(UTIL_WINDOW * 1_000_000)
-        if dev.util_seen:
-            since = min(since, dev.util_seen)
+        since = samples_since(dev.util_seen, wall)
         struct = UtilizationSample
         fast = dev.calls.get(name)
         ret = INSUFFICIENT_SIZE
@@ -593,7 +599,7 @@ class NvmlQueries:
                 buf: Any = args[1]
                 if answered is None:
                     count.value = len(buf)
-                    args[3].value = max(0, since)
+                    args[3].value = since
                     ret = fast[0](*args)
                 elif isinstance(answered, BaseException):
                     raise answered
@@ -603,7 +609,7 @@ class NvmlQueries:
                     del dev.calls[name]
             if ret == INSUFFICIENT_SIZE:  # not kept (or the kept buffer is too small): the full call
                 fn = self.function("nvmlDeviceGetProcessUtilization")
-                start = ctypes.c_ulonglong(max(0, since))
+                start = ctypes.c_ulonglong(since)
                 ret, buf, count, args = _grown(dev, name, fn, struct, 64, lambda buf, n: (dev.handle, buf, n, start))
                 dev.buffers[name] = buf
                 if ret == SUCCESS or ret == NOT_FOUND:

@@ -27,7 +27,7 @@ from typing import Any
 
 from gputui.core.model import Gpu, MigMode, RawProcess, throttle_names
 from gputui.core.sources.nvml_fields import FIELDS
-from gputui.core.sources.nvml_query import NOT_AVAILABLE_ULL, NOT_FOUND, UTIL_WINDOW
+from gputui.core.sources.nvml_query import NOT_AVAILABLE_ULL, NOT_FOUND, samples_since
 from gputui.core.sources.nvml_structs import PSTATE_UNKNOWN, RUNNING, SAMPLES_BY_COUNT, MemoryV2, process_struct
 
 __all__ = ["Plan", "make_plan", "read_steady", "refresh_slow"]
@@ -45,7 +45,6 @@ _SLOW_CALLS = (("persistence_mode", "nvmlDeviceGetPersistenceMode", 1, None),
                ("encoder_utilization", "nvmlDeviceGetEncoderUtilization", 2, 0),
                ("decoder_utilization", "nvmlDeviceGetDecoderUtilization", 2, 0),
                ("mig_mode", "nvmlDeviceGetMigMode", 2, None))
-_WINDOW_US = int(UTIL_WINDOW * 1_000_000)
 
 
 class Plan:
@@ -371,11 +370,7 @@ def read_steady(src: Any, dev: Any, plan: Plan, now: float) -> tuple[Gpu, tuple[
         ufn, uargs, uset, uat, ucount = util
         ubuf = uargs[1]
         wall = src._wall()
-        since = int(wall * 1_000_000) - _WINDOW_US
-        seen = dev.util_seen
-        if seen and seen < since:
-            since = seen
-        uset.pack_into(plan.block, uat, len(ubuf), since if since > 0 else 0)
+        uset.pack_into(plan.block, uat, len(ubuf), samples_since(dev.util_seen, wall))
         try:
             uret: Any = ufn(*uargs)
         except Exception as exc:  # binding trouble: the full rules say what it is
